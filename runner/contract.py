@@ -1,0 +1,223 @@
+"""The contract between bot, runner and harness: plain pydantic models, importable without torch.
+
+Everything a search, a worker or the bot exchanges is one of these. Times are milliseconds (`_ms`), sizes bytes
+(`bytes_`), rates bytes per second; stored numbers are never rounded.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+DType = Literal["float32", "float16", "bfloat16", "float64"]
+Backend = Literal["cuda", "cpu"]
+
+# Default tolerances per dtype (atol, rtol), overridable per problem.
+DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
+    "float32": (1e-4, 1e-4),
+    "float64": (1e-6, 1e-6),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProblemSpec(_Model):
+    """What to optimise: a KernelBench-format file, or a module found in a repository.
+
+    A KernelBench file defines `Model`, `get_inputs()` and `get_init_inputs()`; `path` names it and the rest keep their
+    defaults. A repository module is named by `module` (import path, resolved under `root`) and `class_name`; inputs
+    come from `inputs` (a `module:function` factory, or a function name in the same module).
+    """
+
+    name: str
+    path: str | None = None
+    root: str | None = None
+    module: str | None = None
+    class_name: str = "Model"
+    inputs: str = "get_inputs"
+    init_inputs: str | None = "get_init_inputs"
+    init_args: list = Field(default_factory=list)
+    init_kwargs: dict = Field(default_factory=dict)
+    second_inputs: str | None = None
+    dtype: DType | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    randn_trials: bool = True  # also draw floating inputs from scaled randn, beside the factory's own distribution
+
+
+class Candidate(_Model):
+    """A kernel to evaluate.
+
+    `kernelbench`: `sources` holds one Python file defining `ModelNew` (any published KernelBench kernel).
+    `fast`: `sources` holds CUDA-C (`.cu`) or C++ (`.cpp`) exporting the C ABI of runner/csrc/fusebot.h:
+    `int fusebot_forward(const fb_tensor* in, int n_in, fb_tensor* out, int n_out, void* stream)`, where `in` is the
+    forward's arguments followed by the module's parameters and buffers in state_dict order, and `out` is allocated by
+    the harness (contiguous, the reference's shapes and dtypes).
+    """
+
+    id: str
+    format: Literal["kernelbench", "fast"]
+    backend: Backend = "cuda"
+    sources: dict[str, str]
+    extra_cflags: list[str] = Field(default_factory=list)
+    idea: str = ""  # the plain-language idea this implements
+    parent: str | None = None  # the candidate this one repairs or refines
+
+
+class Timing(_Model):
+    median_ms: float
+    iqr_ms: float
+    mean_ms: float
+    min_ms: float
+    n: int
+    samples_ms: list[float]
+    clock: Literal["cuda_events", "monotonic"]
+    l2_flushed: bool
+
+
+class Roofline(_Model):
+    bytes_moved: int
+    bandwidth_bytes_per_s: float
+    bandwidth_source: str
+    floor_ms: float
+
+
+class TrialResult(_Model):
+    index: int
+    shape_set: int  # 0: the problem's inputs, 1: its second declared shape
+    distribution: str  # "factory" (the problem's own get_inputs) or "randn*S+O"
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatched: int = 0
+    numel: int = 0
+    reasons: list[str] = Field(default_factory=list)
+
+
+class BuildInfo(_Model):
+    ok: bool
+    seconds: float
+    cached: bool = False
+    log: str = ""
+    compiler: str = ""
+
+
+class Environment(_Model):
+    device: str
+    gpu: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str
+    python: str
+    fusebot: str
+    cpu: str | None = None
+    sandbox: dict[str, bool] = Field(default_factory=dict)
+
+
+class Baselines(_Model):
+    eager: Timing | None = None
+    compile: Timing | None = None
+    compile_error: str | None = None
+
+
+class Verdict(_Model):
+    """The harness's word on one candidate. `accepted` is true only if every check passed; `reasons` names each
+    failed check (e.g. "side-stream: ..."); `warnings` holds what is true but must be said (e.g. below the floor)."""
+
+    schema_version: int = SCHEMA_VERSION
+    candidate_id: str
+    problem: str
+    accepted: bool
+    reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    stage: Literal["build", "load", "verify", "time", "done"] = "done"
+    build: BuildInfo | None = None
+    trials: list[TrialResult] = Field(default_factory=list)
+    timing: Timing | None = None
+    baselines: Baselines | None = None
+    roofline: Roofline | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    pct_of_floor: float | None = None
+    degenerate: bool = False  # the reference ignores its input or is near-constant: no speedup is reportable
+    below_floor_confirmed: bool = False
+    environment: Environment | None = None
+    harness_seconds: float = 0.0
+
+
+# ---- bot <-> runner: a job in, a result out ------------------------------------------------------------------
+
+
+class TargetSpec(_Model):
+    """A marked module in a repository, as the bot found it."""
+
+    name: str
+    file: str
+    class_name: str
+    inputs: str = "get_inputs"
+    init_inputs: str | None = "get_init_inputs"
+    init_args: list = Field(default_factory=list)
+    init_kwargs: dict = Field(default_factory=dict)
+    second_inputs: str | None = None
+    dtype: DType | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+
+class SearchBudget(_Model):
+    rounds: int = 3
+    ideas_per_round: int = 4
+    implementations_per_idea: int = 2
+    beam: int = 3
+    max_repairs: int = 2
+    wall_seconds: float = 300.0
+    gpu_seconds: float | None = None
+    tokens: int | None = None
+    candidates: int | None = None
+
+
+class Job(_Model):
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    repo: str  # owner/name
+    sha: str
+    ref: str | None = None
+    trigger: Literal["label", "comment", "schedule", "check_run", "dispatch", "demo"] = "label"
+    pr_number: int | None = None
+    targets: list[TargetSpec]
+    budget: SearchBudget = Field(default_factory=SearchBudget)
+    models: list[str] = Field(default_factory=list)
+
+
+class TargetResult(_Model):
+    target: str
+    improved: bool
+    verdict: Verdict | None = None
+    message: str = ""  # e.g. "nothing beat torch.compile (0.51 ms)"
+    files: dict[str, str] = Field(default_factory=dict)  # path relative to the kernels directory -> text
+    trace_markdown: str = ""
+
+
+class JobResult(_Model):
+    schema_version: int = SCHEMA_VERSION
+    job_id: str
+    ok: bool
+    targets: list[TargetResult] = Field(default_factory=list)
+    environment: Environment | None = None
+    error: str | None = None
+
+
+class Progress(_Model):
+    round: int = 0
+    built: int = 0
+    verified: int = 0
+    rejected: int = 0
+    best_speedup: float | None = None
+    message: str = ""

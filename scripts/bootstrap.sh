@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Creates .venv and installs fusebot into it. Safe to run again: it only installs what is missing or changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  if "$PY" -c "import torch" 2>/dev/null; then
+    # A machine with torch already installed (a GPU image, say): use it instead of downloading another.
+    "$PY" -m venv --system-site-packages .venv
+  else
+    "$PY" -m venv .venv
+  fi
+fi
+VPY=.venv/bin/python
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+  # torch first, pinned: a bare `torch` requirement would fetch several GB of CUDA wheels on a CPU machine.
+  "$VPY" -m pip install -q --disable-pip-version-check "torch==${FUSEBOT_TORCH_VERSION:-2.13.0}"
+fi
+stamp=.venv/.fusebot-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$VPY" -m pip install -q --disable-pip-version-check -e ".[dev]"
+  touch "$stamp"
+fi
