@@ -195,7 +195,7 @@ def profile(st: State, msg: dict) -> dict:
 
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     with torch.no_grad():
-        kernels, _ = profile_kernels(lambda: st.model(*inputs), Path(os.getcwd()) / "ref_trace.json")
+        _, kernels, _ = profile_kernels(lambda: st.model(*inputs), Path(os.getcwd()) / "ref_trace.json")
     return {"kernels": [k["name"] for k in kernels]}
 
 
