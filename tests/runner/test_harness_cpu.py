@@ -105,3 +105,10 @@ def test_trial_seeds_are_fresh_per_evaluator_and_secret():
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.slow
+def test_published_style_load_inline_candidate_is_accepted(cpu_evaluator):
+    src = (PROBLEMS.parent / "candidates" / "scale_relu_load_inline.py").read_text()
+    v = cpu_evaluator.evaluate(cand("load-inline", {"candidate.py": src}))
+    assert v.accepted, v.reasons
