@@ -19,7 +19,7 @@ from runner import timing, verify
 from runner.abi import AbiError, KernelLibrary, as_tensor_args
 from runner.contract import Candidate, ProblemSpec
 from runner.guards import Guard
-from runner.problem import ProblemError, build_model, load, make_inputs
+from runner.problem import ProblemError, build_model, load, make_inputs, strict_fp32
 from runner.proc import serve
 from runner.sandbox import confine
 
@@ -66,6 +66,7 @@ def init(st: State, msg: dict) -> dict:
                           address_space_bytes=msg.get("address_space_bytes"))
     st.device = msg["device"]
     st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
+    strict_fp32()
     if st.device.startswith("cuda"):
         torch.cuda.init()
     _warm_up(st.device)
