@@ -126,7 +126,7 @@ def history_section(ctx: ProblemContext, history: History) -> str:
     failed = history.failed()[-SHOW_FAILED:]
     if failed:
         parts.append("## Recent failures (do not repeat them)")
-        parts.extend(f"- {a.idea}: {_attempt_line(a, base)}" for a in failed)
+        parts.extend(f"- {a.idea} -> {_attempt_line(a, base)}" for a in failed)
     tried = [i.text for i in history.ideas][-SHOW_IDEAS:]
     if tried:
         parts.append("## Ideas already tried\n" + "\n".join(f"- {t}" for t in tried))

@@ -11,6 +11,7 @@ The API key lives in a SecretStr and goes nowhere but the client's Authorization
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import time
@@ -86,7 +87,7 @@ class LLMSettings(BaseSettings):
         if isinstance(v, str):
             v = v.strip()
             if v.startswith("["):
-                return v  # JSON, validated by pydantic
+                return json.loads(v)
             out = []
             for part in filter(None, (p.strip() for p in v.split(","))):
                 name, _, share = part.rpartition(":")

@@ -2,9 +2,9 @@
 
 The script is a list of `Reply` rules; each request gets the first rule whose `match` (a substring of the request's
 messages) fits and that has uses left. A rule can answer with content and usage counts, an HTTP error with headers
-(429 with Retry-After, 500, ...), or sleep past the client's timeout. Every request is recorded (path, headers, JSON
-body, the status sent, the time) so tests can assert what the prompts held and what they never held. When nothing
-matches, the server answers 400 "script exhausted", which the client does not retry.
+(429 with Retry-After, 500, ...), or sleep past the client's timeout. Every request is recorded (path, headers by
+lower-case name, JSON body, the status sent, the time) so tests can assert what the prompts held and what they never
+held. When nothing matches, the server answers 400 "script exhausted", which the client does not retry.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class ScriptedLLM:
             def do_POST(self):  # noqa: N802
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
-                req = Request(self.path, dict(self.headers), body, 0, time.time())
+                req = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, 0, time.time())
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     req.status = 404
                     owner.requests.append(req)
