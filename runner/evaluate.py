@@ -1,0 +1,507 @@
+"""The evaluator: build, verify and time candidates for one problem, each in its own confined process.
+
+    with Evaluator(problem_spec, backend="cuda") as ev:
+        verdict = ev.evaluate(candidate)
+
+The parent holds the secret the trial seeds come from and never imports user code or candidate code. The judge
+process holds the reference; each candidate gets a fresh process. A candidate that fails in any way yields a
+Verdict with reasons; a broken problem raises ProblemError; a broken machine raises MachineError.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import hmac
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner import build as builder
+from runner.contract import (
+    Baselines,
+    BuildInfo,
+    Candidate,
+    Environment,
+    ProblemSpec,
+    Roofline,
+    Timing,
+    TrialResult,
+    Verdict,
+)
+from runner.errors import MachineError, ProblemError
+from runner.kernels import declared_kernels
+from runner.proc import Limits, Worker, WorkerDied
+from runner.sandbox import confined_env
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HarnessConfig:
+    trials: int = 5  # on the problem's first shape; a second declared shape adds two more
+    compile_baseline: bool = True
+    timer: dict = field(default_factory=dict)  # runner.timing.TimerConfig fields
+    init_timeout_s: float = 900.0  # a KernelBench candidate builds with load_inline inside init
+    trial_timeout_s: float = 300.0
+    time_timeout_s: float = 600.0
+    memory_bytes: int = 32 << 30
+    cpu_address_space_bytes: int | None = 64 << 30
+    cache_dir: Path | None = None
+    wall_check_ms: float = 100.0  # total wall time of the timer cross-check
+    keep_workdirs: bool = False
+    bandwidth_bytes_per_s: float | None = None  # a known ceiling instead of measuring one (e.g. 3.01e12 on the H100)
+
+
+def default_backend() -> str:
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def _scratch_root() -> Path:
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > (8 << 30):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+def static_checks(candidate: Candidate) -> list[str]:
+    """Checks that need no run: a KernelBench ModelNew.forward that catches exceptions is a silent fallback."""
+    reasons: list[str] = []
+    if candidate.format != "kernelbench":
+        return reasons
+    src = next(iter(candidate.sources.values()), "")
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as exc:
+        return [f"load: candidate.py:{exc.lineno}: SyntaxError: {exc.msg}"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "forward":
+                    if any(isinstance(n, ast.Try | ast.TryStar) for n in ast.walk(fn)):
+                        reasons.append("fallback: ModelNew.forward catches exceptions (try/except): a silent "
+                                       "fallback to the reference is not allowed")
+    return reasons
+
+
+def kernel_checks(candidate: Candidate, reply: dict, reference_kernels: list[str]) -> list[str]:
+    """From the profiler's view of one call: the candidate's own kernels ran, on the caller's stream only, and it
+    did not simply rerun the reference's kernels."""
+    reasons: list[str] = []
+    kernels = reply.get("kernels")
+    if kernels is None:
+        if reply.get("own_code_ran") is False:
+            reasons.append("no-kernel: none of the candidate's own compiled functions ran during the call")
+        return reasons
+    names = [k["name"] for k in kernels]
+    declared = declared_kernels(candidate.sources)
+    if not declared:
+        reasons.append("no-kernel: the candidate defines no __global__ kernel of its own")
+    elif not any(d in n for n in names for d in declared):
+        ran = ", ".join(sorted(set(names))[:5]) or "nothing"
+        reasons.append(f"no-kernel: the profiler shows none of the candidate's kernels ({', '.join(declared)}) ran; "
+                       f"it launched: {ran}")
+    marker = reply.get("marker_stream")
+    others = sorted({k["stream"] for k in kernels if k["stream"] != marker}, key=str)
+    if marker is not None and others:
+        reasons.append(f"side-stream: kernels ran on stream(s) {others} besides the caller's stream {marker}: work "
+                       "escaped the caller's stream, and with it a timer on that stream")
+    ref = Counter(reference_kernels)
+    if ref and not (ref - Counter(names)):
+        reasons.append("fallback: the candidate launched every kernel the reference launches "
+                       f"({', '.join(sorted(ref)[:3])}): it reruns the reference")
+    return reasons
+
+
+class Evaluator:
+    def __init__(self, problem: ProblemSpec, *, backend: str | None = None, compile_baseline: bool = True,
+                 workdir: Path | None = None, config: HarnessConfig | None = None):
+        # Workers run in their own directories: every path they get is absolute.
+        absolute = {k: str(Path(v).resolve()) for k in ("path", "root") if (v := getattr(problem, k))}
+        self.problem = problem.model_copy(update=absolute)
+        self.backend = backend or default_backend()
+        self.config = config or HarnessConfig(compile_baseline=compile_baseline)
+        if config is None:
+            self.config.compile_baseline = compile_baseline
+        self.device = "cuda" if self.backend == "cuda" else "cpu"
+        self._secret = secrets.token_bytes(32)
+        self._counter = 0
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fusebot-eval-", dir=_scratch_root()))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.cache_dir = Path(self.config.cache_dir or builder.default_cache_dir().parent)
+        self._judge: Worker | None = None
+        self._info: dict = {}
+        self._baselines: Baselines | None = None
+        self._roofline: Roofline | None = None
+        self._reference_kernels: list[str] | None = None
+        self._digests: list[tuple[int, str, float]] = []
+        self._cuda_arch: str | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._judge is not None:
+            self._judge.close()
+            self._judge = None
+        if self._own_workdir and not self.config.keep_workdirs:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _seed(self, label: str) -> int:
+        digest = hmac.new(self._secret, label.encode(), hashlib.sha256).digest()
+        return int.from_bytes(digest[:6], "little")
+
+    def _env(self, workdir: Path) -> dict[str, str]:
+        env = confined_env(workdir)
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(self.cache_dir / "inductor")
+        return env
+
+    @property
+    def judge(self) -> Worker:
+        if self._judge is None:
+            wd = self.workdir / "judge"
+            wd.mkdir(parents=True, exist_ok=True)
+            (self.cache_dir / "inductor").mkdir(parents=True, exist_ok=True)
+            self._judge = Worker("runner.workers.judge", wd, self._env(wd), Limits(self.config.memory_bytes))
+            reply = self._ask_judge({"cmd": "init", "problem": self.problem.model_dump(), "device": self.device,
+                                     "init_seed": self._seed("init"), "timer": self.config.timer,
+                                     "extra_write": [str(self.cache_dir / "inductor")]},
+                                    self.config.init_timeout_s, "init")
+            self._info = reply
+        return self._judge
+
+    def _ask_judge(self, msg: dict, timeout_s: float, stage: str) -> dict:
+        worker = self._judge
+        try:
+            reply = worker.request(msg, timeout_s)
+        except WorkerDied as exc:
+            self._judge = None
+            where = self.problem.path or self.problem.module or self.problem.name
+            if exc.kind == "timeout":
+                raise ProblemError(stage, where, f"the reference did not finish within {timeout_s:.0f} s") from None
+            raise MachineError(f"the reference process died during {stage}: {exc}\n{exc.log_tail}") from None
+        if not reply.get("ok", False):
+            pe = reply.get("problem_error")
+            if pe:
+                raise ProblemError(pe["stage"], pe["where"], pe["cause"])
+            raise MachineError(f"judge failed during {stage}: {reply.get('error')}\n{reply.get('traceback', '')}")
+        return reply
+
+    # ---- what the problem costs -------------------------------------------------------------------------------
+
+    def reference_source(self) -> str:
+        _ = self.judge
+        return self._info["source"]
+
+    def environment(self, confinement: dict | None = None) -> Environment:
+        _ = self.judge
+        env = dict(self._info["environment"])
+        return Environment(**env, sandbox=confinement or self._info.get("confinement", {}))
+
+    def baselines(self) -> Baselines:
+        if self._baselines is None:
+            _ = self.judge
+            reply = self._ask_judge({"cmd": "baselines", "seed": self._seed("baselines"),
+                                     "compile": self.config.compile_baseline}, self.config.time_timeout_s + 600,
+                                    "baselines")
+            self._baselines = Baselines(
+                eager=Timing(**reply["eager"]),
+                compile=Timing(**reply["compile"]) if reply.get("compile") else None,
+                compile_error=reply.get("compile_error"),
+            )
+        return self._baselines
+
+    def _bandwidth(self) -> tuple[float, str]:
+        if self.config.bandwidth_bytes_per_s:
+            return self.config.bandwidth_bytes_per_s, "given in the harness configuration"
+        gpu = self.environment().gpu or self.environment().cpu or "cpu"
+        path = self.cache_dir / "bandwidth.json"
+        known = json.loads(path.read_text()) if path.exists() else {}
+        if gpu not in known:
+            nbytes = (1 << 30) if self.device == "cuda" else (256 << 20)
+            reply = self._ask_judge({"cmd": "bandwidth", "bytes": nbytes}, 300, "bandwidth")
+            known[gpu] = reply["bandwidth_bytes_per_s"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(known, indent=1))
+        return known[gpu], f"device copy measured on {gpu}"
+
+    def roofline(self) -> Roofline | None:
+        if self._roofline is None:
+            reply = self._ask_judge({"cmd": "prepare", "trial": -1, "seed": self._seed("roofline"), "shape_set": 0,
+                                     "randn": None}, self.config.trial_timeout_s, "roofline")
+            moved = reply["input_bytes"] + reply["output_bytes"] + self._info.get("param_bytes", 0)
+            bw, source = self._bandwidth()
+            self._roofline = Roofline(bytes_moved=moved, bandwidth_bytes_per_s=bw, bandwidth_source=source,
+                                      floor_ms=moved / bw * 1e3)
+        return self._roofline
+
+    def reference_kernels(self) -> list[str]:
+        if self._reference_kernels is None:
+            reply = self._ask_judge({"cmd": "profile", "seed": self._seed("profile")}, 300, "profile")
+            self._reference_kernels = reply["kernels"]
+        return self._reference_kernels
+
+    def cuda_arch(self) -> str | None:
+        if self.backend != "cuda":
+            return None
+        if self._cuda_arch is None:
+            import torch
+
+            major, minor = torch.cuda.get_device_capability()
+            self._cuda_arch = f"sm_{major}{minor}"
+        return self._cuda_arch
+
+    # ---- candidates ----------------------------------------------------------------------------------------------
+
+    def _plan(self, tag: str) -> list[dict]:
+        plan = []
+        _ = self.judge
+        shape_sets = self._info.get("shape_sets", 1)
+        for i in range(max(self.config.trials, 5)):
+            randn = None
+            if self.problem.randn_trials and i % 2 == 1:
+                scale = 0.5 + 3.5 * (self._seed(f"{tag}/scale{i}") % 1000) / 1000
+                offset = -1.0 + 2.0 * (self._seed(f"{tag}/offset{i}") % 1000) / 1000
+                randn = [scale, offset]
+            plan.append({"shape_set": 0, "randn": randn})
+        if shape_sets > 1:
+            plan += [{"shape_set": 1, "randn": None}, {"shape_set": 1, "randn": plan[1]["randn"]}]
+        for p in plan:
+            self._counter += 1
+            p["trial"] = self._counter
+            p["seed"] = self._seed(f"{tag}/trial{self._counter}")
+        return plan
+
+    def evaluate_many(self, candidates: list[Candidate]) -> list[Verdict]:
+        builds = builder.build_many(candidates, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
+        return [self.evaluate(c, _build=builds.get(c.id)) for c in candidates]
+
+    def evaluate(self, candidate: Candidate, _build: builder.BuildOutput | None = None) -> Verdict:
+        start = time.monotonic()
+        verdict = Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False, stage="build")
+        if candidate.backend != self.backend:
+            verdict.reasons.append(f"backend: a {candidate.backend} candidate cannot run on this {self.backend} harness")
+            return verdict
+        _ = self.judge
+        library = None
+        if candidate.format == "fast":
+            out = _build or builder.build(candidate, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
+            verdict.build = out.info
+            if not out.info.ok:
+                verdict.reasons.append(f"build: {out.info.log.strip()[-3000:]}")
+                return self._finish(verdict, start)
+            library = out.library
+        else:
+            verdict.build = BuildInfo(ok=True, seconds=0.0, compiler="torch.utils.cpp_extension (inside the run)")
+        verdict.stage = "load"
+        reasons = static_checks(candidate)
+        if reasons:
+            verdict.reasons += reasons
+            return self._finish(verdict, start)
+        worker, reasons, confinement = self._start_contestant(candidate, library, tag="main")
+        verdict.environment = self.environment(confinement)
+        if reasons:
+            verdict.reasons += reasons
+            if worker:
+                worker.close()
+            return self._finish(verdict, start)
+        try:
+            verdict.stage = "verify"
+            trials, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/{self._counter}"))
+            verdict.trials = trials
+            if reasons:
+                verdict.reasons += reasons
+                return self._finish(verdict, start)
+            verdict.stage = "time"
+            self._time(worker, candidate, library, verdict)
+        finally:
+            worker.close()
+        if not verdict.reasons:
+            verdict.accepted = True
+            verdict.stage = "done"
+        return self._finish(verdict, start)
+
+    def _finish(self, verdict: Verdict, start: float) -> Verdict:
+        verdict.harness_seconds = time.monotonic() - start
+        return verdict
+
+    def _start_contestant(self, candidate: Candidate, library: Path | None, tag: str):
+        safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in candidate.id)[:60]
+        wd = self.workdir / f"cand-{safe_id}-{tag}-{self._counter}"
+        wd.mkdir(parents=True, exist_ok=True)
+        extra = []
+        if candidate.format == "kernelbench":
+            (wd / "candidate.py").write_text(next(iter(candidate.sources.values())))
+            digest = hashlib.sha256(json.dumps(candidate.sources, sort_keys=True).encode()).hexdigest()[:24]
+            ext = self.cache_dir / "kernelbench" / digest
+            ext.mkdir(parents=True, exist_ok=True)
+            extra.append(str(ext))
+        env = self._env(wd)
+        if extra:
+            env["TORCH_EXTENSIONS_DIR"] = extra[0]
+        worker = Worker("runner.workers.contestant", wd, env, Limits(self.config.memory_bytes))
+        msg = {"cmd": "init", "problem": self.problem.model_dump(), "candidate": candidate.model_dump(),
+               "library": str(library) if library else None, "device": self.device,
+               "init_seed": self._seed("init"), "timer": self.config.timer, "extra_write": extra,
+               "address_space_bytes": self.config.cpu_address_space_bytes if self.device == "cpu" else None}
+        try:
+            reply = worker.request(msg, self.config.init_timeout_s)
+        except WorkerDied as exc:
+            return None, [f"{_died_label(exc)} while loading: {exc}{_tail(exc.log_tail)}"], {}
+        if not reply.get("ok"):
+            worker.close()
+            raise MachineError(f"candidate process failed to start: {reply.get('error')}\n{reply.get('traceback', '')}")
+        return worker, list(reply.get("reasons", [])), reply.get("confinement", {})
+
+    def _verify(self, worker: Worker, candidate: Candidate, plan: list[dict]) -> tuple[list[TrialResult], list[str]]:
+        results: list[TrialResult] = []
+        profiled: set[int] = set()
+        digests: list[tuple[str, float]] = []
+        for k, p in enumerate(plan):
+            prep = self._ask_judge({"cmd": "prepare", **p}, self.config.trial_timeout_s, "reference")
+            digests.append((prep["digest"], prep["value_range"]))
+            profile = p["shape_set"] not in profiled
+            profiled.add(p["shape_set"])
+            msg = {"cmd": "trial", **p, "out_specs": prep["outputs"], "structure": prep["structure"],
+                   "reuse": k > 0, "twice": k == 0, "profile": profile}
+            label = "factory" if p["randn"] is None else "randn*{:.3g}{:+.3g}".format(*p["randn"])
+            result = TrialResult(index=k, shape_set=p["shape_set"], distribution=label, passed=False)
+            results.append(result)
+            try:
+                rep = worker.request(msg, self.config.trial_timeout_s)
+            except WorkerDied as exc:
+                result.reasons.append(f"{_died_label(exc)}: {exc}{_tail(exc.log_tail)}")
+                return results, result.reasons
+            if not rep.get("ok"):
+                raise MachineError(f"candidate process failed: {rep.get('error')}\n{rep.get('traceback', '')}")
+            result.reasons += rep.get("reasons", [])
+            if "outputs" in rep:
+                check = self._ask_judge({"cmd": "check", "trial": p["trial"], "outputs": rep["outputs"],
+                                         "structure": rep["structure"], "expected_structure": prep["structure"],
+                                         "second_run": rep.get("second_run")}, self.config.trial_timeout_s, "check")
+                result.reasons += check["reasons"]
+                result.max_abs_err, result.max_rel_err = check.get("max_abs_err"), check.get("max_rel_err")
+                result.mismatched, result.numel = check.get("mismatched", 0), check.get("numel", 0)
+            if profile:
+                result.reasons += kernel_checks(candidate, rep, self.reference_kernels())
+            if p["shape_set"] == 1 and result.reasons and not any(r.startswith("runtime") for r in result.reasons):
+                result.reasons.append("second-shape: wrong on the problem's second declared shape (sizes hard-coded?)")
+            result.passed = not result.reasons
+            if not result.passed:
+                return results, result.reasons
+        self._digests = digests
+        return results, []
+
+    def _degenerate(self) -> str | None:
+        digests = [d for d, _ in self._digests]
+        atol = self._info.get("atol", 1e-4)
+        if len(set(digests)) == 1 and len(digests) > 1:
+            return "the reference's output is the same for every input drawn: it does not depend on its input"
+        if self._digests and all(r <= atol for _, r in self._digests):
+            return "the reference's output is (near-)constant: every value within atol of every other"
+        return None
+
+    def _time(self, worker: Worker, candidate: Candidate, library: Path | None, verdict: Verdict) -> None:
+        why = self._degenerate()
+        if why:
+            verdict.degenerate = True
+            verdict.warnings.append(f"degenerate: {why}; no speedup on it is reported as real")
+        timing, reasons = self._measure(worker)
+        if reasons:
+            verdict.reasons += reasons
+            return
+        verdict.timing = timing
+        verdict.baselines = self.baselines()
+        verdict.roofline = self.roofline()
+        if verdict.roofline and timing.median_ms < verdict.roofline.floor_ms:
+            first = timing.median_ms
+            again, reasons = self._remeasure(candidate, library)
+            if reasons:
+                verdict.reasons += [f"below-floor: re-measured in a fresh process after {first:.4g} ms "
+                                    f"(under the floor of {verdict.roofline.floor_ms:.4g} ms) and it failed: " + r
+                                    for r in reasons]
+                return
+            verdict.timing = timing = again
+            if again.median_ms < verdict.roofline.floor_ms:
+                verdict.below_floor_confirmed = True
+                verdict.warnings.append(
+                    f"below-floor: {again.median_ms:.4g} ms is under the roofline floor of "
+                    f"{verdict.roofline.floor_ms:.4g} ms ({verdict.roofline.bytes_moved} bytes at "
+                    f"{verdict.roofline.bandwidth_bytes_per_s / 1e9:.0f} GB/s), confirmed in a fresh process on fresh "
+                    "inputs: possible only if the kernel skips bytes that cannot change the output (e.g. masked or "
+                    "broadcast inputs); review before trusting it")
+            else:
+                verdict.warnings.append(f"below-floor: the first measurement ({first:.4g} ms) was under the floor and "
+                                        f"did not hold in a fresh process ({again.median_ms:.4g} ms); the latter is "
+                                        "reported")
+        b = verdict.baselines
+        if b.eager:
+            verdict.speedup_vs_eager = b.eager.median_ms / timing.median_ms
+        if b.compile:
+            verdict.speedup_vs_compile = b.compile.median_ms / timing.median_ms
+        if verdict.roofline:
+            verdict.pct_of_floor = 100.0 * verdict.roofline.floor_ms / timing.median_ms
+
+    def _measure(self, worker: Worker) -> tuple[Timing | None, list[str]]:
+        try:
+            rep = worker.request({"cmd": "time", "seed": self._seed(f"time{self._counter}")},
+                                 self.config.time_timeout_s)
+        except WorkerDied as exc:
+            return None, [f"{_died_label(exc)} while timing: {exc}{_tail(exc.log_tail)}"]
+        if not rep.get("ok"):
+            return None, [f"runtime: while timing: {rep.get('error')}"]
+        if rep.get("reasons"):
+            return None, rep["reasons"]
+        timing = Timing(**rep["timing"])
+        # Cross-check with a clock the candidate cannot touch: the parent's, around back-to-back calls.
+        calls = max(3, min(1000, math.ceil(self.config.wall_check_ms / max(timing.median_ms, 1e-3))))
+        t0 = time.perf_counter()
+        try:
+            worker.request({"cmd": "wall", "calls": calls}, self.config.time_timeout_s)
+        except WorkerDied as exc:
+            return None, [f"{_died_label(exc)} while timing: {exc}{_tail(exc.log_tail)}"]
+        wall_ms = (time.perf_counter() - t0) * 1e3 / calls
+        if wall_ms > 0.2 and timing.median_ms < 0.5 * wall_ms:
+            return None, [f"timer-escape: the timer saw {timing.median_ms:.4g} ms per call, but {calls} back-to-back "
+                          f"calls took {wall_ms:.4g} ms each by the parent's clock: work escaped the timed region"]
+        return timing, []
+
+    def _remeasure(self, candidate: Candidate, library: Path | None) -> tuple[Timing | None, list[str]]:
+        worker, reasons, _ = self._start_contestant(candidate, library, tag="remeasure")
+        if reasons:
+            return None, reasons
+        try:
+            _, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/remeasure")[:1])
+            if reasons:
+                return None, reasons
+            return self._measure(worker)
+        finally:
+            worker.close()
+
+
+def _died_label(exc: WorkerDied) -> str:
+    return {"timeout": "timeout", "memory": "memory", "crash": "crash"}.get(exc.kind, "crash")
+
+
+def _tail(text: str, n: int = 600) -> str:
+    text = text.strip()
+    return f"\n--- last output ---\n{text[-n:]}" if text else ""

@@ -1,0 +1,123 @@
+"""What a candidate may not change in its own process: torch's and the clock's functions, global numeric flags, and
+the set of running threads. A snapshot is taken before the candidate is imported; `violations()` after each step
+names every difference. Each reason starts with the name of the check ("monkeypatch:", "global-state:", ...).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import types
+
+import torch
+
+_WATCHED_MODULES: dict[str, object] = {
+    "torch": torch,
+    "torch.Tensor": torch.Tensor,
+    "torch.nn.functional": torch.nn.functional,
+    "torch.nn.Module": torch.nn.Module,
+    "torch.cuda": torch.cuda,
+    "torch.cuda.Event": torch.cuda.Event,
+    "torch.cuda.Stream": torch.cuda.Stream,
+    "torch.testing": torch.testing,
+    "torch._C": torch._C,
+    "torch.autograd": torch.autograd,
+    "torch.profiler": torch.profiler,
+    "time": time,
+    "threading": threading,
+}
+
+
+def _ident(value: object) -> int:
+    # Bound builtins are recreated on each attribute read; identify them by their function and receiver.
+    if isinstance(value, types.BuiltinMethodType) and value.__self__ is not None:
+        return hash((id(value.__self__), value.__name__))
+    return id(value)
+
+
+def _attributes(obj: object) -> dict[str, int]:
+    return {name: _ident(val) for name, val in list(vars(obj).items()) if not name.startswith("__")}
+
+
+def _flags() -> dict[str, object]:
+    b = torch.backends
+    flags = {
+        "torch.backends.cuda.matmul.allow_tf32": b.cuda.matmul.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": b.cudnn.allow_tf32,
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (
+            b.cuda.matmul.allow_fp16_reduced_precision_reduction
+        ),
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (
+            b.cuda.matmul.allow_bf16_reduced_precision_reduction
+        ),
+        "torch.backends.cudnn.benchmark": b.cudnn.benchmark,
+        "torch.backends.cudnn.deterministic": b.cudnn.deterministic,
+        "torch.backends.cudnn.enabled": b.cudnn.enabled,
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+        "torch.get_default_dtype()": str(torch.get_default_dtype()),
+        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
+        "torch.is_grad_enabled()": torch.is_grad_enabled(),
+        "torch.get_num_threads()": torch.get_num_threads(),
+    }
+    return flags
+
+
+def _native_threads() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+class Guard:
+    """Snapshot now; `violations()` later lists what changed."""
+
+    def __init__(self) -> None:
+        self.attrs = {name: _attributes(obj) for name, obj in _WATCHED_MODULES.items()}
+        self.flags = _flags()
+        self.threads = {t.ident for t in threading.enumerate()}
+        self.native = _native_threads()
+
+    def rebaseline_threads(self) -> None:
+        """Accept the threads alive now (e.g. the runtime's own pools started by a warm-up before the candidate)."""
+        self.threads = {t.ident for t in threading.enumerate()}
+        self.native = _native_threads()
+
+    def violations(self) -> list[str]:
+        reasons = []
+        for name, obj in _WATCHED_MODULES.items():
+            now = _attributes(obj)
+            before = self.attrs[name]
+            changed = sorted(k for k, v in before.items() if now.get(k, v) != v)
+            if changed:
+                shown = ", ".join(f"{name}.{k}" for k in changed[:6])
+                more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
+                reasons.append(f"monkeypatch: the candidate replaced {shown}{more}")
+        for flag, value in _flags().items():
+            if value != self.flags[flag]:
+                reasons.append(
+                    f"global-state: the candidate changed {flag} from {self.flags[flag]!r} to {value!r}, "
+                    "which would change every other computation in the process"
+                )
+        extra = [t for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
+        if extra:
+            names = ", ".join(t.name for t in extra[:4])
+            reasons.append(f"background-thread: {len(extra)} Python thread(s) still running after the call ({names})")
+        else:
+            new_native = _native_threads() - self.native
+            if new_native:
+                reasons.append(
+                    f"background-thread: {len(new_native)} native thread(s) started by the candidate are still running"
+                )
+        return reasons
+
+    def restore_flags(self) -> None:
+        """Put global flags back, so that a violation reported once does not also spoil later measurements."""
+        b = torch.backends
+        f = self.flags
+        b.cuda.matmul.allow_tf32 = f["torch.backends.cuda.matmul.allow_tf32"]
+        b.cudnn.allow_tf32 = f["torch.backends.cudnn.allow_tf32"]
+        b.cudnn.benchmark = f["torch.backends.cudnn.benchmark"]
+        b.cudnn.deterministic = f["torch.backends.cudnn.deterministic"]
+        torch.set_float32_matmul_precision(f["torch.get_float32_matmul_precision()"])

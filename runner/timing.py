@@ -1,0 +1,128 @@
+"""The timer: one function, used for the reference's baselines and for candidates alike.
+
+On CUDA: events around each call, a device-wide synchronize before the end event (work a callee put on any other
+stream is inside the measurement), the L2 flushed before every timed call by writing a buffer twice its size,
+warm-up, then repetitions until the median stops moving. On CPU: the same with a monotonic clock and a buffer
+larger than the last-level cache.
+
+Every callable used here is bound when this module is imported, which the workers do before any untrusted code
+runs: a candidate that later replaces `torch.cuda.synchronize` or `Event.elapsed_time` does not reach this timer
+(and runner.guards reports that it tried).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from runner.contract import Timing
+
+_perf_ns = time.perf_counter_ns
+_monotonic = time.monotonic
+_cuda_sync = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_event_record = torch.cuda.Event.record
+_event_sync = torch.cuda.Event.synchronize
+_event_elapsed = torch.cuda.Event.elapsed_time
+_zero = torch.Tensor.zero_
+_median = statistics.median
+
+
+@dataclass
+class TimerConfig:
+    warmup: int = 3
+    min_reps: int = 10
+    max_reps: int = 500
+    max_seconds: float = 10.0
+    stable_rel: float = 0.01  # stop when the median moved less than this between checks
+    check_every: int = 10
+
+
+def _quartiles(samples: list[float]) -> tuple[float, float]:
+    qs = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [samples[0]] * 3
+    return qs[0], qs[2]
+
+
+def summarize(samples_ms: list[float], *, clock: str, l2_flushed: bool) -> Timing:
+    q1, q3 = _quartiles(samples_ms)
+    return Timing(
+        median_ms=_median(samples_ms),
+        iqr_ms=q3 - q1,
+        mean_ms=statistics.fmean(samples_ms),
+        min_ms=min(samples_ms),
+        n=len(samples_ms),
+        samples_ms=list(samples_ms),
+        clock=clock,
+        l2_flushed=l2_flushed,
+    )
+
+
+class Timer:
+    """`Timer(device).measure(fn)` -> Timing. `fn` is called with no arguments; its result is discarded."""
+
+    def __init__(self, device: str, config: TimerConfig | None = None, flush_bytes: int | None = None):
+        self.device = device
+        self.config = config or TimerConfig()
+        if device.startswith("cuda"):
+            l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) or (50 << 20)
+            self.flush_bytes = flush_bytes or max(2 * l2, 64 << 20)
+        else:
+            self.flush_bytes = flush_bytes or (64 << 20)  # larger than any last-level cache we run on
+        self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
+
+    def flush(self) -> None:
+        _zero(self._flush_buf)
+
+    def _one_cuda(self, fn: Callable[[], object]) -> float:
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        self.flush()
+        _event_record(start)
+        fn()
+        _cuda_sync()  # device-wide: side streams finish inside the measurement
+        _event_record(end)
+        _event_sync(end)
+        return _event_elapsed(start, end)
+
+    def _one_cpu(self, fn: Callable[[], object]) -> float:
+        self.flush()
+        t0 = _perf_ns()
+        fn()
+        return (_perf_ns() - t0) / 1e6
+
+    def measure(self, fn: Callable[[], object]) -> Timing:
+        cfg = self.config
+        cuda = self.device.startswith("cuda")
+        one = self._one_cuda if cuda else self._one_cpu
+        for _ in range(cfg.warmup):
+            fn()
+        if cuda:
+            _cuda_sync()
+        samples: list[float] = []
+        deadline = _monotonic() + cfg.max_seconds
+        last_median = None
+        while len(samples) < cfg.max_reps:
+            samples.append(one(fn))
+            n = len(samples)
+            if n >= cfg.min_reps and n % cfg.check_every == 0:
+                med = _median(samples)
+                if last_median is not None and abs(med - last_median) <= cfg.stable_rel * last_median:
+                    break
+                last_median = med
+            if n >= cfg.min_reps and _monotonic() > deadline:
+                break
+        return summarize(samples, clock="cuda_events" if cuda else "monotonic", l2_flushed=True)
+
+    def wall_per_call_ms(self, fn: Callable[[], object], calls: int) -> float:
+        """Wall time per call over `calls` back-to-back calls ending in a device-wide sync (no flush)."""
+        if self.device.startswith("cuda"):
+            _cuda_sync()
+        t0 = _perf_ns()
+        for _ in range(calls):
+            fn()
+        if self.device.startswith("cuda"):
+            _cuda_sync()
+        return (_perf_ns() - t0) / 1e6 / calls

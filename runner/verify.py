@@ -1,0 +1,153 @@
+"""Comparing a candidate's outputs with the reference's: the checks, each failure a reason naming the check.
+
+Runs in the judge process (never in the candidate's). Outputs cross from the candidate as raw bytes plus a metadata
+record that the candidate's process wrote; the metadata is checked first (structure, exact type, dtype, device,
+shape, strides), then values (NaN/Inf positions, per-dtype tolerance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DTYPE_NAMES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32,
+                                   torch.int64, torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+def flatten(value: Any) -> tuple[list[torch.Tensor | Any], str]:
+    """Outputs as a flat list plus a structure tag ('tensor', 'tuple:N', 'list:N')."""
+    if isinstance(value, tuple | list):
+        return list(value), f"{type(value).__name__}:{len(value)}"
+    return [value], "tensor"
+
+
+def describe(t: Any) -> dict:
+    if not isinstance(t, torch.Tensor):
+        return {"type": f"{type(t).__module__}.{type(t).__qualname__}", "tensor": False}
+    return {
+        "type": f"{type(t).__module__}.{type(t).__qualname__}",
+        "tensor": True,
+        "exact_tensor": type(t) is torch.Tensor,
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "dtype": str(t.dtype),
+        "device": t.device.type,
+        "contiguous": t.is_contiguous(),
+        "layout": str(t.layout),
+    }
+
+
+def write_tensor(t: torch.Tensor, path: Path) -> None:
+    """Raw bytes of `t` in logical (contiguous) order."""
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    flat.view(torch.uint8).cpu().numpy().tofile(path)
+
+
+def read_tensor(path: Path, meta: dict, device: str) -> torch.Tensor:
+    dtype = DTYPE_NAMES[meta["dtype"]]
+    numel = 1
+    for n in meta["shape"]:
+        numel *= n
+    storage_dtype = torch.uint8 if dtype == torch.bool else dtype
+    nbytes = numel * torch.empty((), dtype=storage_dtype).element_size()
+    if Path(path).stat().st_size != nbytes:
+        raise ValueError(f"{Path(path).name}: {Path(path).stat().st_size} bytes, expected {nbytes}")
+    raw = torch.from_file(str(path), size=nbytes, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+    t = raw.view(storage_dtype).reshape(meta["shape"])
+    if dtype == torch.bool:
+        t = t.to(torch.bool)
+    return t.to(device)
+
+
+@dataclass
+class Comparison:
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatched: int = 0
+    numel: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+def check_metadata(ref: torch.Tensor, meta: dict, index: int) -> list[str]:
+    where = f"output {index}"
+    if not meta.get("tensor"):
+        return [f"output-type: {where} is a {meta.get('type')}, not a torch.Tensor"]
+    reasons = []
+    if not meta.get("exact_tensor"):
+        reasons.append(f"output-type: {where} is a {meta['type']} (a tensor subclass or lazy tensor), "
+                       "not exactly torch.Tensor")
+    if meta.get("layout") != "torch.strided":
+        reasons.append(f"output-type: {where} has layout {meta.get('layout')}, not torch.strided")
+    if meta["device"] != ref.device.type:
+        reasons.append(f"device: {where} is on {meta['device']}, the reference's on {ref.device.type}")
+    if meta["dtype"] != str(ref.dtype):
+        reasons.append(f"dtype: {where} is {meta['dtype']}, the reference's is {ref.dtype}")
+    if list(meta["shape"]) != list(ref.shape):
+        reasons.append(f"shape: {where} has shape {tuple(meta['shape'])}, the reference's is {tuple(ref.shape)}")
+    elif ref.is_contiguous() and not meta["contiguous"]:
+        reasons.append(f"layout: {where} is not contiguous (strides {tuple(meta['stride'])}) "
+                       "where the reference's output is")
+    elif not ref.is_contiguous() and list(meta["stride"]) != list(ref.stride()):
+        reasons.append(f"layout: {where} has strides {tuple(meta['stride'])}, the reference's {tuple(ref.stride())}")
+    return reasons
+
+
+def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float, index: int) -> Comparison:
+    where = f"output {index}"
+    numel = ref.numel()
+    if not ref.is_floating_point():
+        diff = ref != out
+        bad = int(diff.sum())
+        reasons = [f"mismatch: {where}: {bad} of {numel} elements differ (exact match required for {ref.dtype})"] if bad else []
+        return Comparison(bad == 0, 0.0 if bad == 0 else None, None, bad, numel, reasons)
+    r, o = ref.double(), out.double()
+    reasons: list[str] = []
+    ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
+    nan_bad = int((ref_nan != out_nan).sum())
+    poisoned = int((out_nan & ~ref_nan).sum())
+    if poisoned:
+        reasons.append(
+            f"uninitialized-output: {where}: {poisoned} of {numel} elements are NaN where the reference is finite "
+            "(never written: partial computation, or read from uninitialized or stolen memory)"
+        )
+    elif nan_bad:
+        reasons.append(f"nan-mismatch: {where}: NaN positions differ at {nan_bad} elements")
+    ref_inf, out_inf = torch.isinf(r), torch.isinf(o)
+    inf_bad = int(((ref_inf | out_inf) & (r != o) & ~ref_nan & ~out_nan).sum())
+    if inf_bad:
+        reasons.append(f"inf-mismatch: {where}: Inf positions or signs differ at {inf_bad} elements")
+    finite = torch.isfinite(r) & torch.isfinite(o)
+    err = torch.where(finite, (o - r).abs(), torch.zeros_like(r))
+    allowed = atol + rtol * r.abs()
+    bad_mask = finite & (err > allowed)
+    bad = int(bad_mask.sum())
+    max_abs = float(err.max()) if numel else 0.0
+    rel = torch.where(finite, err / r.abs().clamp_min(atol), torch.zeros_like(r))
+    max_rel = float(rel.max()) if numel else 0.0
+    if bad:
+        i = int(torch.nonzero(bad_mask.reshape(-1))[0])
+        got, want = float(o.reshape(-1)[i]), float(r.reshape(-1)[i])
+        msg = (f"mismatch: {where}: {bad} of {numel} elements outside atol={atol:g} rtol={rtol:g} "
+               f"(max abs err {max_abs:.3g}; first at flat index {i}: got {got:.6g}, want {want:.6g})")
+        norm_rel = float(((o - r) * finite).norm() / (r * finite).norm().clamp_min(1e-30))
+        if ref.dtype in (torch.float32, torch.float64) and norm_rel < 1e-2 and bad < numel:
+            msg += (f"; relative error {norm_rel:.2g} is typical of reduced precision (TF32, fp16 or bf16 "
+                    "arithmetic inside an fp32 problem): precision downgrade beyond tolerance")
+        reasons.append(msg)
+    ok = not reasons
+    return Comparison(ok, max_abs, max_rel, bad + nan_bad + inf_bad, numel, reasons)
+
+
+def matches(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Within tolerance, NaNs equal (used for the stale-result and determinism checks)."""
+    if ref.shape != out.shape or ref.dtype != out.dtype:
+        return False
+    if not ref.is_floating_point():
+        return bool(torch.equal(ref, out))
+    return bool(torch.allclose(out.double(), ref.double(), atol=atol, rtol=rtol, equal_nan=True))

@@ -1,0 +1,248 @@
+"""The candidate's own process. It draws each trial's inputs from the seed the parent sends, runs the candidate,
+writes the outputs as raw bytes for the judge, and reports what the candidate changed around it. It never sees a
+reference output, nor the secret the seeds come from.
+
+Commands (JSON): init, trial, time, wall, exit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from runner import timing, verify
+from runner.abi import AbiError, KernelLibrary, as_tensor_args
+from runner.contract import Candidate, ProblemSpec
+from runner.guards import Guard
+from runner.problem import ProblemError, build_model, load, make_inputs
+from runner.proc import serve
+from runner.sandbox import confine
+
+_clone = torch.Tensor.clone
+_equal = torch.equal
+_empty = torch.empty
+_sync = torch.cuda.synchronize
+
+
+class State:
+    device = "cpu"
+    problem = None
+    candidate: Candidate | None = None
+    model = None
+    lib: KernelLibrary | None = None
+    params: list = []
+    guard: Guard | None = None
+    inputs: list | None = None
+    out_specs: list = []
+    structure = "tensor"
+    workdir = Path(".")
+    ext_dirs: list[Path] = []
+    timer_cfg = timing.TimerConfig()
+
+
+def _warm_up(device: str) -> None:
+    """Start the runtime's own threads and pools before the snapshot, so they are not taken for the candidate's."""
+    x = torch.randn(1 << 16, device=device)
+    (x @ x).item()
+    torch.randn(256, 256, device=device).softmax(-1).sum().item()
+    if device.startswith("cuda"):
+        from runner.kernels import profile_kernels
+
+        profile_kernels(lambda: x.mul_(1.0), Path(os.getcwd()) / "warmup_trace.json")
+
+
+def init(st: State, msg: dict) -> dict:
+    st.workdir = Path(os.getcwd()).resolve()
+    st.ext_dirs = [Path(p).resolve() for p in msg.get("extra_write", [])]
+    confinement = confine(st.workdir, extra_write=st.ext_dirs,
+                          address_space_bytes=msg.get("address_space_bytes"))
+    st.device = msg["device"]
+    st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
+    if st.device.startswith("cuda"):
+        torch.cuda.init()
+    _warm_up(st.device)
+    st.candidate = Candidate.model_validate(msg["candidate"])
+    try:
+        st.problem = load(ProblemSpec.model_validate(msg["problem"]))
+    except ProblemError as exc:
+        return {"ok": False, "error": f"problem: {exc}"}
+    torch.set_grad_enabled(False)
+    st.guard = Guard()
+    reasons: list[str] = []
+    try:
+        if st.candidate.format == "kernelbench":
+            path = st.workdir / "candidate.py"
+            spec = importlib.util.spec_from_file_location("fusebot_candidate", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["fusebot_candidate"] = mod
+            spec.loader.exec_module(mod)
+            if not hasattr(mod, "ModelNew"):
+                return {"ok": True, "reasons": ["load: the candidate defines no ModelNew"]}
+            st.model = build_model(st.problem, mod.ModelNew, msg["init_seed"], st.device)
+        else:
+            st.lib = KernelLibrary(Path(msg["library"]))
+            ref = build_model(st.problem, st.problem.model_cls, msg["init_seed"], st.device)
+            st.params = list(ref.state_dict().values()) if isinstance(ref, torch.nn.Module) else []
+    except (AbiError, Exception) as exc:  # noqa: BLE001 - a candidate that fails to load is a verdict
+        return {"ok": True, "reasons": [f"load: {type(exc).__name__}: {str(exc)[-2000:]}"]}
+    reasons += st.guard.violations()
+    st.guard.restore_flags()
+    return {"ok": True, "reasons": reasons, "confinement": confinement.as_dict()}
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return _equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def _poison_fill(t: torch.Tensor) -> None:
+    if t.is_floating_point():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(-0x5A5A5A5A if t.element_size() >= 4 else -0x5A)
+
+
+def _poison_allocator(specs: list[dict], device: str) -> None:
+    """Leave NaN-filled blocks of each output's size in the allocator's cache, so that an output the candidate
+    allocates but does not write (or memory it reads before writing) holds NaN rather than plausible numbers."""
+    blocks = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=device) for s in specs]
+    for b in blocks:
+        _poison_fill(b)
+    if device.startswith("cuda"):
+        _sync()
+    del blocks
+
+
+def _call(st: State, inputs: list, poison: bool = False):
+    if st.lib is not None:
+        outs = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=st.device) for s in st.out_specs]
+        if poison:
+            for o in outs:
+                _poison_fill(o)
+        stream = torch.cuda.current_stream().cuda_stream if st.device.startswith("cuda") else None
+        st.lib(as_tensor_args(inputs, st.device) + st.params, outs, stream)
+        return outs[0] if st.structure == "tensor" else tuple(outs)
+    return st.model(*inputs)
+
+
+def _own_code_ran(st: State, inputs: list) -> bool:
+    """CPU: did a C function from one of the candidate's own compiled extensions run during the call?
+
+    load_inline does not register its module in sys.modules, so the candidate's modules are known by the shared
+    objects built in its own directories; a pybind function's __module__ names the module it belongs to."""
+    own = {p.name.split(".")[0] for d in [st.workdir, *st.ext_dirs] for p in d.rglob("*.so")}
+    seen: set[str] = set()
+
+    def prof(frame, event, arg):
+        if event == "c_call":
+            mod = getattr(arg, "__module__", None)
+            if isinstance(mod, str):
+                seen.add(mod)
+
+    sys.setprofile(prof)
+    try:
+        _call(st, inputs)
+    finally:
+        sys.setprofile(None)
+    return bool(own & seen)
+
+
+def _write_outputs(st: State, out, tag: str) -> tuple[list[dict], str]:
+    flat, structure = verify.flatten(out)
+    metas = []
+    for k, t in enumerate(flat):
+        meta = verify.describe(t)
+        if meta["tensor"] and meta["exact_tensor"] and meta["layout"] == "torch.strided":
+            path = st.workdir / f"out_{tag}_{k}.bin"
+            verify.write_tensor(t, path)
+            meta["file"] = str(path)
+        metas.append(meta)
+    return metas, structure
+
+
+def _inputs_for(st: State, msg: dict) -> list:
+    randn = tuple(msg["randn"]) if msg.get("randn") else None
+    fresh = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device)
+    old = st.inputs
+    if msg.get("reuse") and old is not None and len(old) == len(fresh) and all(
+        isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+        for a, b in zip(old, fresh, strict=True)
+    ):
+        for a, b in zip(old, fresh, strict=True):
+            a.copy_(b)  # same buffers, new values: a result cached on pointers or shapes is now stale
+        return old
+    st.inputs = fresh
+    return fresh
+
+
+def trial(st: State, msg: dict) -> dict:
+    st.out_specs, st.structure = msg["out_specs"], msg["structure"]
+    inputs = _inputs_for(st, msg)
+    pristine = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    reasons: list[str] = []
+    cuda = st.device.startswith("cuda")
+    _poison_allocator(st.out_specs, st.device)
+    try:
+        out = _call(st, inputs, poison=True)
+        if cuda:
+            _sync()
+    except (AbiError, RuntimeError, Exception) as exc:  # noqa: BLE001 - the candidate's failure is data
+        return {"ok": True, "reasons": [f"runtime: {type(exc).__name__}: {str(exc)[-2000:]}"], "fatal": cuda}
+    reasons += st.guard.violations()
+    st.guard.restore_flags()
+    for i, (x, p) in enumerate(zip(inputs, pristine, strict=True)):
+        if isinstance(x, torch.Tensor) and not _same_bytes(x, p):
+            reasons.append(f"input-mutation: the candidate modified input {i} in place")
+    metas, structure = _write_outputs(st, out, f"{msg['trial']}_a")
+    reply = {"outputs": metas, "structure": structure, "reasons": reasons}
+    if msg.get("twice"):
+        for x, p in zip(inputs, pristine, strict=True):
+            if isinstance(x, torch.Tensor):
+                x.copy_(p)
+        _poison_allocator(st.out_specs, st.device)
+        out2 = _call(st, inputs, poison=True)
+        if cuda:
+            _sync()
+        reply["second_run"], _ = _write_outputs(st, out2, f"{msg['trial']}_b")
+    if msg.get("profile"):
+        if cuda:
+            from runner.kernels import profile_kernels
+
+            kernels, marker_stream = profile_kernels(lambda: _call(st, inputs),
+                                                     st.workdir / f"trace_{msg['trial']}.json")
+            reply["kernels"], reply["marker_stream"] = kernels, marker_stream
+        elif st.lib is None:
+            reply["own_code_ran"] = _own_code_ran(st, inputs)
+        reasons += st.guard.violations()
+    return reply
+
+
+def time_(st: State, msg: dict) -> dict:
+    inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    st.inputs = inputs
+    timer = timing.Timer(st.device, st.timer_cfg)
+    result = timer.measure(lambda: _call(st, inputs))
+    reasons = st.guard.violations()
+    return {"timing": result.model_dump(), "reasons": reasons}
+
+
+def wall(st: State, msg: dict) -> dict:
+    inputs = st.inputs
+    for _ in range(msg["calls"]):
+        _call(st, inputs)
+    if st.device.startswith("cuda"):
+        _sync()
+    return {}
+
+
+HANDLERS = {"init": init, "trial": trial, "time": time_, "wall": wall}
+
+if __name__ == "__main__":
+    serve(HANDLERS, State())

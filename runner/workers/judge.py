@@ -1,0 +1,216 @@
+"""The judge: the reference in its own process. It computes reference outputs on clones of each trial's inputs,
+keeps them out of the candidate's reach (in its own memory only), compares what the candidate's process wrote,
+and times the eager and torch.compile baselines.
+
+Commands (JSON): init, prepare, check, baselines, profile, bandwidth, exit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch  # noqa: F401  (imported before anything untrusted)
+
+from runner import timing, verify
+from runner.contract import ProblemSpec
+from runner.problem import ProblemError, build_model, bytes_of, load, locate, make_inputs
+from runner.proc import serve
+from runner.sandbox import confine
+
+
+class State:
+    problem = None
+    model = None
+    device = "cpu"
+    refs: dict[int, list] = {}
+    prev_ref: list | None = None
+    timer_cfg = timing.TimerConfig()
+
+
+def _problem_error(exc: ProblemError) -> dict:
+    return {"ok": False, "problem_error": {"stage": exc.stage, "where": exc.where, "cause": exc.cause}}
+
+
+def init(st: State, msg: dict) -> dict:
+    workdir = Path(os.getcwd())
+    extra = [Path(p) for p in msg.get("extra_write", [])]
+    confinement = confine(workdir, extra_write=extra)
+    st.device = msg["device"]
+    if st.device.startswith("cuda"):
+        torch.cuda.init()
+    st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
+    try:
+        st.problem = load(ProblemSpec.model_validate(msg["problem"]))
+        st.model = build_model(st.problem, st.problem.model_cls, msg["init_seed"], st.device)
+    except ProblemError as exc:
+        return _problem_error(exc)
+    except BaseException as exc:  # noqa: BLE001 - the constructor is the user's code
+        return _problem_error(ProblemError("init", locate(exc, str(st.problem.file) if st.problem else None),
+                                           f"{type(exc).__name__}: {exc}"))
+    atol, rtol = st.problem.tolerance
+    return {"confinement": confinement.as_dict(), "source": st.problem.source(), "file": str(st.problem.file),
+            "atol": atol, "rtol": rtol, "shape_sets": st.problem.shape_sets(),
+            "param_bytes": sum(t.numel() * t.element_size() for t in st.model.state_dict().values())
+            if isinstance(st.model, torch.nn.Module) else 0,
+            "environment": _environment(st.device)}
+
+
+def _environment(device: str) -> dict:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        fb_version = version("fusebot")
+    except PackageNotFoundError:
+        fb_version = "unknown"
+    from runner.build import _cpu_model
+
+    env = {"device": device, "torch": torch.__version__, "python": platform.python_version(), "fusebot": fb_version,
+           "cpu": _cpu_model()}
+    if device.startswith("cuda"):
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+        try:
+            import subprocess
+
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20)
+            env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            env["driver"] = None
+    return env
+
+
+def _run_reference(st: State, inputs: list) -> list:
+    clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad():
+        try:
+            out = st.model(*clones)
+        except BaseException as exc:  # noqa: BLE001
+            raise ProblemError("reference", locate(exc, str(st.problem.file)), f"{type(exc).__name__}: {exc}") from None
+    if st.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    flat, structure = verify.flatten(out)
+    return flat, structure
+
+
+def prepare(st: State, msg: dict) -> dict:
+    randn = tuple(msg["randn"]) if msg.get("randn") else None
+    try:
+        inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device)
+        flat, structure = _run_reference(st, inputs)
+    except ProblemError as exc:
+        return _problem_error(exc)
+    specs, digest = [], hashlib.sha256()
+    value_range = 0.0
+    for t in flat:
+        if not isinstance(t, torch.Tensor):
+            return _problem_error(ProblemError("reference", str(st.problem.file),
+                                               f"forward returned a {type(t).__name__}, not tensors"))
+        specs.append({"shape": list(t.shape), "dtype": str(t.dtype)})
+        digest.update(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
+                      if t.numel() else b"")
+        if t.is_floating_point() and t.numel():
+            finite = t[torch.isfinite(t)]
+            if finite.numel():
+                value_range = max(value_range, float(finite.max() - finite.min()))
+    if st.refs:
+        st.prev_ref = st.refs.pop(max(st.refs))
+    st.refs = {msg["trial"]: flat}
+    return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(), "value_range": value_range,
+            "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat)}
+
+
+def check(st: State, msg: dict) -> dict:
+    """Compare the candidate's outputs for `trial` (files + metadata its process wrote) with the reference."""
+    ref = st.refs[msg["trial"]]
+    atol, rtol = st.problem.tolerance
+    reasons: list[str] = []
+    if msg["structure"] != msg["expected_structure"]:
+        reasons.append(f"output-type: the candidate returned {msg['structure']}, the reference {msg['expected_structure']}")
+        return {"passed": False, "reasons": reasons}
+    worst_abs = worst_rel = 0.0
+    mismatched = numel = 0
+    outs = []
+    for i, (r, meta) in enumerate(zip(ref, msg["outputs"], strict=True)):
+        meta_reasons = verify.check_metadata(r, meta, i)
+        if meta_reasons:
+            reasons += meta_reasons
+            if any(m.startswith(("shape", "output-type", "dtype")) for m in meta_reasons):
+                continue
+        try:
+            o = verify.read_tensor(Path(meta["file"]), meta, st.device)
+        except (OSError, ValueError, KeyError) as exc:
+            reasons.append(f"output-type: output {i} could not be read: {exc}")
+            continue
+        outs.append(o)
+        cmp = verify.compare_values(r, o, atol, rtol, i)
+        reasons += cmp.reasons
+        worst_abs = max(worst_abs, cmp.max_abs_err or 0.0)
+        worst_rel = max(worst_rel, cmp.max_rel_err or 0.0)
+        mismatched += cmp.mismatched
+        numel += cmp.numel
+        if not cmp.passed and st.prev_ref is not None and i < len(st.prev_ref):
+            if verify.matches(st.prev_ref[i], o, atol, rtol):
+                reasons.append(f"stale-result: output {i} equals the previous trial's result, not this one's: "
+                               "results cached or replayed (keyed on data pointers, ids or shapes)")
+    for j, meta in enumerate(msg.get("second_run") or []):
+        if j < len(outs):
+            try:
+                o2 = verify.read_tensor(Path(meta["file"]), meta, st.device)
+            except (OSError, ValueError, KeyError) as exc:
+                reasons.append(f"nondeterministic: second run's output {j} unreadable: {exc}")
+                continue
+            if not verify.matches(outs[j], o2, atol, rtol):
+                diff = float((outs[j].double() - o2.double()).abs().nan_to_num(0).max())
+                reasons.append(f"nondeterministic: a second run on the same inputs gave a different output {j} "
+                               f"(max abs difference {diff:.3g})")
+    return {"passed": not reasons, "reasons": reasons, "max_abs_err": worst_abs, "max_rel_err": worst_rel,
+            "mismatched": mismatched, "numel": numel}
+
+
+def baselines(st: State, msg: dict) -> dict:
+    inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    timer = timing.Timer(st.device, st.timer_cfg)
+    result: dict = {}
+    with torch.no_grad():
+        result["eager"] = timer.measure(lambda: st.model(*inputs)).model_dump()
+        if msg.get("compile"):
+            try:
+                compiled = torch.compile(st.model)
+                compiled(*inputs)
+                result["compile"] = timer.measure(lambda: compiled(*inputs)).model_dump()
+            except Exception as exc:  # noqa: BLE001 - a compile failure is reported, not fatal
+                result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    return result
+
+
+def profile(st: State, msg: dict) -> dict:
+    """The reference's kernels (CUDA), so that a candidate that merely reruns them can be recognised."""
+    if not st.device.startswith("cuda"):
+        return {"kernels": []}
+    from runner.kernels import profile_kernels
+
+    inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    with torch.no_grad():
+        kernels, _ = profile_kernels(lambda: st.model(*inputs), Path(os.getcwd()) / "ref_trace.json")
+    return {"kernels": [k["name"] for k in kernels]}
+
+
+def bandwidth(st: State, msg: dict) -> dict:
+    """Device copy bandwidth (bytes read + written per second), the roofline's ceiling."""
+    n = msg.get("bytes", 1 << 30) // 4
+    src = torch.empty(n, dtype=torch.float32, device=st.device).uniform_()
+    dst = torch.empty_like(src)
+    timer = timing.Timer(st.device, timing.TimerConfig(warmup=3, min_reps=10, max_reps=50, max_seconds=5))
+    t = timer.measure(lambda: dst.copy_(src))
+    return {"bandwidth_bytes_per_s": 2 * n * 4 / (t.median_ms / 1e3), "median_ms": t.median_ms}
+
+
+HANDLERS = {"init": init, "prepare": prepare, "check": check, "baselines": baselines, "profile": profile,
+            "bandwidth": bandwidth}
+
+if __name__ == "__main__":
+    serve(HANDLERS, State())
