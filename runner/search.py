@@ -16,6 +16,7 @@ the loop continues where the killed one stopped.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -81,11 +82,14 @@ def _slug(name: str) -> str:
 
 
 class _Search:
-    def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain):
+    def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk):
         self.ctx, self.evaluator, self.budget, self.min_gain = ctx, evaluator, budget, min_gain
+        self.chunk = max(1, chunk or os.cpu_count() or 1)
         self.proposers: list[tuple[Proposer, float]] = [p if isinstance(p, tuple) else (p, 1.0) for p in proposers]
         self.on_progress = progress or (lambda p: None)
         replay = Replay.load(trace_path)
+        if replay.context is not None:  # prompts must be byte-identical to the killed run's to replay its answers
+            self.ctx = ctx = ProblemContext.model_validate(replay.context)
         self.cache = replay.verdicts  # candidate_key -> verdict: every verdict this search (or its killed run) got
         self.trace = Trace(trace_path, elapsed_offset_s=replay.elapsed_s)
         self.session = Session(
@@ -103,7 +107,8 @@ class _Search:
         self.disabled: set[str] = set()
         self.round = 0
         started = "resume" if (replay.answers or replay.verdicts) else "start"
-        self.trace.write(started, problem=ctx.name, backend=ctx.backend, budget=budget.model_dump(),
+        self.trace.write(started, problem=ctx.name, backend=ctx.backend, context=ctx.model_dump(),
+                         budget=budget.model_dump(),
                          proposers=[{"name": p.name, "share": w} for p, w in self.proposers])
         for p, _ in self.proposers:
             p.bind(self.session)
@@ -146,9 +151,11 @@ class _Search:
         for k, (_, _, c, _) in zip(keys, batch, strict=True):
             if k not in self.cache:
                 fresh.setdefault(k, c)
-        if fresh:
-            verdicts = self.evaluator.evaluate_many(list(fresh.values()))
-            for (k, c), v in zip(fresh.items(), verdicts, strict=True):
+        todo = list(fresh.items())
+        for start in range(0, len(todo), self.chunk):  # builds run in parallel within a chunk; a kill loses one
+            chunk = todo[start : start + self.chunk]
+            verdicts = self.evaluator.evaluate_many([c for _, c in chunk])
+            for (k, c), v in zip(chunk, verdicts, strict=True):
                 self.cache[k] = v
                 self.trace.write("evaluated", round=self.round, key=k, candidate=c.model_dump(),
                                  verdict=v.model_dump())
@@ -299,7 +306,11 @@ def search(
     *,
     progress: Callable[[Progress], None] | None = None,
     min_gain: float = 0.01,
+    chunk: int | None = None,
 ) -> SearchResult:
     """Run (or resume, if `trace_path` holds a killed run of the same search) the search; never raises for a bad
-    candidate or a bad answer. `proposers` are proposers or (proposer, share) pairs; shares split each round's ideas."""
-    return _Search(ctx, evaluator, proposers, budget, trace_path, progress, min_gain).run()
+    candidate or a bad answer. `proposers` are proposers or (proposer, share) pairs; shares split each round's ideas.
+    Candidates go to the evaluator `chunk` at a time (default: one per core, as many as build in parallel), and each
+    chunk's verdicts reach the trace before the next starts. A round counts as improving when its best is faster than
+    the best so far by more than `min_gain` (a fraction)."""
+    return _Search(ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk).run()

@@ -1,7 +1,8 @@
 """The search trace: one JSON object per line, appended and flushed as the search runs.
 
 Events (`event` field; every line also carries `t_s`, seconds of search so far):
-  start      the problem, budget and proposers of a search (a resumed search writes `resume` instead)
+  start      the problem context, budget and proposers of a search (a resumed search writes `resume`, and
+             builds its prompts from the recorded context, so re-measured baselines do not change them)
   answer     a proposer's raw answer with its cache key and tokens: replayed on resume without new tokens
   ideas      the ideas one proposer gave in one round
   failed     an answer that yielded no candidate
@@ -61,13 +62,16 @@ class Replay:
     answers: dict[str, Answer] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # candidate_key -> verdict
     elapsed_s: float = 0.0
+    context: dict[str, Any] | None = None  # the problem context the first run's prompts were built from
 
     @classmethod
     def load(cls, path: Path) -> Replay:
         replay = cls()
         for ev in read_events(path):
             replay.elapsed_s = max(replay.elapsed_s, float(ev.get("t_s", 0.0)))
-            if ev.get("event") == "answer":
+            if ev.get("event") == "start" and replay.context is None:
+                replay.context = ev.get("context")
+            elif ev.get("event") == "answer":
                 a = Answer(ev["key"], ev["text"], ev.get("prompt_tokens", 0), ev.get("completion_tokens", 0),
                            ev.get("cost_usd", 0.0))
                 replay.answers[a.key] = a

@@ -68,7 +68,7 @@ def test_beam_holds_the_fastest_verified_and_the_search_stops_when_a_round_does_
     p = Scripted("a", lambda r, k, j: f"ms={times[r][j] + k}")
     ev = TableEvaluator()
     res = search(CTX, ev, [p], SearchBudget(rounds=4, ideas_per_round=2, implementations_per_idea=2, beam=2),
-                 tmp_path / "trace.jsonl")
+                 tmp_path / "trace.jsonl", chunk=4)
     assert res.stop_reason == "no improvement"
     assert res.rounds == 3
     assert [a.median_ms for a in res.beam] == [0.25, 0.5]
@@ -78,6 +78,10 @@ def test_beam_holds_the_fastest_verified_and_the_search_stops_when_a_round_does_
     events = [e["event"] for e in read_events(tmp_path / "trace.jsonl")]
     assert events[0] == "start" and events[-1] == "end" and events.count("evaluated") == 12
     assert events.count("round") == 3
+    ev1 = TableEvaluator()  # one candidate at a time: each verdict reaches the trace before the next evaluation
+    search(CTX, ev1, [p], SearchBudget(rounds=1, ideas_per_round=2, implementations_per_idea=2), tmp_path / "1.jsonl",
+           chunk=1)
+    assert ev1.batches == [1, 1, 1, 1]
 
 
 def test_a_rejected_candidate_goes_back_for_repair_up_to_max_repairs(tmp_path):
