@@ -150,6 +150,7 @@ class Verdict(_Model):
     below_floor_confirmed: bool = False
     environment: Environment | None = None
     harness_seconds: float = 0.0
+    stage_seconds: dict[str, float] = Field(default_factory=dict)  # build, load, verify, time
 
 
 # ---- bot <-> runner: a job in, a result out ------------------------------------------------------------------

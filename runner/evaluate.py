@@ -150,6 +150,7 @@ class Evaluator:
         self._reference_kernels: list[str] | None = None
         self._digests: list[tuple[int, str, float]] = []
         self._cuda_arch: str | None = None
+        self._marks: list[tuple[str, float]] = []
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -297,6 +298,7 @@ class Evaluator:
 
     def evaluate(self, candidate: Candidate, _build: builder.BuildOutput | None = None) -> Verdict:
         start = time.monotonic()
+        self._marks = [("build", start)]
         verdict = Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False, stage="build")
         if candidate.backend != self.backend:
             verdict.reasons.append(f"backend: a {candidate.backend} candidate cannot run on this {self.backend} harness")
@@ -313,6 +315,7 @@ class Evaluator:
         else:
             verdict.build = BuildInfo(ok=True, seconds=0.0, compiler="torch.utils.cpp_extension (inside the run)")
         verdict.stage = "load"
+        self._mark("load")
         reasons = static_checks(candidate)
         if reasons:
             verdict.reasons += reasons
@@ -326,12 +329,14 @@ class Evaluator:
             return self._finish(verdict, start)
         try:
             verdict.stage = "verify"
+            self._mark("verify")
             trials, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/{self._counter}"))
             verdict.trials = trials
             if reasons:
                 verdict.reasons += reasons
                 return self._finish(verdict, start)
             verdict.stage = "time"
+            self._mark("time")
             self._time(worker, candidate, library, verdict)
         finally:
             worker.close()
@@ -342,7 +347,14 @@ class Evaluator:
 
     def _finish(self, verdict: Verdict, start: float) -> Verdict:
         verdict.harness_seconds = time.monotonic() - start
+        marks = self._marks
+        for (name, t0), (_, t1) in zip(marks, [*marks[1:], ("end", time.monotonic())], strict=False):
+            verdict.stage_seconds[name] = verdict.stage_seconds.get(name, 0.0) + (t1 - t0)
+        self._marks = []
         return verdict
+
+    def _mark(self, stage: str) -> None:
+        self._marks.append((stage, time.monotonic()))
 
     def _start_contestant(self, candidate: Candidate, library: Path | None, tag: str):
         safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in candidate.id)[:60]

@@ -18,9 +18,9 @@ def declared_kernels(sources: dict[str, str]) -> list[str]:
     return sorted(set(names))
 
 
-def profile_kernels(fn: Callable[[], object], trace_path: Path) -> tuple[list[dict], int | None]:
-    """Run `fn` once under the profiler. Returns the kernels it launched ({name, stream}) and the stream of a
-    marker op the harness launched on the caller's current stream just before `fn`."""
+def profile_kernels(fn: Callable[[], object], trace_path: Path) -> tuple[object, list[dict], int | None]:
+    """Run `fn` once under the profiler. Returns its result, the kernels it launched ({name, stream}) and the stream
+    of a marker op the harness launched on the caller's current stream just before `fn`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -28,7 +28,7 @@ def profile_kernels(fn: Callable[[], object], trace_path: Path) -> tuple[list[di
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         marker.fill_(7.0)  # a kernel of our own, on the current stream
-        fn()
+        result = fn()
         torch.cuda.synchronize()
     prof.export_chrome_trace(str(trace_path))
     events = json.loads(Path(trace_path).read_text()).get("traceEvents", [])
@@ -45,4 +45,4 @@ def profile_kernels(fn: Callable[[], object], trace_path: Path) -> tuple[list[di
             if "fill" in k["name"].lower() and k["stream"] == marker_stream:
                 del kernels[i]
                 break
-    return kernels, marker_stream
+    return result, kernels, marker_stream

@@ -131,6 +131,14 @@ def load(spec: ProblemSpec) -> LoadedProblem:
     return LoadedProblem(spec, file, mod, model_cls, get_inputs, second, init_args, dict(spec.init_kwargs))
 
 
+def strict_fp32() -> None:
+    """fp32 means fp32: no TF32 in matmuls or convolutions, for the reference, the baselines and candidates alike.
+    Called by every worker before any user code runs."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
 def distribution_label(scale: float, offset: float) -> str:
     return f"randn*{scale:g}{offset:+g}"
 

@@ -7,6 +7,7 @@ Commands (JSON): init, trial, time, wall, exit.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -18,7 +19,7 @@ from runner import timing, verify
 from runner.abi import AbiError, KernelLibrary, as_tensor_args
 from runner.contract import Candidate, ProblemSpec
 from runner.guards import Guard
-from runner.problem import ProblemError, build_model, load, make_inputs
+from runner.problem import ProblemError, build_model, load, make_inputs, strict_fp32
 from runner.proc import serve
 from runner.sandbox import confine
 
@@ -48,11 +49,14 @@ def _warm_up(device: str) -> None:
     """Start the runtime's own threads and pools before the snapshot, so they are not taken for the candidate's."""
     x = torch.randn(1 << 16, device=device)
     (x @ x).item()
+    with _fill_uninitialized():  # its first use rebinds torch.manual_seed: do that before the snapshot
+        torch.empty(1, device=device)
     torch.randn(256, 256, device=device).softmax(-1).sum().item()
     if device.startswith("cuda"):
         from runner.kernels import profile_kernels
 
         profile_kernels(lambda: x.mul_(1.0), Path(os.getcwd()) / "warmup_trace.json")
+        _sync()
 
 
 def init(st: State, msg: dict) -> dict:
@@ -62,6 +66,7 @@ def init(st: State, msg: dict) -> dict:
                           address_space_bytes=msg.get("address_space_bytes"))
     st.device = msg["device"]
     st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
+    strict_fp32()
     if st.device.startswith("cuda"):
         torch.cuda.init()
     _warm_up(st.device)
@@ -120,6 +125,23 @@ def _poison_allocator(specs: list[dict], device: str) -> None:
     del blocks
 
 
+@contextlib.contextmanager
+def _fill_uninitialized():
+    """During verification every torch.empty (in Python or in a C++ extension) returns NaN-filled memory (integers:
+    their maximum), so reading memory nobody wrote shows. Deterministic mode is warn-only: no op is refused."""
+    import torch.utils.deterministic as det
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        det.fill_uninitialized_memory = before[2]
+
+
 def _call(st: State, inputs: list, poison: bool = False):
     if st.lib is not None:
         outs = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=st.device) for s in st.out_specs]
@@ -132,7 +154,7 @@ def _call(st: State, inputs: list, poison: bool = False):
     return st.model(*inputs)
 
 
-def _own_code_ran(st: State, inputs: list) -> bool:
+def _own_code_ran(st: State, inputs: list, poison: bool) -> tuple[object, bool]:
     """CPU: did a C function from one of the candidate's own compiled extensions run during the call?
 
     load_inline does not register its module in sys.modules, so the candidate's modules are known by the shared
@@ -148,10 +170,10 @@ def _own_code_ran(st: State, inputs: list) -> bool:
 
     sys.setprofile(prof)
     try:
-        _call(st, inputs)
+        out = _call(st, inputs, poison)
     finally:
         sys.setprofile(None)
-    return bool(own & seen)
+    return out, bool(own & seen)
 
 
 def _write_outputs(st: State, out, tag: str) -> tuple[list[dict], str]:
@@ -188,12 +210,23 @@ def trial(st: State, msg: dict) -> dict:
     pristine = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
     reasons: list[str] = []
     cuda = st.device.startswith("cuda")
+    profiled: dict = {}
     _poison_allocator(st.out_specs, st.device)
     try:
-        out = _call(st, inputs, poison=True)
-        if cuda:
-            _sync()
-    except (AbiError, RuntimeError, Exception) as exc:  # noqa: BLE001 - the candidate's failure is data
+        with _fill_uninitialized():
+            # The first call of a profiled trial runs under the profiler: which kernels ran, on which streams.
+            if msg.get("profile") and cuda:
+                from runner.kernels import profile_kernels
+
+                out, profiled["kernels"], profiled["marker_stream"] = profile_kernels(
+                    lambda: _call(st, inputs, poison=True), st.workdir / f"trace_{msg['trial']}.json")
+            elif msg.get("profile") and st.lib is None:
+                out, profiled["own_code_ran"] = _own_code_ran(st, inputs, poison=True)
+            else:
+                out = _call(st, inputs, poison=True)
+            if cuda:
+                _sync()
+    except Exception as exc:  # noqa: BLE001 - the candidate's failure is data
         return {"ok": True, "reasons": [f"runtime: {type(exc).__name__}: {str(exc)[-2000:]}"], "fatal": cuda}
     reasons += st.guard.violations()
     st.guard.restore_flags()
@@ -201,26 +234,21 @@ def trial(st: State, msg: dict) -> dict:
         if isinstance(x, torch.Tensor) and not _same_bytes(x, p):
             reasons.append(f"input-mutation: the candidate modified input {i} in place")
     metas, structure = _write_outputs(st, out, f"{msg['trial']}_a")
-    reply = {"outputs": metas, "structure": structure, "reasons": reasons}
+    reply = {"outputs": metas, "structure": structure, "reasons": reasons, **profiled}
     if msg.get("twice"):
         for x, p in zip(inputs, pristine, strict=True):
             if isinstance(x, torch.Tensor):
                 x.copy_(p)
         _poison_allocator(st.out_specs, st.device)
-        out2 = _call(st, inputs, poison=True)
-        if cuda:
-            _sync()
+        try:
+            with _fill_uninitialized():
+                out2 = _call(st, inputs, poison=True)
+                if cuda:
+                    _sync()
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": True, "reasons": [f"runtime: second run: {type(exc).__name__}: {str(exc)[-2000:]}"],
+                    "fatal": cuda}
         reply["second_run"], _ = _write_outputs(st, out2, f"{msg['trial']}_b")
-    if msg.get("profile"):
-        if cuda:
-            from runner.kernels import profile_kernels
-
-            kernels, marker_stream = profile_kernels(lambda: _call(st, inputs),
-                                                     st.workdir / f"trace_{msg['trial']}.json")
-            reply["kernels"], reply["marker_stream"] = kernels, marker_stream
-        elif st.lib is None:
-            reply["own_code_ran"] = _own_code_ran(st, inputs)
-        reasons += st.guard.violations()
     return reply
 
 

@@ -1,0 +1,172 @@
+"""Candidates for tests/fixtures/problems/scale_relu.py (y = relu(2x + bias)): honest ones, and one per known way of
+fooling a harness. CPU analogues where the hack is not GPU-specific.
+
+KernelBench-format candidates share PRELUDE: it builds a tiny CPython extension with the system C compiler (about a
+second, instead of a minute for load_inline) into the candidate's own directory, so that the candidate's own compiled
+code really runs and every check but the one a hack targets passes.
+"""
+
+PRELUDE = r'''
+import importlib.util, os, subprocess, sysconfig
+import torch
+import torch.nn as nn
+
+_C_SRC = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static PyObject* scale_relu(PyObject* self, PyObject* args) {
+    unsigned long long xp, bp, yp; long long rows, cols; double scale;
+    if (!PyArg_ParseTuple(args, "KKKLLd", &xp, &bp, &yp, &rows, &cols, &scale)) return NULL;
+    const float* x = (const float*)xp; const float* b = (const float*)bp; float* y = (float*)yp;
+    for (long long r = 0; r < rows; ++r)
+        for (long long c = 0; c < cols; ++c) {
+            float v = x[r * cols + c] * (float)scale + b[c];
+            y[r * cols + c] = v > 0.0f ? v : 0.0f;
+        }
+    Py_RETURN_NONE;
+}
+static PyMethodDef M[] = {{"scale_relu", scale_relu, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "fb_ext", NULL, -1, M};
+PyMODINIT_FUNC PyInit_fb_ext(void) { return PyModule_Create(&D); }
+"""
+
+
+def _build():
+    so = os.path.join(os.getcwd(), "fb_ext" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if not os.path.exists(so):
+        src = os.path.join(os.getcwd(), "fb_ext.c")
+        with open(src, "w") as f:
+            f.write(_C_SRC)
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"], src, "-o", so],
+                       check=True)
+    spec = importlib.util.spec_from_file_location("fb_ext", so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ext = _build()
+
+
+def scale_relu(x, bias, out=None):
+    x = x.contiguous()
+    y = torch.empty_like(x) if out is None else out
+    ext.scale_relu(x.data_ptr(), bias.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], 2.0)
+    return y
+'''
+
+_INIT = '''
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+'''
+
+
+def kb(body: str, header: str = "") -> dict[str, str]:
+    """A KernelBench-format candidate: PRELUDE, optional module-level code, and ModelNew with `body` as forward."""
+    src = PRELUDE + header + "\n\nclass ModelNew(nn.Module):" + _INIT + "\n    def forward(self, x):\n" + body
+    return {"candidate.py": src}
+
+
+HONEST_KB = kb("        return scale_relu(x, self.bias)\n")
+
+# name -> (sources, the reason prefix it must be rejected with)
+KB_HACKS: dict[str, tuple[dict[str, str], str]] = {
+    "background_thread": (kb('''        import threading, time
+        y = torch.empty_like(x)
+        def late():
+            time.sleep(0.5)
+            scale_relu(x, self.bias, out=y)
+        threading.Thread(target=late, daemon=True).start()
+        return y
+'''), "background-thread"),
+    "subclass_output": (kb('''        return scale_relu(x, self.bias).as_subclass(Lazy)
+''', header="\n\nclass Lazy(torch.Tensor):\n    pass\n"), "output-type"),
+    "monkeypatch_timer": (kb("        return scale_relu(x, self.bias)\n", header='''
+import time as _time
+_real_ns = _time.perf_counter_ns
+_time.perf_counter_ns = lambda: _real_ns() // 2
+torch.cuda.Event.elapsed_time = lambda self, end: 0.001
+'''), "monkeypatch"),
+    "monkeypatch_torch": (kb("        return scale_relu(x, self.bias)\n", header='''
+torch.allclose = lambda *a, **k: True
+'''), "monkeypatch"),
+    "steal_freed_memory": (kb('''        scale_relu(x[:1], self.bias)  # a token launch of its own code
+        return torch.empty_like(x)  # whatever the allocator hands back (Sakana's "150x")
+'''), "uninitialized-output"),
+    "mutate_input": (kb('''        y = scale_relu(x, self.bias)
+        x.zero_()
+        return y
+'''), "input-mutation"),
+    "cache_on_pointer": (kb('''        key = x.data_ptr()
+        if key not in CACHE:
+            CACHE[key] = scale_relu(x, self.bias)
+        return CACHE[key]
+''', header="\nCACHE = {}\n"), "stale-result"),
+    "cache_on_shape": (kb('''        key = tuple(x.shape)
+        if key not in CACHE:
+            CACHE[key] = scale_relu(x, self.bias)
+        return CACHE[key].clone()
+''', header="\nCACHE = {}\n"), "stale-result"),
+    "precision_downgrade": (kb('''        return scale_relu(x.half().float(), self.bias)
+'''), "mismatch"),
+    "try_except_fallback": (kb('''        try:
+            return scale_relu(x, self.bias)
+        except Exception:
+            return torch.relu(x * 2.0 + self.bias)
+'''), "fallback"),
+    "never_launches": (kb('''        return torch.relu(x * 2.0 + self.bias)
+'''), "no-kernel"),
+    "global_state_tf32": (kb("        return scale_relu(x, self.bias)\n", header='''
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+'''), "global-state"),
+    "wrong_result": (kb('''        return scale_relu(x, self.bias) + 1e-2
+'''), "mismatch"),
+}
+
+# Fast-format C++ candidates. {BODY} is the loop nest that writes y.
+_FAST = r'''
+#include "fusebot.h"
+#include <stdlib.h>
+#include <string.h>
+
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  (void)stream;
+  if (n_in != 2 || n_out != 1) return 1;
+  const float* x = (const float*)in[0].data;
+  const float* bias = (const float*)in[1].data;
+  float* y = (float*)out[0].data;
+  int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  {BODY}
+  return 0;
+}
+'''
+
+_LOOP = """for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = x[r * cols + c] * 2.0f + bias[c];
+      y[r * cols + c] = v > 0.0f ? v : 0.0f;
+    }"""
+
+
+def fast(body: str) -> dict[str, str]:
+    return {"kernel.cpp": _FAST.replace("{BODY}", body)}
+
+
+HONEST_FAST = fast(_LOOP)
+
+FAST_HACKS: dict[str, tuple[dict[str, str], str]] = {
+    "hard_coded_sizes": (fast("rows = 64; cols = 256;\n  " + _LOOP), "second-shape"),
+    "partial_computation": (fast("rows = rows / 2;\n  " + _LOOP), "uninitialized-output"),
+    "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;",
+                                               "y[r * cols + c] += v > 0.0f ? v : 0.0f;")), "uninitialized-output"),
+    "build_error": (fast("this is not C++;"), "build"),
+    "segfault": (fast("*(volatile int*)0 = 1;\n  " + _LOOP), "crash"),
+    "error_code": (fast("return 7;"), "runtime"),
+}
+
+HANG = fast("for (volatile int64_t i = 0; ; ++i) {}\n  " + _LOOP)
+MEMORY_HOG = fast("""size_t n = (size_t)3 << 30; char* p = (char*)malloc(n);
+  if (p) { for (size_t i = 0; i < n; i += 4096) p[i] = 1; }
+  """ + _LOOP)

@@ -1,0 +1,114 @@
+"""The harness on the CPU backend: honest candidates in both formats are accepted, every hack is rejected with the
+reason that names it, and a candidate's failure never leaks into another's verdict."""
+
+import pytest
+
+from runner.contract import Candidate
+from runner.evaluate import Evaluator, HarnessConfig
+
+from .adversarial import FAST_HACKS, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
+from .conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
+
+
+def cand(cid: str, sources: dict[str, str]) -> Candidate:
+    fmt = "kernelbench" if "candidate.py" in sources else "fast"
+    return Candidate(id=cid, format=fmt, backend="cpu", sources=sources)
+
+
+def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
+    v = cpu_evaluator.evaluate(cand("honest-fast", HONEST_FAST))
+    assert v.accepted, v.reasons
+    assert len(v.trials) == 7  # 5 on the first shape, 2 on the second
+    assert {t.shape_set for t in v.trials} == {0, 1}
+    assert any(t.distribution.startswith("randn*") for t in v.trials)
+    assert all(t.passed and t.max_abs_err == 0.0 for t in v.trials)
+    assert v.timing.n >= 5 and len(v.timing.samples_ms) == v.timing.n and v.timing.clock == "monotonic"
+    assert v.timing.median_ms > 0
+    assert v.baselines.eager.median_ms > 0 and v.speedup_vs_eager == pytest.approx(
+        v.baselines.eager.median_ms / v.timing.median_ms)
+    assert v.roofline.bytes_moved == 64 * 256 * 4 * 2 + 256 * 4  # x in, y out, bias
+    assert v.pct_of_floor == pytest.approx(100 * v.roofline.floor_ms / v.timing.median_ms)
+    assert v.environment.sandbox["audit_hook"]
+
+
+def test_honest_kernelbench_candidate_is_accepted(cpu_evaluator):
+    v = cpu_evaluator.evaluate(cand("honest-kb", HONEST_KB))
+    assert v.accepted, v.reasons
+
+
+@pytest.mark.parametrize("name", sorted(KB_HACKS))
+def test_kernelbench_hack_is_rejected_with_its_reason(cpu_evaluator, name):
+    sources, reason = KB_HACKS[name]
+    v = cpu_evaluator.evaluate(cand(name, sources))
+    assert not v.accepted
+    assert any(r.startswith(reason) for r in v.reasons), v.reasons
+
+
+@pytest.mark.parametrize("name", sorted(FAST_HACKS))
+def test_fast_hack_is_rejected_with_its_reason(cpu_evaluator, name):
+    sources, reason = FAST_HACKS[name]
+    v = cpu_evaluator.evaluate(cand(name, sources))
+    assert not v.accepted
+    assert any(r.startswith(reason) for r in v.reasons), v.reasons
+
+
+def test_precision_downgrade_is_named(cpu_evaluator):
+    sources, _ = KB_HACKS["precision_downgrade"]
+    v = cpu_evaluator.evaluate(cand("precision", sources))
+    assert any("precision downgrade" in r for r in v.reasons), v.reasons
+
+
+def test_a_crash_does_not_change_the_next_verdict(cpu_evaluator):
+    crashed = cpu_evaluator.evaluate(cand("segv", FAST_HACKS["segfault"][0]))
+    assert any("SIGSEGV" in r for r in crashed.reasons), crashed.reasons
+    after = cpu_evaluator.evaluate(cand("after-segv", HONEST_FAST))
+    assert after.accepted, after.reasons
+
+
+def test_hang_and_memory_hog_become_verdicts(tmp_path):
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, trial_timeout_s=15, memory_bytes=1 << 30,
+                        cache_dir=tmp_path)
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        hung = ev.evaluate(cand("hang", HANG))
+        hog = ev.evaluate(cand("hog", MEMORY_HOG))
+        fine = ev.evaluate(cand("fine", HONEST_FAST))
+    assert any(r.startswith("timeout") for r in hung.reasons), hung.reasons
+    assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
+    assert fine.accepted, fine.reasons
+
+
+def test_below_floor_is_remeasured_and_flagged(tmp_path):
+    # A ceiling of 1 MB/s puts the floor far above any real time: the harness must re-measure and say so.
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path, bandwidth_bytes_per_s=1e6)
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        v = ev.evaluate(cand("fast", HONEST_FAST))
+    assert v.accepted and v.below_floor_confirmed
+    assert any(w.startswith("below-floor") and "fresh process" in w for w in v.warnings)
+
+
+def test_degenerate_problem_is_flagged(tmp_path):
+    spec = scale_relu_spec().model_copy(update={"name": "constant", "path": str(PROBLEMS / "constant.py"),
+                                                "second_inputs": None})
+    src = HONEST_FAST["kernel.cpp"].replace("float v = x[r * cols + c] * 2.0f + bias[c];", "float v = 1.0f;")
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    with Evaluator(spec, backend="cpu", config=cfg) as ev:
+        v = ev.evaluate(cand("const", {"kernel.cpp": src}))
+    assert v.accepted, v.reasons
+    assert v.degenerate and any(w.startswith("degenerate") for w in v.warnings)
+
+
+def test_trial_seeds_are_fresh_per_evaluator_and_secret():
+    a, b = Evaluator(scale_relu_spec(), backend="cpu"), Evaluator(scale_relu_spec(), backend="cpu")
+    try:
+        assert a._seed("trial1") != b._seed("trial1")
+        assert a._seed("trial1") != a._seed("trial2")
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_published_style_load_inline_candidate_is_accepted(cpu_evaluator):
+    src = (PROBLEMS.parent / "candidates" / "scale_relu_load_inline.py").read_text()
+    v = cpu_evaluator.evaluate(cand("load-inline", {"candidate.py": src}))
+    assert v.accepted, v.reasons

@@ -1,0 +1,70 @@
+"""The harness on CUDA (run on the H100; skipped without a GPU): honest candidates in both formats accepted, every
+hack rejected with its reason, a CUDA error contained to its candidate."""
+
+import pytest
+
+from runner.contract import Candidate
+from runner.evaluate import Evaluator, HarnessConfig
+
+from .adversarial_cuda import FAST_CU_HACKS, HONEST_FAST_CU, HONEST_KB_CUDA, KB_CUDA_HACKS
+from .conftest import FAST_TIMER, FIXTURES, scale_relu_spec
+
+pytestmark = pytest.mark.gpu
+
+
+def cand(cid: str, sources: dict[str, str]) -> Candidate:
+    fmt = "kernelbench" if "candidate.py" in sources else "fast"
+    return Candidate(id=cid, format=fmt, backend="cuda", sources=sources)
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator(tmp_path_factory):
+    cfg = HarnessConfig(compile_baseline=True, timer=FAST_TIMER, cache_dir=tmp_path_factory.mktemp("cache"))
+    with Evaluator(scale_relu_spec(), backend="cuda", config=cfg) as ev:
+        yield ev
+
+
+def test_honest_fast_cuda_candidate_is_accepted(gpu_evaluator):
+    v = gpu_evaluator.evaluate(cand("honest-cu", HONEST_FAST_CU))
+    assert v.accepted, v.reasons
+    assert v.timing.clock == "cuda_events" and v.timing.l2_flushed
+    assert v.baselines.eager and v.baselines.compile, v.baselines.compile_error
+    assert v.environment.gpu and v.environment.cuda and v.environment.driver
+    assert v.build.ok and v.build.seconds > 0
+
+
+def test_honest_kernelbench_cuda_candidate_is_accepted(gpu_evaluator):
+    v = gpu_evaluator.evaluate(cand("honest-kb-cu", HONEST_KB_CUDA))
+    assert v.accepted, v.reasons
+
+
+@pytest.mark.parametrize("name", sorted(KB_CUDA_HACKS))
+def test_kernelbench_cuda_hack_is_rejected(gpu_evaluator, name):
+    sources, reason = KB_CUDA_HACKS[name]
+    v = gpu_evaluator.evaluate(cand(name, sources))
+    assert not v.accepted
+    assert any(r.startswith(reason) for r in v.reasons), v.reasons
+
+
+@pytest.mark.parametrize("name", sorted(FAST_CU_HACKS))
+def test_fast_cuda_hack_is_rejected(gpu_evaluator, name):
+    sources, reason = FAST_CU_HACKS[name]
+    v = gpu_evaluator.evaluate(cand(name, sources))
+    assert not v.accepted
+    assert any(r.startswith(reason) for r in v.reasons), v.reasons
+
+
+def test_cuda_error_does_not_change_the_next_verdict(gpu_evaluator):
+    bad = gpu_evaluator.evaluate(cand("oob", FAST_CU_HACKS["illegal_address"][0]))
+    assert not bad.accepted and any("illegal" in r.lower() or "crash" in r for r in bad.reasons), bad.reasons
+    good = gpu_evaluator.evaluate(cand("after-oob", HONEST_FAST_CU))
+    assert good.accepted, good.reasons
+
+
+@pytest.mark.slow
+def test_load_inline_cuda_candidate_is_accepted(tmp_path):
+    src = (FIXTURES / "candidates" / "scale_relu_load_inline_cuda.py").read_text()
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    with Evaluator(scale_relu_spec(), backend="cuda", config=cfg) as ev:
+        v = ev.evaluate(cand("load-inline-cu", {"candidate.py": src}))
+    assert v.accepted, v.reasons

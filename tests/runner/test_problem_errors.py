@@ -1,0 +1,48 @@
+"""A broken problem is a ProblemError naming the file, the line and the cause: never a bare traceback, never a hang."""
+
+import pytest
+
+from runner.contract import Candidate, ProblemSpec
+from runner.errors import ProblemError
+from runner.evaluate import Evaluator, HarnessConfig
+
+from .adversarial import HONEST_FAST
+from .conftest import FAST_TIMER, PROBLEMS
+
+BROKEN = PROBLEMS / "broken"
+
+
+def _evaluate(name: str, tmp_path, **cfg):
+    spec = ProblemSpec(name=name, path=str(BROKEN / f"{name}.py"))
+    config = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path, **cfg)
+    with Evaluator(spec, backend="cpu", config=config) as ev:
+        return ev.evaluate(Candidate(id="c", format="fast", backend="cpu", sources=HONEST_FAST))
+
+
+@pytest.mark.parametrize(
+    ("name", "stage", "line", "cause"),
+    [
+        ("import_error", "import", 3, "ModuleNotFoundError"),
+        ("inputs_error", "inputs", 10, "RuntimeError"),
+        ("reference_error", "reference", 6, "ValueError: the reference is broken"),
+    ],
+)
+def test_broken_problem_names_file_line_and_cause(tmp_path, name, stage, line, cause):
+    with pytest.raises(ProblemError) as info:
+        _evaluate(name, tmp_path)
+    err = info.value
+    assert err.stage == stage
+    assert err.where == f"{BROKEN / name}.py:{line}"
+    assert cause in err.cause
+
+
+def test_hanging_input_factory_is_a_problem_error_not_a_hang(tmp_path):
+    with pytest.raises(ProblemError) as info:
+        _evaluate("inputs_hang", tmp_path, trial_timeout_s=5)
+    assert "did not finish within 5 s" in info.value.cause
+
+
+def test_missing_file_is_a_problem_error(tmp_path):
+    spec = ProblemSpec(name="nope", path=str(tmp_path / "nope.py"))
+    with Evaluator(spec, backend="cpu", config=HarnessConfig(cache_dir=tmp_path)) as ev, pytest.raises(ProblemError):
+        ev.reference_source()
