@@ -199,7 +199,9 @@ def optimize(
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations, beam=beam,
                           max_repairs=max_repairs, wall_seconds=wall_seconds, gpu_seconds=gpu_seconds, tokens=tokens,
                           candidates=candidates)
-    spec = ProblemSpec(name=problem.stem, path=str(problem.resolve()))
+    from runner.cli import problem_from_file  # (imported here: runner.cli re-exports optimize_app)
+
+    spec = problem_from_file(problem)
     try:
         proposers = make_proposers(model or [])
         with Evaluator(spec, backend=chosen, compile_baseline=not no_compile_baseline) as ev:
