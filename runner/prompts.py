@@ -15,7 +15,7 @@ Messages = list[dict[str, str]]
 
 MAX_CODE_CHARS = 12_000
 MAX_LOG_CHARS = 4_000
-SHOW_BEST = 3
+SHOW_BEST = 3  # when the history carries no beam
 SHOW_SLOWER = 2
 SHOW_FAILED = 6
 SHOW_IDEAS = 30
@@ -113,11 +113,14 @@ def history_section(ctx: ProblemContext, history: History) -> str:
     accepted = history.accepted()
     parts: list[str] = []
     if accepted:
+        # the search's beam when it keeps one, else the fastest few
+        in_beam = set(history.beam)
+        best = [a for a in accepted if a.candidate and a.candidate.id in in_beam] if in_beam else accepted[:SHOW_BEST]
         parts.append("## Best verified kernels so far (fastest first; measured by the harness)")
-        for n, a in enumerate(accepted[:SHOW_BEST], 1):
+        for n, a in enumerate(best, 1):
             parts.append(f"### Best {n}: {_attempt_line(a, base)}\nIdea: {a.idea}\n"
                          + _fence(_cut(_source(a.candidate), MAX_CODE_CHARS), source_lang(ctx)))
-        slower = accepted[SHOW_BEST:][-SHOW_SLOWER:]
+        slower = [a for a in accepted if a not in best][-SHOW_SLOWER:]
         if slower:
             parts.append("## Slower verified variants (compare with the best: what made those faster?)")
             for a in slower:

@@ -97,3 +97,10 @@ def test_the_format_decides_the_language_and_file():
     assert "```cpp" in t and "C++ (.cpp)" in t and "`stream` is NULL" in t
     t = text(implement_prompt(kb, Idea(text="i"), History(), ABI))
     assert "class ModelNew(nn.Module)" in t and ABI not in t
+
+
+def test_the_search_beam_decides_which_kernels_are_shown_as_best():
+    h = History(attempts=[attempt(3.0, "// A"), attempt(2.0, "// B"), attempt(1.0, "// C")], beam=["c1.0"])
+    t = text(ideas_prompt(CTX, h, 2))
+    assert "### Best 1: 1 ms" in t and "### Best 2" not in t
+    assert t.index("Slower verified variants") < t.index("// B") and "// A" in t
