@@ -123,12 +123,16 @@ class _Search:
         self.trace.write("failed", round=self.round, proposer=idea.proposer, idea=idea.text, reason=why)
 
     # ---- budget ----------------------------------------------------------------------------------------------
-    def _check(self) -> None:
+    def _check_time(self) -> None:
         b = self.budget
         if self.trace.elapsed_s() >= b.wall_seconds:
             raise BudgetExhausted("wall", f"{self.trace.elapsed_s():.1f} s of {b.wall_seconds} s")
         if b.gpu_seconds is not None and self.gpu_seconds >= b.gpu_seconds:
             raise BudgetExhausted("gpu", f"{self.gpu_seconds:.1f} s of {b.gpu_seconds} s")
+
+    def _check(self) -> None:
+        b = self.budget
+        self._check_time()
         if b.candidates is not None and len(self.counted) >= b.candidates:
             raise BudgetExhausted("candidates", f"{len(self.counted)} of {b.candidates}")
         if b.tokens is not None and self.session.tokens_used >= b.tokens:
@@ -139,11 +143,12 @@ class _Search:
         """Evaluate new candidates (replayed verdicts are read back, never redone); archive each as an attempt."""
         self._check()
         keys = [candidate_key(c) for _, _, c, _ in batch]
+        stop: BudgetExhausted | None = None
         limit = self.budget.candidates
-        exhausted = False
         if limit is not None:  # stop before exceeding: evaluate only what fits, in order
             new = list(dict.fromkeys(k for k in keys if k not in self.counted))
-            exhausted = len(new) > limit - len(self.counted)
+            if len(new) > limit - len(self.counted):
+                stop = BudgetExhausted("candidates", f"{limit} of {limit}")
             allowed = self.counted | set(new[: limit - len(self.counted)])
             batch = [b for b, k in zip(batch, keys, strict=True) if k in allowed]
             keys = [k for k in keys if k in allowed]
@@ -153,36 +158,47 @@ class _Search:
                 fresh.setdefault(k, c)
         todo = list(fresh.items())
         for start in range(0, len(todo), self.chunk):  # builds run in parallel within a chunk; a kill loses one
+            if start:
+                try:
+                    self._check_time()
+                except BudgetExhausted as e:  # what was evaluated is archived below; the rest is dropped
+                    stop = e
+                    break
             chunk = todo[start : start + self.chunk]
             verdicts = self.evaluator.evaluate_many([c for _, c in chunk])
             for (k, c), v in zip(chunk, verdicts, strict=True):
                 self.cache[k] = v
                 self.trace.write("evaluated", round=self.round, key=k, candidate=c.model_dump(),
                                  verdict=v.model_dump())
+                self._account(k)
         attempts = []
         for k, (p, idea, c, parent) in zip(keys, batch, strict=True):
-            v = self.cache[k]
-            if k not in self.counted:
-                self.counted.add(k)
-                self.gpu_seconds += v.harness_seconds
-                self._count(v)
+            if k not in self.cache:
+                continue
+            v = self._account(k)
             if v.candidate_id != c.id:
                 v = v.model_copy(update={"candidate_id": c.id})
             a = Attempt(round=self.round, proposer=p.name, idea=idea.text, candidate=c, verdict=v, repair_of=parent)
             self.history.attempts.append(a)
             attempts.append(a)
         self.on_progress(self.progress.model_copy())
-        if exhausted:
-            raise BudgetExhausted("candidates", f"{len(self.counted)} of {limit}")
+        if stop is not None:
+            raise stop
         return attempts
 
-    def _count(self, v: Verdict) -> None:
-        if v.stage != "build" and (v.build is None or v.build.ok):
-            self.progress.built += 1
-        if v.accepted:
-            self.progress.verified += 1
-        else:
-            self.progress.rejected += 1
+    def _account(self, key: str) -> Verdict:
+        """Count a verdict once against the budgets and in the progress (fresh or replayed alike)."""
+        v = self.cache[key]
+        if key not in self.counted:
+            self.counted.add(key)
+            self.gpu_seconds += v.harness_seconds
+            if v.stage != "build" and (v.build is None or v.build.ok):
+                self.progress.built += 1
+            if v.accepted:
+                self.progress.verified += 1
+            else:
+                self.progress.rejected += 1
+        return v
 
     # ---- one round -------------------------------------------------------------------------------------------
     def _live(self) -> list[tuple[Proposer, float]]:

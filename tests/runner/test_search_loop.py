@@ -161,3 +161,16 @@ def test_a_search_run_again_on_its_trace_replays_it_without_evaluating_anything(
     assert len(ev.evaluated) == first.candidates - 5
     assert [a.candidate.id for a in second.beam] == [a.candidate.id for a in first.beam]
     assert second.candidates == first.candidates and second.stop_reason == first.stop_reason
+
+
+def test_time_budgets_are_checked_between_chunks_and_what_was_evaluated_is_kept(tmp_path):
+    p = Scripted("a", lambda r, k, j: f"ms={1 + k + j / 10}")
+    ev = TableEvaluator()  # 0.25 harness seconds per candidate
+    res = search(CTX, ev, [p], SearchBudget(rounds=2, ideas_per_round=2, implementations_per_idea=2, gpu_seconds=0.5),
+                 tmp_path / "t.jsonl", chunk=1)
+    assert len(ev.evaluated) == 2 and len(res.history.attempts) == 2 and res.best.median_ms == 1.0
+    assert res.stop_reason.startswith("budget: gpu")
+    ev2 = TableEvaluator()
+    res2 = search(CTX, ev2, [Scripted("a", lambda r, k, j: "ms=1")], SearchBudget(wall_seconds=0.0),
+                  tmp_path / "w.jsonl")
+    assert ev2.evaluated == [] and res2.stop_reason.startswith("budget: wall") and res2.best is None
