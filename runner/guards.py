@@ -37,7 +37,9 @@ def _ident(value: object) -> int:
 
 
 def _attributes(obj: object) -> dict[str, int]:
-    return {name: _ident(val) for name, val in list(vars(obj).items()) if not name.startswith("__")}
+    """Identities of the callables an object holds. Data attributes (caches, counters) change legitimately, e.g.
+    torch.cuda._cached_device_count is filled in on first use."""
+    return {name: _ident(val) for name, val in list(vars(obj).items()) if not name.startswith("__") and callable(val)}
 
 
 def _flags() -> dict[str, object]:

@@ -89,7 +89,10 @@ def _landlock(write_dirs: list[Path]) -> tuple[bool, bool]:
     if ruleset < 0:
         return False, False
     try:
-        grants = [(d, fs) for d in write_dirs] + [(Path("/dev"), _FS_WRITE_FILE | (fs & _FS_TRUNCATE))]
+        # Device files, and the process's own /proc/<pid> (the CUDA driver writes there at initialisation; measured
+        # on the H100: without it cudaGetDeviceCount fails with error 304). Nothing else outside the working dirs.
+        files_only = _FS_WRITE_FILE | (fs & _FS_TRUNCATE)
+        grants = [(d, fs) for d in write_dirs] + [(Path("/dev"), files_only), (Path("/proc/self"), files_only)]
         for path, rights in grants:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
