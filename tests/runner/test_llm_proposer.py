@@ -212,3 +212,22 @@ def test_budget_exhausted_before_a_request_that_cannot_fit():
         with pytest.raises(BudgetExhausted):
             p.complete([{"role": "user", "content": "x" * 300}], "ideas")
         assert srv.completions() == []
+
+
+def test_retry_after_is_read_as_seconds_milliseconds_or_an_http_date():
+    import email.utils
+
+    import httpx
+
+    from runner.proposers.llm import retry_after_s
+
+    class E(Exception):
+        def __init__(self, headers):
+            self.response = httpx.Response(429, headers=headers)
+
+    assert retry_after_s(E({"retry-after": "7"})) == 7.0
+    assert retry_after_s(E({"retry-after-ms": "250", "retry-after": "7"})) == 0.25
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= retry_after_s(E({"retry-after": when})) <= 31
+    assert retry_after_s(E({})) is None and retry_after_s(E({"retry-after": "soon"})) is None
+    assert retry_after_s(ValueError()) is None
