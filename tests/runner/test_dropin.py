@@ -1,0 +1,88 @@
+"""The generated drop-in module and its generated test, run for real: g++ builds the kernel, ctypes calls it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.contract import ProblemSpec
+from runner.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, dropin_test_source, kernel_filename
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = ROOT / "tests/fixtures/problems/scale_relu.py"
+KERNEL = (ROOT / "tests/fixtures/candidates/scale_relu_ok.cpp").read_text()
+SPEC = ProblemSpec(name="scale_relu", path=str(PROBLEM))
+
+
+def write_folder(folder: Path, kernel: str, spec: ProblemSpec = SPEC) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / kernel_filename("cpu")).write_text(kernel)
+    (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
+    (folder / REFERENCE_FILE).write_text(PROBLEM.read_text())
+    (folder / "dropin.py").write_text(dropin_source(spec, "cpu"))
+    (folder / "test_dropin.py").write_text(dropin_test_source(spec, "cpu"))
+    return folder
+
+
+def load(folder: Path, name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, folder / "dropin.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_dropin_is_the_original_class_with_the_kernel_inside(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    mod = load(write_folder(tmp_path / "out", KERNEL), "dropin_ok")
+    torch.manual_seed(0)
+    original = mod.Original(256)
+    fused = mod.Model(256)
+    fused.load_state_dict(original.state_dict())
+    assert isinstance(fused, mod.Original) and list(fused.state_dict()) == ["bias"]
+    x = torch.randn(7, 256)  # a shape the harness never showed it
+    with torch.no_grad():
+        got, want = fused(x), original(x)
+    assert mod.Model.kernel_calls == 1
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert len(list((tmp_path / "cache").glob("*/kernel.so"))) == 1
+    # with autograd wanting a graph, the original forward runs (the kernel is forward-only)
+    y = fused(x)
+    assert y.requires_grad and mod.Model.kernel_calls == 1
+
+
+def test_the_generated_test_passes_for_a_right_kernel_and_fails_for_a_wrong_one(tmp_path):
+    env = {"FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    ok = write_folder(tmp_path / "ok", KERNEL)
+    bad = write_folder(tmp_path / "bad", KERNEL.replace("v > 0.0f ? v : 0.0f", "v"))  # forgot the ReLU
+    run = lambda d: subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(d)],  # noqa: E731
+                                   cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    good = run(ok)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "6 passed" in good.stdout
+    wrong = run(bad)
+    assert wrong.returncode == 1 and "5 failed, 1 passed" in wrong.stdout
+
+
+def test_a_cuda_dropin_test_is_skipped_without_a_gpu():
+    src = dropin_test_source(SPEC, "cuda")
+    assert "pytest.mark.skipif(not torch.cuda.is_available()" in src and "DEVICE = 'cuda'" in src
+    assert "nvcc" in dropin_source(SPEC, "cuda") and "kernel.cu" in dropin_source(SPEC, "cuda")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_generated_sources_are_valid_python(backend):
+    compile(dropin_source(SPEC, backend), "dropin.py", "exec")
+    compile(dropin_test_source(SPEC, backend), "test_dropin.py", "exec")
+    repo = ProblemSpec(name="gelu", module="mypkg.layers", class_name="NewGELU", inputs="mypkg.inputs:make",
+                       init_inputs=None, init_args=[3], dtype="float16")
+    assert "importlib.import_module('mypkg.layers')" in dropin_source(repo, backend)
+    t = dropin_test_source(repo, backend)
+    compile(t, "t.py", "exec")
+    assert "init = [3]" in t and "DTYPE = torch.float16" in t and "ATOL, RTOL = 0.01, 0.01" in t

@@ -1,0 +1,67 @@
+"""report.md and result.json as pure functions of a search result: the decision, the table, the trace."""
+
+from __future__ import annotations
+
+import json
+
+from runner.contract import Baselines, Candidate, Roofline, Verdict
+from runner.proposer import Attempt, History, Idea
+from runner.report import benchmark_table, outcome, report_markdown, result_json
+from runner.search import SearchResult
+from tests.fakes.evaluators import timing
+
+ROOF = Roofline(bytes_moved=8 << 20, bandwidth_bytes_per_s=2e10, bandwidth_source="measured", floor_ms=0.4)
+
+
+def result(*attempts: Attempt) -> SearchResult:
+    h = History(attempts=list(attempts), ideas=[Idea(text=a.idea, round=a.round, proposer="m") for a in attempts])
+    beam = sorted((a for a in attempts if a.accepted), key=lambda a: a.median_ms)
+    return SearchResult(history=h, beam=beam, stop_reason="no improvement", rounds=2, tokens_used=1234,
+                        cost_usd=0.5, gpu_seconds=3.0, wall_seconds=9.0, candidates=len(attempts))
+
+
+def att(ms: float | None, rnd: int = 1, reasons: list[str] | None = None, **vk) -> Attempt:
+    c = Candidate(id=f"r{rnd}-m-{ms}", format="fast", backend="cpu", sources={"kernel.cpp": "//"})
+    v = Verdict(candidate_id=c.id, problem="p", accepted=ms is not None, timing=timing(ms) if ms else None,
+                stage="done" if ms else "verify", reasons=reasons or [], **vk)
+    return Attempt(round=rnd, proposer="m", idea=f"idea {ms}", candidate=c, verdict=v)
+
+
+def test_a_kernel_faster_than_both_baselines_is_an_improvement_with_a_full_table():
+    o = outcome("p", result(att(0.5), att(None, reasons=["mismatch: a|b"])), Baselines(eager=timing(2.0),
+                compile=timing(1.0)), ROOF)
+    assert o.improved and o.message == "0.5 ms, 2.00x faster than torch.compile (1 ms)"
+    table = benchmark_table(o)
+    assert "| PyTorch eager | 2 | 0.04 | 10 | 1.00x | 0.50x | 20.00% |" in table
+    assert "| fusebot (r1-m-0.5) | 0.5 | 0.01 | 10 | 4.00x | 2.00x | 80.00% |" in table
+    assert "| roofline floor | 0.4 |" in table
+    md = report_markdown(o)
+    assert md.startswith("# fusebot: p\n\n**Improved**: 0.5 ms")
+    assert "mismatch: a\\|b" in md and "rejected at verify" in md and "1234 tokens, $0.50" in md
+    assert "stopped: no improvement" in md and "### Round 1" in md and "- (m) idea 0.5" in md
+
+
+def test_nothing_faster_than_the_faster_baseline_is_no_improvement():
+    o = outcome("p", result(att(1.5), att(1.2, rnd=2)), Baselines(eager=timing(2.0), compile=timing(1.0)), ROOF)
+    assert not o.improved and o.best.median_ms == 1.2
+    assert o.message == "nothing beat torch.compile (1 ms): the fastest verified kernel took 1.2 ms; no kernel is " \
+                        "proposed"
+    assert "**No improvement**: nothing beat torch.compile" in report_markdown(o)
+    o2 = outcome("p", result(att(None, reasons=["build: x"])), Baselines(eager=timing(2.0)), None)
+    assert not o2.improved and o2.message.startswith("no candidate was verified")
+    assert "| torch.compile | n/a |" in benchmark_table(o2)
+
+
+def test_a_degenerate_problem_never_reports_a_speedup():
+    o = outcome("p", result(att(0.1, degenerate=True)), Baselines(eager=timing(2.0)), ROOF)
+    assert not o.improved and "degenerate" in o.message
+
+
+def test_result_json_summarises_the_trace_and_is_json():
+    no_code = Attempt(round=1, proposer="m", idea="x", failure="no code")
+    o = outcome("p", result(att(0.5), att(None, reasons=["build: e"]), no_code), Baselines(eager=timing(2.0)), ROOF)
+    r = json.loads(json.dumps(result_json(o, ["kernel.cpp"])))
+    assert r["improved"] and r["verdict"]["timing"]["median_ms"] == 0.5 and r["files"] == ["kernel.cpp"]
+    s = r["trace_summary"]
+    assert (s["accepted"], s["rejected"], s["no_code"], s["attempts"]) == (1, 1, 1, 3)
+    assert (s["tokens_used"], s["best"], s["stop_reason"]) == (1234, "r1-m-0.5", "no improvement")

@@ -1,0 +1,153 @@
+"""`fusebot optimize` end to end on the CPU backend: the real harness (builds with g++, verifies, times), the real
+openai client against the scripted server, the result folder, the generated drop-in test, and a SIGKILL mid-search
+followed by a resume that redoes no finished work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.trace import read_events
+from tests.fakes.llm_server import Reply, ScriptedLLM
+from tests.runner.cpu_kernels import BROKEN, GOOD, PROBLEM, SLOW, WRONG, answer
+from tests.runner.llm_helpers import IDEAS, SECRET
+
+ROOT = Path(__file__).resolve().parents[2]
+IDEAS_T, IMPL_T, REPAIR_T = "## Task: ideas", "## Task: implement", "## Task: repair"
+
+
+def cli_env(url: str, tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
+    return env | {"FUSEBOT_LLM_BASE_URL": url, "FUSEBOT_LLM_API_KEY": SECRET, "FUSEBOT_LLM_MODELS": "scripted-a",
+                  "FUSEBOT_LLM_BACKOFF_INITIAL_S": "0.01", "FUSEBOT_LLM_TIMEOUT_S": "30",
+                  "FUSEBOT_CACHE_DIR": str(tmp / "cache"), "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
+                  # one thread for eager torch: on a small shared CI machine a thread pool makes baselines erratic
+                  "OMP_NUM_THREADS": "1"}
+
+
+def optimize(out: Path, env: dict, *extra: str, **kw) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "runner.optimize_cli", str(PROBLEM), "--out", str(out), "--backend", "cpu",
+           "--no-compile-baseline", *extra]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **kw)
+
+
+@pytest.mark.slow
+def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_path):
+    script = [
+        Reply(IDEAS, match=IDEAS_T),
+        Reply(answer(BROKEN), match=IMPL_T, times=1),
+        Reply(answer(WRONG), match=IMPL_T, times=1),
+        Reply("I think the best approach is a single pass, but I'll skip the code.", match=IMPL_T, times=1),
+        Reply(answer(GOOD, "first"), match=IMPL_T, times=1),
+        Reply(answer(GOOD, "repaired"), match="flaot v"),  # the repair of the build error
+        Reply(answer(GOOD, "fixed-relu"), match=REPAIR_T),
+    ]
+    out = tmp_path / "out"
+    with ScriptedLLM(script) as srv:
+        p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "2", "--implementations", "2",
+                     "--max-repairs", "1")
+        log, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, log
+    result = json.loads((out / "result.json").read_text())
+    assert result["improved"] is True, result["message"]
+    v = result["verdict"]
+    assert v["accepted"] and v["timing"]["median_ms"] < result["baselines"]["eager"]["median_ms"]
+    summary = result["trace_summary"]
+    assert (summary["accepted"], summary["rejected"], summary["no_code"]) == (3, 2, 1)
+    assert sorted(result["files"]) == sorted(["kernel.cpp", "fusebot.h", "reference.py", "dropin.py",
+                                              "test_dropin.py", "report.md", "result.json"])
+    report = (out / "report.md").read_text()
+    assert "| PyTorch eager |" in report and "| roofline floor |" in report and "rejected at build" in report
+    assert "Vectorize loads with float4" in report and "mismatch" in report and "no candidate" in report
+    repair = next(r for r in srv.completions() if REPAIR_T in r.text and "flaot" in r.text)
+    assert "error" in repair.text and "### Compiler output" in repair.text  # g++'s own message went back
+    assert SECRET not in log and SECRET not in (out / "trace.jsonl").read_text() and SECRET not in report
+    gen = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=out,
+                         env=cli_env(srv.url, tmp_path), capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0 and "6 passed" in gen.stdout, gen.stdout + gen.stderr
+
+
+@pytest.mark.slow
+def test_when_nothing_beats_the_baselines_it_says_so_and_writes_no_kernel(tmp_path):
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "dropin.py").write_text("# stale, from an earlier run")
+    script = [Reply(IDEAS, match=IDEAS_T), Reply(answer(SLOW), match=IMPL_T), Reply("no", match=REPAIR_T)]
+    with ScriptedLLM(script) as srv:
+        p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "1", "--implementations", "1")
+        log, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, log
+    result = json.loads((out / "result.json").read_text())
+    assert result["improved"] is False and result["message"].startswith("nothing beat eager"), result["message"]
+    assert result["verdict"]["accepted"] is True  # verified, just slower
+    assert result["files"] == ["report.md", "result.json"] and not (out / "dropin.py").exists()
+    assert not (out / "kernel.cpp").exists()
+    assert "**No improvement**: nothing beat eager" in (out / "report.md").read_text()
+    assert "no improvement" in log
+
+
+def test_usage_errors_exit_2_with_a_message(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
+    p = optimize(tmp_path / "o", env)
+    log, _ = p.communicate(timeout=120)
+    assert p.returncode == 2 and "no proposer" in log
+    p = optimize(tmp_path / "o", env | {"FUSEBOT_LLM_BASE_URL": "ftp://x", "FUSEBOT_LLM_API_KEY": SECRET,
+                                        "FUSEBOT_LLM_MODELS": "m"})
+    log, _ = p.communicate(timeout=120)
+    assert p.returncode == 2 and "FUSEBOT_LLM_BASE_URL" in log and SECRET not in log
+
+
+def _events(trace: Path) -> list[dict]:
+    return list(read_events(trace)) if trace.exists() else []
+
+
+@pytest.mark.slow
+def test_a_search_killed_mid_way_resumes_without_redoing_finished_work(tmp_path):
+    """SIGKILL the whole `fusebot optimize` process group once some verdicts are in the trace, run it again: no
+    answered prompt is sent again, no evaluated candidate is evaluated again, and the search completes."""
+    impls = [Reply(answer(GOOD, f"v{k}"), match=IMPL_T, times=1) for k in range(8)]
+    script = [Reply(IDEAS, match=IDEAS_T), *impls, Reply(answer(BROKEN), match=IMPL_T)]
+    out = tmp_path / "out"
+    trace = out / "trace.jsonl"
+    args = ("--rounds", "2", "--ideas", "2", "--implementations", "2")
+    with ScriptedLLM(script) as srv:
+        env = cli_env(srv.url, tmp_path)
+        first = optimize(out, env, *args)
+        deadline = time.monotonic() + 240
+        while not any(e["event"] == "evaluated" for e in _events(trace)):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        assert first.returncode == -signal.SIGKILL
+        before = _events(trace)
+        n_before = len(srv.completions())
+        answered = [e for e in before if e["event"] == "answer"]
+        evaluated = {e["candidate"]["id"] for e in before if e["event"] == "evaluated"}
+        assert answered and evaluated and not any(e["event"] == "end" for e in before)
+
+        second = optimize(out, env, *args)
+        log, _ = second.communicate(timeout=300)
+        assert second.returncode == 0, log
+    after = _events(trace)[len(before):]
+    assert after[0]["event"] == "resume" and after[-1]["event"] == "end"
+    # no finished evaluation was redone
+    again = {e["candidate"]["id"] for e in after if e["event"] == "evaluated"}
+    assert again and not (again & evaluated)
+    # no answered prompt was asked again: the first len(answered) successful requests are the answered ones
+    ok_first = [r for r in srv.completions()[:n_before] if r.status == 200][: len(answered)]
+    asked_again = [r for r in srv.completions()[n_before:] if any(r.body == o.body for o in ok_first)]
+    assert asked_again == []
+    assert {e["key"] for e in after if e["event"] == "answer"}.isdisjoint(e["key"] for e in answered)
+    result = json.loads((out / "result.json").read_text())
+    assert result["trace_summary"]["candidates"] == len(evaluated | again)
+    new_answers = [e for e in after if e["event"] == "answer"]
+    assert result["trace_summary"]["tokens_used"] == 300 * (len(answered) + len(new_answers))
