@@ -132,3 +132,7 @@ def main(
     if json_out:
         json_out.write_text(verdict.model_dump_json(indent=1))
     sys.exit(EXIT_ACCEPTED if verdict.accepted else EXIT_REJECTED)
+
+
+# `fusebot optimize` lives in its own module; re-exported here so the dispatcher finds every runner command in one place.
+from runner.optimize_cli import optimize_app  # noqa: E402,F401
