@@ -24,6 +24,15 @@ DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
 }
 
 
+# Every reason in a Verdict starts with one of these names and a colon (documented in docs/eval.md).
+REASON_NAMES = (
+    "build", "load", "runtime", "crash", "timeout", "memory", "mismatch", "uninitialized-output", "nan-mismatch",
+    "inf-mismatch", "shape", "dtype", "device", "layout", "output-type", "nondeterministic", "stale-result",
+    "second-shape", "input-mutation", "monkeypatch", "global-state", "background-thread", "side-stream", "no-kernel",
+    "fallback", "timer-escape", "below-floor", "backend",
+)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
