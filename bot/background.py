@@ -1,0 +1,91 @@
+"""The bot's worker thread (miss-islington's split): the web process only records deliveries; this loop handles
+them, requeues expired leases, keeps check runs current and ticks the nightly scheduler."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime
+
+from bot import scheduler
+from bot.context import Context
+from bot.db import utcnow
+from bot.notify import sync_check_runs
+from bot.routing import Router
+
+log = logging.getLogger(__name__)
+
+
+class Background:
+    def __init__(self, ctx: Context, router: Router, *, idle_seconds: float = 0.5) -> None:
+        self.ctx = ctx
+        self.router = router
+        self.idle_seconds = idle_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_tick = 0.0
+
+    def handle_one(self, now: datetime | None = None) -> bool:
+        """Handle the next pending delivery. False when there was none."""
+        ev = self.ctx.store.claim_delivery(now)
+        if ev is None:
+            return False
+        try:
+            self.router.dispatch(ev, self.ctx)
+        except Exception as e:  # a broken GitHub or disk: retried with backoff, then marked failed
+            log.exception("delivery %s (%s.%s) failed", ev.delivery_id, ev.name, ev.action)
+            self.ctx.store.finish_delivery(ev.delivery_id, error=f"{type(e).__name__}: {e}"[:2000])
+            self.ctx.metrics.processed.labels("error").inc()
+        else:
+            self.ctx.store.finish_delivery(ev.delivery_id)
+            self.ctx.metrics.processed.labels("ok").inc()
+        return True
+
+    def housekeeping(self, now: datetime | None = None) -> None:
+        now = now or utcnow()
+        self.ctx.store.requeue_expired(now)
+        try:
+            sync_check_runs(self.ctx)
+        except Exception:
+            log.exception("check run update failed; will retry")
+        if time.monotonic() - self._last_tick >= self.ctx.settings.scheduler_interval_seconds:
+            self._last_tick = time.monotonic()
+            if scheduler.tick(self.ctx.store, now):
+                self.ctx.wake.set()
+
+    def drain(self, max_items: int = 10_000) -> int:
+        """Handle everything pending, then housekeeping (tests and the single-shot path use this)."""
+        n = 0
+        while n < max_items and self.handle_one():
+            n += 1
+        self.housekeeping()
+        return n
+
+    def _run(self) -> None:
+        log.info("background worker started")
+        while not self._stop.is_set():
+            try:
+                busy = False
+                for _ in range(50):
+                    if self._stop.is_set() or not self.handle_one():
+                        break
+                    busy = True
+                self.housekeeping()
+            except Exception:
+                log.exception("background loop error")
+                busy = False
+            if not busy:
+                self.ctx.wake.wait(self.idle_seconds)
+                self.ctx.wake.clear()
+        log.info("background worker stopped")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fusebot-background", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float = 10.0) -> None:
+        self._stop.set()
+        self.ctx.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
