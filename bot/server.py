@@ -33,7 +33,7 @@ from bot.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def build_context(settings: Settings, github_app: GitHubApp | None = None, **github_kw: float) -> Context:
+def build_context(settings: Settings, github_app: GitHubApp | None = None) -> Context:
     sessions = init_db(settings.database_url)
     store = Store(sessions, max_attempts=settings.max_attempts, claim_seconds=settings.delivery_claim_seconds)
     assert settings.private_key is not None  # the validator guarantees it
@@ -42,7 +42,8 @@ def build_context(settings: Settings, github_app: GitHubApp | None = None, **git
         settings.private_key.get_secret_value(),
         settings.github_api_url,
         git_url_template=settings.git_url_template,
-        **github_kw,  # type: ignore[arg-type]
+        seconds_between_requests=settings.github_request_interval_seconds,
+        seconds_between_writes=settings.github_write_interval_seconds,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return Context(settings=settings, store=store, github=gh, metrics=Metrics())

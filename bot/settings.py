@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     github_api_url: str = "https://api.github.com"
     # Where to clone from; {token} is an installation token, {repo} is owner/name.
     git_url_template: str = "https://x-access-token:{token}@github.com/{repo}.git"
+    github_request_interval_seconds: Annotated[float, Field(ge=0)] = 0.25  # PyGithub's pacing of all requests
+    github_write_interval_seconds: Annotated[float, Field(ge=0)] = 1.0  # and of writes (secondary rate limits)
     trigger_label: str = "optimize-kernels"
     check_run_name: str = "fusebot"
     lease_ttl_seconds: Annotated[float, Field(gt=0)] = 300.0
