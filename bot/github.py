@@ -69,7 +69,7 @@ class GitHubApp:
         seconds_between_requests: float = 0.25,
         seconds_between_writes: float = 1.0,
         retries: int = 3,
-        timeout_seconds: float = 15.0,
+        timeout_seconds: int = 15,
     ) -> None:
         self._app_auth = Auth.AppAuth(app_id, private_key)
         self.base_url = base_url.rstrip("/")
