@@ -19,6 +19,7 @@ from pathlib import Path
 import git
 
 from bot.config import CONFIG_PATH, TargetConfig
+from bot.logs import redact
 from runner.contract import TargetSpec
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ def clone_at(url: str, sha: str, dest: Path) -> Path:
         repo.git.fetch("--depth=1", "--no-tags", url, sha)
         repo.git.checkout("--detach", "--force", "FETCH_HEAD")
     except git.GitCommandError as e:
-        stderr = (e.stderr or "").replace(url, "<remote>")
+        stderr = (e.stderr or "").replace(url, "<remote>").replace(url.split("://", 1)[-1], "<remote>")
+        stderr = redact(stderr)
         raise CloneError(f"fetch of {sha} failed: {stderr.strip()[-500:]}") from None
     head = repo.head.commit.hexsha
     if head != sha and not head.startswith(sha):
