@@ -104,3 +104,65 @@ def world(tmp_path: Path, fake_github: FakeGitHub) -> Iterator[World]:
 def secret_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.DEBUG)
     return caplog
+
+
+# ---- PostgreSQL: a real server from Debian's packages, started once per session --------------------------------
+
+
+def _pg_bin() -> Path | None:
+    import glob
+    import shutil
+
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(versions[-1]).parent if versions else None
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """Base URL of a throwaway PostgreSQL server (trust auth, loopback only, fsync off)."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tests.fakes.serve import free_port
+
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL's initdb was not found (install it with .ci/postgres.sh)")
+    root = Path(tempfile.mkdtemp(prefix="fusebot-pg-"))
+    os.chmod(root, 0o777)  # postgres refuses to run as root: it runs as nobody, who must write here
+    as_user = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+    data, port = root / "data", free_port()
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "fusebot", "--no-sync"],
+                   check=True, capture_output=True)
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-w", "-t", "60",
+                    "-l", str(root / "log"), "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql://fusebot@127.0.0.1:{port}"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def new_postgres_db(server: str) -> str:
+    import uuid
+
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"{server}/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    return new_postgres_db(request.getfixturevalue("postgres_server"))
