@@ -103,7 +103,11 @@ class GitRepo:
             exists = subprocess.run(
                 ["git", "rev-parse", "--verify", "-q", branch], cwd=self.work, capture_output=True
             ).returncode == 0
-            git(self.work, "checkout", "-q", *(() if exists else ("-b",)), branch)
+            if exists:
+                git(self.work, "checkout", "-q", branch)
+            else:  # new branches start from main (the initial commit for main itself)
+                start = ("main",) if self._has_main() else ()
+                git(self.work, "checkout", "-q", "-b", branch, *start)
         for rel, text in files.items():
             p = self.work / rel
             if text is None:
@@ -116,6 +120,10 @@ class GitRepo:
         sha = git(self.work, "rev-parse", "HEAD")
         git(self.work, "push", "-q", "--force", "origin", f"{branch}:refs/heads/{branch}")
         return sha
+
+    def _has_main(self) -> bool:
+        return subprocess.run(["git", "rev-parse", "--verify", "-q", "main"], cwd=self.work,
+                              capture_output=True).returncode == 0
 
     def push_ref(self, sha: str, ref: str) -> None:
         git(self.work, "push", "-q", "--force", "origin", f"{sha}:{ref}")

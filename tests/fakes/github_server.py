@@ -465,7 +465,7 @@ class FakeGitHub:
                        "text": None, "annotations_count": len(run["output"].get("annotations", [])),
                        "annotations_url": "https://api.github.com/x"},
             "app": {"id": self.app_id, "slug": "fusebot", "name": "fusebot", "owner": self._user("fusebot-org")},
-            "pull_requests": [],
+            "pull_requests": [], "check_suite": {"id": 77},
         }
 
     def _create_check_run(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
