@@ -11,7 +11,7 @@ lease token the runner got when it leased that job (`X-Fusebot-Lease`): a runner
     POST /runner/v1/jobs/{id}/release         -> {released}   (shutting down: back to the queue now)
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: FastAPI must see the local Annotated aliases below as objects
 
 import hmac
 import logging
