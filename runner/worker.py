@@ -203,6 +203,8 @@ class Worker:
     def download(self, job_id: str, lease: str, dest: Path) -> Path:
         tarball = dest / "source.tar.gz"
         with self.client.stream("GET", f"/runner/v1/jobs/{job_id}/source", headers={LEASE_HEADER: lease}) as r:
+            if r.status_code in (403, 409):
+                raise JobStopped("the lease is no longer valid (cancelled or expired)")
             r.raise_for_status()
             with tarball.open("wb") as f:
                 for chunk in r.iter_bytes():

@@ -346,7 +346,7 @@ class FakeGitHub:
             "id": repo.id if repo else 1, "name": name, "full_name": full_name,
             "owner": {"login": owner, "id": 1, "type": "User"},
             "default_branch": repo.default_branch if repo else "main",
-            "html_url": f"https://github.com/{full_name}", "url": f"https://api.github.com/repos/{full_name}",
+            "html_url": f"https://github.com/{full_name}", "url": f"{self.base_url}/repos/{full_name}",
             "private": False, "fork": repo is None,
         }
 
@@ -403,6 +403,7 @@ class FakeGitHub:
                     "user": self._user(owner)}
 
         return {
+            "url": f"{self.base_url}/repos/{pr.repo}/pulls/{pr.number}",
             "number": pr.number, "state": pr.state, "id": pr.number + 10_000, "title": "A change",
             "user": self._user(pr.user),
             "labels": [{"name": n, "id": i + 1, "color": "ededed", "default": False} for i, n in enumerate(pr.labels)],
@@ -440,7 +441,8 @@ class FakeGitHub:
         cid = next(self._ids)
         self.comments[cid] = {"repo": repo.full_name, "issue": int(p["issue_number"]), "body": body["body"],
                               "user": "fusebot[bot]"}
-        return 201, {"id": cid, "body": body["body"], "user": self._user("fusebot[bot]", "Bot"),
+        return 201, {"url": f"{self.base_url}/repos/{repo.full_name}/issues/comments/{cid}",
+                     "id": cid, "body": body["body"], "user": self._user("fusebot[bot]", "Bot"),
                      "created_at": NOW, "updated_at": NOW, "author_association": "NONE",
                      "html_url": f"https://github.com/{repo.full_name}/pull/{p['issue_number']}#issuecomment-{cid}",
                      "issue_url": f"https://api.github.com/repos/{repo.full_name}/issues/{p['issue_number']}"}
@@ -459,6 +461,7 @@ class FakeGitHub:
 
     def _check_run_json(self, run: dict[str, Any]) -> dict[str, Any]:
         return {
+            "url": f"{self.base_url}/repos/{run['repo']}/check-runs/{run['id']}",
             "id": run["id"], "head_sha": run["head_sha"], "name": run["name"], "status": run["status"],
             "conclusion": run.get("conclusion"), "external_id": run.get("external_id"),
             "output": {"title": run["output"].get("title"), "summary": run["output"].get("summary"),
