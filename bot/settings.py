@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     check_run_name: str = "fusebot"
     lease_ttl_seconds: Annotated[float, Field(gt=0)] = 300.0
     max_attempts: Annotated[int, Field(ge=1)] = 3
-    delivery_claim_seconds: Annotated[float, Field(gt=0)] = 120.0
+    delivery_claim_seconds: Annotated[float, Field(gt=0)] = 60.0  # a crashed handler's delivery is retried after this
     scheduler_interval_seconds: Annotated[float, Field(gt=0)] = 60.0
     worker_poll_seconds: Annotated[float, Field(gt=0)] = 1.0
     log_level: str = "INFO"
