@@ -10,15 +10,19 @@ leased/running with an expired lease -> queued again (or failed after `max_attem
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import logging
 import secrets
+import threading
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -29,6 +33,7 @@ from bot.webhooks import Event
 from runner.contract import Job, JobResult, Progress
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _JOB_NS = uuid.UUID("6f1d3f0e-2b7a-4c51-9a0e-5b8f2f7c9d11")
 
 
@@ -91,21 +96,39 @@ def _info(row: JobRow) -> JobInfo:
     return info
 
 
+def _writes(method: Callable[..., T]) -> Callable[..., T]:
+    """Serialise this process's write transactions on SQLite: one writer at a time queues fairly on a lock instead
+    of many threads spinning in SQLite's busy handler (whose back-off sleeps made multi-second tails under load).
+    PostgreSQL needs no lock: its row locks and the compare-and-swap UPDATEs do the work."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        with self._write_lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Store:
-    def __init__(self, sessions: sessionmaker, *, max_attempts: int = 3, claim_seconds: float = 120.0) -> None:
+    def __init__(self, sessions: sessionmaker, *, max_attempts: int = 3, claim_seconds: float = 60.0) -> None:
         self.sessions = sessions
         self.max_attempts = max_attempts
         self.claim = timedelta(seconds=claim_seconds)
+        is_sqlite = sessions.kw["bind"].dialect.name == "sqlite"
+        self._write_lock: AbstractContextManager[Any] = threading.RLock() if is_sqlite else nullcontext()
 
     def _s(self) -> Session:
         return self.sessions()
 
     # ---- inbox ---------------------------------------------------------------------------------------------
 
-    def record_delivery(self, ev: Event) -> bool:
-        """Store a delivery for the background worker. False when this delivery id was seen before."""
+    @_writes
+    def record_delivery(self, ev: Event, raw_body: bytes | None = None) -> bool:
+        """Store a delivery for the background worker. False when this delivery id was seen before.
+        `raw_body`, when given, is stored as received (it is `ev.data` as JSON: no second serialisation)."""
+        payload = raw_body.decode() if raw_body is not None else json.dumps(ev.data)
         with self._s() as s:
-            s.add(Delivery(id=ev.delivery_id, event=ev.name, action=ev.action, payload=json.dumps(ev.data)))
+            s.add(Delivery(id=ev.delivery_id, event=ev.name, action=ev.action, payload=payload))
             try:
                 s.commit()
             except IntegrityError:
@@ -113,6 +136,7 @@ class Store:
                 return False
         return True
 
+    @_writes
     def claim_delivery(self, now: datetime | None = None) -> Event | None:
         """Take the oldest pending delivery (or one whose claim lapsed: its processor died)."""
         now = now or utcnow()
@@ -140,6 +164,7 @@ class Store:
                     return Event(name=d.event, delivery_id=d.id, data=json.loads(d.payload))
         return None
 
+    @_writes
     def finish_delivery(self, delivery_id: str, error: str | None = None, now: datetime | None = None) -> None:
         now = now or utcnow()
         with self._s() as s:
@@ -167,6 +192,7 @@ class Store:
 
     # ---- jobs ----------------------------------------------------------------------------------------------
 
+    @_writes
     def enqueue(
         self,
         job: Job,
@@ -222,6 +248,7 @@ class Store:
             rows = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all()
             return {state: n for state, n in rows}
 
+    @_writes
     def requeue_expired(self, now: datetime | None = None) -> int:
         """Leases whose holder went quiet: back to the queue, or failed once attempts are spent."""
         now = now or utcnow()
@@ -242,6 +269,7 @@ class Store:
             log.info("expired leases: %d requeued, %d failed", requeued, failed)
         return failed + requeued
 
+    @_writes
     def lease(self, runner: str, ttl_seconds: float, now: datetime | None = None) -> Lease | None:
         now = now or utcnow()
         self.requeue_expired(now)
@@ -292,6 +320,7 @@ class Store:
                 raise LeaseError(f"no live lease on job {job_id} for this token")
             return _info(row)
 
+    @_writes
     def heartbeat(
         self, job_id: str, token: str, progress: Progress, ttl_seconds: float, now: datetime | None = None
     ) -> str:
@@ -332,6 +361,7 @@ class Store:
     def fail(self, job_id: str, token: str, error: str, now: datetime | None = None) -> bool:
         return self._finish(job_id, token, utcnow() if now is None else now, state="failed", error=error[:10_000])
 
+    @_writes
     def _finish(self, job_id: str, token: str, now: datetime, **values: Any) -> bool:
         with self._s() as s:
             res = s.execute(
@@ -348,6 +378,7 @@ class Store:
                 return False  # the same lease already finished it (or it was cancelled under it)
         raise LeaseError(f"no live lease on job {job_id} for this token")
 
+    @_writes
     def release(self, job_id: str, token: str) -> bool:
         """The runner gives the job back (it is shutting down): straight back to the queue."""
         with self._s() as s:
@@ -359,6 +390,7 @@ class Store:
             s.commit()
             return res.rowcount == 1
 
+    @_writes
     def cancel(self, repo: str, pr_number: int | None = None, job_id: str | None = None) -> list[str]:
         """Cancel active jobs of a repository (optionally one PR's, or one job). Returns their ids."""
         with self._s() as s:
@@ -395,6 +427,7 @@ class Store:
             )
             return [_info(r) for r in s.scalars(q)]
 
+    @_writes
     def mark_notified(self, job_id: str, state: str, check_run_id: int | None) -> None:
         with self._s() as s:
             values: dict[str, Any] = {"notified_state": state}
@@ -406,6 +439,7 @@ class Store:
 
     # ---- repositories --------------------------------------------------------------------------------------
 
+    @_writes
     def upsert_repo(self, full_name: str, installation_id: int) -> None:
         with self._s() as s:
             row = s.get(RepoRow, full_name)
@@ -418,6 +452,7 @@ class Store:
             except IntegrityError:  # added concurrently: fine
                 s.rollback()
 
+    @_writes
     def remove_repo(self, full_name: str) -> None:
         with self._s() as s:
             row = s.get(RepoRow, full_name)
@@ -429,6 +464,7 @@ class Store:
         with self._s() as s:
             return list(s.scalars(select(RepoRow).order_by(RepoRow.full_name)))
 
+    @_writes
     def set_schedule(
         self, full_name: str, *, enabled: bool, cron: str, timezone: str, next_run_at: datetime | None
     ) -> None:
@@ -439,6 +475,7 @@ class Store:
             row.schedule_enabled, row.cron, row.timezone, row.next_run_at = enabled, cron, timezone, next_run_at
             s.commit()
 
+    @_writes
     def advance_schedule(self, full_name: str, expected: datetime | None, next_run_at: datetime) -> bool:
         """Move a repository's next run from `expected` to `next_run_at`; False when another process did it."""
         with self._s() as s:

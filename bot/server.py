@@ -89,7 +89,7 @@ def create_app(
         if not router.handlers_for(ev):
             ctx.metrics.webhooks.labels(ev.name, "ignored").inc()
             return JSONResponse({"ignored": True}, status_code=200)
-        new = await run_in_threadpool(ctx.store.record_delivery, ev)
+        new = await run_in_threadpool(ctx.store.record_delivery, ev, body)
         if new:
             ctx.wake.set()
         ctx.metrics.webhooks.labels(ev.name, "queued" if new else "duplicate").inc()
