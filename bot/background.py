@@ -4,9 +4,11 @@ them, requeues expired leases, keeps check runs current and ticks the nightly sc
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from datetime import datetime
+from typing import Any
 
 from bot import scheduler
 from bot.context import Context
@@ -18,11 +20,20 @@ log = logging.getLogger(__name__)
 
 
 class Background:
-    def __init__(self, ctx: Context, router: Router, *, idle_seconds: float = 0.5) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        router: Router,
+        *,
+        idle_seconds: float = 0.5,
+        stop: Any = None,
+        parent_pid: int | None = None,
+    ) -> None:
         self.ctx = ctx
         self.router = router
         self.idle_seconds = idle_seconds
-        self._stop = threading.Event()
+        self._stop = stop if stop is not None else threading.Event()
+        self._parent_pid = parent_pid  # in a child process: stop when the web process is gone
         self._thread: threading.Thread | None = None
         self._last_tick = 0.0
 
@@ -62,9 +73,12 @@ class Background:
         self.housekeeping()
         return n
 
-    def _run(self) -> None:
+    def _orphaned(self) -> bool:
+        return self._parent_pid is not None and os.getppid() != self._parent_pid
+
+    def run(self) -> None:
         log.info("background worker started")
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._orphaned():
             try:
                 busy = False
                 for _ in range(50):
@@ -81,7 +95,7 @@ class Background:
         log.info("background worker stopped")
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="fusebot-background", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="fusebot-background", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_seconds: float = 10.0) -> None:

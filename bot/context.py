@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from github import Github
 
@@ -20,7 +21,8 @@ class Context:
     store: Store
     github: GitHubApp
     metrics: Metrics
-    wake: threading.Event = field(default_factory=threading.Event)  # set when new work arrives
+    # set when new work arrives; a multiprocessing.Event when the background worker is a child process
+    wake: Any = field(default_factory=threading.Event)
 
     def gh(self, installation_id: int) -> Github:
         return self.github.client(installation_id)

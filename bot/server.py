@@ -1,15 +1,20 @@
 """The web service: `create_app(settings)` and the `fusebot serve` command.
 
-POST /webhook verifies, records the delivery and answers at once (202 new, 200 repeat); the background thread does
-everything that talks to GitHub. GET /healthz, GET /metrics (Prometheus), and the runner API under /runner/v1.
+POST /webhook verifies, records the delivery and answers at once (202 new, 200 repeat); the background worker does
+everything that talks to GitHub: a thread for tests and embedding, a child process under `fusebot serve` (so its
+work never holds the web process's GIL while a burst of webhooks waits for an answer).
+GET /healthz, GET /metrics (Prometheus), and the runner API under /runner/v1.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any, Literal
 
 import typer
 from fastapi import FastAPI, Request
@@ -49,24 +54,51 @@ def build_context(settings: Settings, github_app: GitHubApp | None = None) -> Co
     return Context(settings=settings, store=store, github=gh, metrics=Metrics())
 
 
+def _background_process(settings: Settings, wake: Any, stop: Any, parent_pid: int) -> None:
+    """The background worker as a child process of `fusebot serve` (spawned: a fresh interpreter)."""
+    from bot.logs import setup_logging
+
+    setup_logging(settings.log_level, settings.secrets())
+    ctx = build_context(settings)
+    ctx.wake = wake
+    Background(ctx, default_router, stop=stop, parent_pid=parent_pid).run()
+
+
 def create_app(
     settings: Settings,
     *,
     ctx: Context | None = None,
     router: Router | None = None,
-    background: bool = True,
+    background: bool | Literal["process"] = True,
 ) -> FastAPI:
+    """`background`: True runs the worker as a thread, "process" as a child process, False not at all (tests then
+    call `app.state.background.drain()`)."""
     ctx = ctx or build_context(settings)
     router = router or default_router
     worker = Background(ctx, router)
     secret = settings.webhook_secret.get_secret_value().encode()
+    mp = multiprocessing.get_context("spawn")
+    child: list[Any] = []
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if background:
+        if background == "process":
+            ctx.wake, stop = mp.Event(), mp.Event()
+            proc = mp.Process(target=_background_process, args=(settings, ctx.wake, stop, os.getpid()),
+                              name="fusebot-background", daemon=True)
+            proc.start()
+            child[:] = [proc, stop]
+        elif background:
             worker.start()
         yield
-        if background:
+        if child:
+            proc, stop = child
+            stop.set()
+            ctx.wake.set()
+            await run_in_threadpool(proc.join, 15)
+            if proc.is_alive():
+                proc.terminate()
+        elif background:
             await run_in_threadpool(worker.stop)
 
     app = FastAPI(title="fusebot", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -135,4 +167,4 @@ def serve(
         raise typer.Exit(2) from None
     setup_logging(settings.log_level, settings.secrets())
     log.info("fusebot serve on %s:%d, database %s", host, port, settings.database_url.split("@")[-1])
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    uvicorn.run(create_app(settings, background="process"), host=host, port=port, log_config=None, access_log=False)
