@@ -30,6 +30,7 @@ from bot.db import init_db
 from bot.github import GitHubApp
 from bot.handlers import router as default_router
 from bot.jobs import Store
+from bot.logs import install_redaction
 from bot.metrics import Metrics
 from bot.routing import Router
 from bot.runner_api import make_router
@@ -73,6 +74,7 @@ def create_app(
 ) -> FastAPI:
     """`background`: True runs the worker as a thread, "process" as a child process, False not at all (tests then
     call `app.state.background.drain()`)."""
+    install_redaction(settings.secrets())
     ctx = ctx or build_context(settings)
     router = router or default_router
     worker = Background(ctx, router)

@@ -9,6 +9,7 @@ finishes the job), a worker stopped with SIGTERM (the job goes straight back to 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -28,7 +29,15 @@ from bot.server import create_app
 from runner.contract import Job, JobResult, Progress, TargetResult
 from runner.worker import JobStopped, Worker, WorkerSettings
 from tests.bot.conftest import World, make_world
-from tests.bot.helpers import REPO, RUNNER_TOKENS, comment_payload, pr_payload, signed_headers
+from tests.bot.helpers import (
+    REPO,
+    RUNNER_TOKENS,
+    WEBHOOK_SECRET,
+    comment_payload,
+    pr_payload,
+    rsa_keys,
+    signed_headers,
+)
 from tests.fakes.serve import serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +93,10 @@ class StubSearch:
             for t in job.targets])
 
 
-def test_label_comment_and_nightly_each_become_one_completed_job(live):
+def test_label_comment_and_nightly_each_become_one_completed_job(live, caplog):
+    caplog.set_level(logging.DEBUG)  # PyGithub, urllib3, httpx and fusebot all log at DEBUG here
     w, sha = live.world, live.world.shas
+    leases: list[str] = []
 
     def post(event, payload):  # over real HTTP to the running server
         body = json.dumps(payload).encode()
@@ -101,7 +112,10 @@ def test_label_comment_and_nightly_each_become_one_completed_job(live):
     wait_for(lambda: len(w.jobs()) == 3 and quiet(live), what="three jobs")
 
     search = StubSearch()
-    assert live.worker(search).run(once=True) == 3
+    worker = live.worker(search)
+    lease = worker.lease
+    worker.lease = lambda: (got := lease()) and (leases.append(got["lease_token"]) or got)  # type: ignore[method-assign]
+    assert worker.run(once=True) == 3
     assert live.worker(search, runner="gpu-b").run(once=True) == 0  # nothing left: nothing runs twice
 
     jobs = w.jobs()
@@ -118,6 +132,15 @@ def test_label_comment_and_nightly_each_become_one_completed_job(live):
     # the next nightly slot is tomorrow, from the default branch's config (default: daily 03:00 UTC)
     [repo] = w.ctx.store.repos()
     assert repo.next_run_at is not None and repo.next_run_at > utcnow()
+
+    # no secret in any log line: webhook secret, App key, runner tokens, installation tokens, lease tokens
+    text = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert "POST /app/installations/1/access_tokens" in text and len(caplog.records) > 50  # the logs were there
+    assert len(leases) == 3 and w.fake.tokens
+    for secret in [WEBHOOK_SECRET, *RUNNER_TOKENS.values(), *w.fake.tokens, *leases]:
+        assert secret not in text
+    for line in rsa_keys()[0].splitlines()[1:-1]:
+        assert line not in text
 
 
 def test_missing_run_job_fails_the_job_clearly(live, monkeypatch):
