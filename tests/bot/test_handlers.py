@@ -272,3 +272,26 @@ def test_healthz_and_metrics(world):
     assert 'fusebot_webhook_deliveries_total{event="pull_request",outcome="duplicate"} 1.0' in text
     assert 'fusebot_jobs{state="queued"} 2.0' in text
     assert 'fusebot_jobs_created_total{trigger="label"} 2.0' in text
+
+
+# ---- the nightly run ---------------------------------------------------------------------------------------
+
+
+def test_nightly_runs_all_targets_on_the_default_branch_and_takes_the_configs_schedule(world):
+    from datetime import UTC, datetime
+
+    from bot.scheduler import tick
+
+    config = "schedule:\n  cron: '15 1 * * *'\n  timezone: Asia/Tokyo\n"
+    main = world.repo.commit({".github/fusebot.yml": config}, "config", branch="main")
+    store = world.ctx.store
+    store.set_schedule(REPO, enabled=True, cron="0 3 * * *", timezone="UTC",
+                       next_run_at=datetime(2026, 1, 1, 3, tzinfo=UTC))
+    assert len(tick(store, datetime(2026, 1, 1, 3, 5, tzinfo=UTC))) == 1
+    world.drain()
+    [job] = world.jobs()
+    assert (job.trigger, job.sha, job.spec.ref, job.pr_number) == ("schedule", main, "main", None)
+    assert [t.name for t in job.spec.targets] == ["models.attn.Attention", "models.mlp.MLP"]
+    [repo] = store.repos()
+    assert (repo.cron, repo.timezone) == ("15 1 * * *", "Asia/Tokyo")
+    assert repo.next_run_at.hour == 16 and repo.next_run_at.minute == 15  # 01:15 in Tokyo is 16:15 UTC

@@ -28,7 +28,7 @@ from bot.db import utcnow
 from bot.server import create_app
 from runner.contract import Job, JobResult, Progress, TargetResult
 from runner.worker import JobStopped, Worker, WorkerSettings
-from tests.bot.conftest import World, make_world
+from tests.bot.conftest import World, make_world, new_postgres_db
 from tests.bot.helpers import (
     REPO,
     RUNNER_TOKENS,
@@ -54,9 +54,13 @@ class Live:
         return Worker(settings, run_job=run_job)
 
 
-@pytest.fixture
-def live(tmp_path, fake_github) -> Iterator[Live]:
-    world = make_world(tmp_path, fake_github, scheduler_interval_seconds=0.1, lease_ttl_seconds=3)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def live(request, tmp_path, fake_github) -> Iterator[Live]:
+    """The bot serving on loopback with its background thread, on SQLite or a real PostgreSQL server."""
+    db = {}
+    if request.param == "postgresql":
+        db["database_url"] = new_postgres_db(request.getfixturevalue("postgres_server"))
+    world = make_world(tmp_path, fake_github, scheduler_interval_seconds=0.1, lease_ttl_seconds=3, **db)
     app = create_app(world.settings, ctx=world.ctx, background=True)
     with serve_in_thread(app) as url:
         yield Live(world, url)
@@ -234,3 +238,23 @@ def test_sigterm_gives_the_job_back(live):
         proc.kill()
     [job] = w.jobs()
     assert job.state == "queued" and job.attempts == 1  # back in the queue at once, no TTL wait
+
+
+@pytest.mark.parametrize("token, url", [("changeme", "http://bot"), ("abc123xyz", "http://bot"),
+                                        ("runner-a-token-0123456789", "ftp://bot")])
+def test_worker_settings_refuse_unsafe_values(token, url):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        WorkerSettings(bot_url=url, token=token)
+    assert token not in str(e.value)
+
+
+def test_worker_command_exits_without_a_token(monkeypatch, caplog):
+    from typer.testing import CliRunner
+
+    from runner.worker import app
+
+    monkeypatch.delenv("FUSEBOT_WORKER_TOKEN", raising=False)
+    result = CliRunner().invoke(app, ["--bot", "http://127.0.0.1:1", "--once"])
+    assert result.exit_code == 2 and "token" in caplog.text
