@@ -37,6 +37,7 @@ from bot.runner_api import make_router
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
+MAX_WEBHOOK_BYTES = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
 
 
 def build_context(settings: Settings, github_app: GitHubApp | None = None) -> Context:
@@ -110,7 +111,12 @@ def create_app(
     @app.post("/webhook")
     async def webhook(request: Request) -> JSONResponse:
         t0 = time.perf_counter()
+        declared = request.headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > MAX_WEBHOOK_BYTES:
+            return JSONResponse({"error": "payload too large"}, status_code=413)
         body = await request.body()
+        if len(body) > MAX_WEBHOOK_BYTES:
+            return JSONResponse({"error": "payload too large"}, status_code=413)
         try:
             ev = webhooks.parse(request.headers, body, secret)
         except webhooks.InvalidSignature as e:

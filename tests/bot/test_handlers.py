@@ -256,6 +256,14 @@ def test_bad_or_missing_signature_is_401_and_records_nothing(world):
     assert world.jobs() == [] and world.ctx.store.delivery_counts() == {}
 
 
+def test_oversized_payload_is_refused_before_reading(world):
+    from bot.server import MAX_WEBHOOK_BYTES
+
+    r = world.client.post("/webhook", content=b"{}", headers={"Content-Length": str(MAX_WEBHOOK_BYTES + 1),
+                                                                "X-GitHub-Event": "ping", "X-GitHub-Delivery": "x"})
+    assert r.status_code == 413
+
+
 def test_unhandled_events_are_acknowledged_not_stored(world):
     r = world.post("ping", example("ping.with-app_id"))
     assert r.status_code == 200 and r.json() == {"ignored": True}

@@ -258,3 +258,32 @@ def test_worker_command_exits_without_a_token(monkeypatch, caplog):
     monkeypatch.delenv("FUSEBOT_WORKER_TOKEN", raising=False)
     result = CliRunner().invoke(app, ["--bot", "http://127.0.0.1:1", "--once"])
     assert result.exit_code == 2 and "token" in caplog.text
+
+
+@pytest.mark.parametrize("live", ["sqlite"], indirect=True)
+def test_worker_command_pins_its_gpu_and_runs_the_default_run_job(live, monkeypatch):
+    """`fusebot worker --bot URL --gpu 1`: the job runs with CUDA_VISIBLE_DEVICES=1 (one worker per GPU)."""
+    from typer.testing import CliRunner
+
+    import runner.worker as worker_module
+
+    w = live.world
+    w.post("pull_request", pr_payload("labeled", number=2, head_sha=w.shas["feature"], base_sha=w.shas["main"],
+                                      label="optimize-kernels"))
+    wait_for(lambda: w.jobs(), what="a job")
+    seen: dict[str, str | None] = {}
+
+    def run_job(job, source_dir, progress):
+        seen["gpu"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return JobResult(job_id=job.id, ok=True)
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "unset-by-test")  # restored after the test
+    monkeypatch.setenv("FUSEBOT_WORKER_TOKEN", RUNNER_TOKENS["gpu-b"])
+    monkeypatch.setattr(worker_module, "default_run_job", lambda: run_job)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        result = CliRunner().invoke(worker_module.app, ["--bot", live.url, "--gpu", "1", "--once"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 0, result.output
+    assert seen == {"gpu": "1"} and w.jobs()[0].state == "succeeded"
