@@ -76,7 +76,7 @@ class JobInfo:
 
 
 def _info(row: JobRow) -> JobInfo:
-    info = JobInfo(
+    return JobInfo(
         id=row.id,
         repo=row.repo,
         sha=row.sha,
@@ -93,7 +93,6 @@ def _info(row: JobRow) -> JobInfo:
         error=row.error,
         spec=Job.model_validate_json(row.spec),
     )
-    return info
 
 
 def _writes(method: Callable[..., T]) -> Callable[..., T]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from bot import github
 from bot.config import CONFIG_PATH, ConfigError, FusebotConfig, load_config
@@ -31,7 +32,7 @@ def _safe_dir(repo: str) -> str:
     return repo.replace("/", "__")
 
 
-def checkout(ctx: Context, repo: str, installation_id: int, sha: str):  # -> Path
+def checkout(ctx: Context, repo: str, installation_id: int, sha: str) -> Path:
     url = ctx.github.clone_url(installation_id, repo)
     return checkout_cached(url, sha, ctx.clones_dir / _safe_dir(repo))
 

@@ -6,6 +6,7 @@ import logging
 
 from bot import github
 from bot.context import Context
+from bot.jobs import JobInfo
 from bot.routing import Router
 from bot.triggers import rerun
 from bot.webhooks import Event
@@ -14,7 +15,7 @@ log = logging.getLogger(__name__)
 router = Router()
 
 
-def _job_and_permission(ev: Event, ctx: Context):  # -> JobInfo | None
+def _job_and_permission(ev: Event, ctx: Context) -> JobInfo | None:
     run = ev.data["check_run"]
     job = ctx.store.find_by_check_run(run["id"])
     if job is None:
