@@ -1,4 +1,8 @@
-"""Prometheus metrics, one registry per app instance (so tests can build several apps in one process)."""
+"""Prometheus metrics, one registry per app instance (so tests can build several apps in one process).
+
+Counters count what this process did; under `fusebot serve` the background worker is a child process, so the
+authoritative numbers are the gauges read from the database at scrape time (`fusebot_jobs`, `fusebot_deliveries`).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,9 @@ class Metrics:
             registry=self.registry,
         )
         self.jobs_created = Counter("fusebot_jobs_created", "Jobs recorded", ["trigger"], registry=self.registry)
+        # read from the database at each scrape: true whichever process did the work
         self.jobs = Gauge("fusebot_jobs", "Jobs by state", ["state"], registry=self.registry)
+        self.deliveries = Gauge("fusebot_deliveries", "Webhook inbox by status", ["status"], registry=self.registry)
         self.runner_calls = Counter(
             "fusebot_runner_requests", "Runner API calls", ["endpoint", "outcome"], registry=self.registry
         )

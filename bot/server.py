@@ -147,6 +147,9 @@ def create_app(
         counts = ctx.store.counts_by_state()
         for state in ("queued", "leased", "running", "succeeded", "failed", "cancelled"):
             ctx.metrics.jobs.labels(state).set(counts.get(state, 0))
+        inbox = ctx.store.delivery_counts()
+        for status in ("pending", "processing", "done", "failed"):
+            ctx.metrics.deliveries.labels(status).set(inbox.get(status, 0))
         return PlainTextResponse(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(make_router(ctx))

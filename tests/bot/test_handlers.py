@@ -280,6 +280,7 @@ def test_healthz_and_metrics(world):
     assert 'fusebot_webhook_deliveries_total{event="pull_request",outcome="duplicate"} 1.0' in text
     assert 'fusebot_jobs{state="queued"} 2.0' in text
     assert 'fusebot_jobs_created_total{trigger="label"} 2.0' in text
+    assert 'fusebot_deliveries{status="done"} 2.0' in text
 
 
 # ---- the nightly run ---------------------------------------------------------------------------------------

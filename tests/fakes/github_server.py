@@ -189,6 +189,7 @@ class FakeGitHub:
         self.calls: list[Call] = []
         self.errors: list[str] = []
         self.fail_next: dict[str, int] = {}  # "METHOD template" -> status to answer once (outage simulation)
+        self.outage = 0  # non-zero: answer every request with this status (GitHub down)
         self._ids = itertools.count(1000)
         self._lock = threading.RLock()
         self.base_url = ""
@@ -263,6 +264,9 @@ class FakeGitHub:
                 body = json.loads(body_bytes)
             except json.JSONDecodeError:
                 return self._error(f"{method} {template}: body is not JSON", 400)
+        param_errors = self._check_parameters(op, params, dict(request.query_params))
+        if param_errors:
+            return self._error(f"{method} {template}: parameters invalid: {param_errors}", 422)
         schema = (((op.get("requestBody") or {}).get("content") or {}).get("application/json") or {}).get("schema")
         if body is not None and schema is None:
             return self._error(f"{method} {template}: sent a body the operation does not take", 400)
@@ -274,6 +278,9 @@ class FakeGitHub:
                 return self._error(f"{method} {template}: request body invalid: {errs[:5]}", 422)
         with self._lock:
             key = f"{method} {template}"
+            if self.outage:
+                self.calls.append(Call(method, path, self.outage, body))
+                return JSONResponse({"message": "simulated outage"}, status_code=self.outage)
             if self.fail_next.get(key):
                 status = self.fail_next.pop(key)
                 self.calls.append(Call(method, path, status, body))
@@ -288,6 +295,8 @@ class FakeGitHub:
                 status, payload = handler(params, dict(request.query_params), body)
             self.calls.append(Call(method, path, status, body))
         responses = op["responses"]
+        if status == 401 and "401" not in responses:  # "Bad credentials": GitHub answers it on every endpoint
+            return JSONResponse(payload, status_code=401)
         if str(status) not in responses:
             return self._error(f"{method} {template}: status {status} is not a documented response", 500)
         content = responses[str(status)].get("content") or {}
@@ -300,6 +309,33 @@ class FakeGitHub:
         if status == 204:
             return Response(status_code=204)
         return JSONResponse(payload, status_code=status)
+
+    @staticmethod
+    def _check_parameters(op: dict[str, Any], path_params: dict[str, str], query: dict[str, str]) -> list[str]:
+        """Path and query parameters against the operation's declared ones (names, required, types, enums)."""
+        declared = {(p["in"], p["name"]): p for p in op.get("parameters", [])}
+        errors = []
+        given = [("path", k, v) for k, v in path_params.items()] + [("query", k, v) for k, v in query.items()]
+        for where, name, raw in given:
+            p = declared.get((where, name))
+            if p is None:
+                errors.append(f"undeclared {where} parameter {name!r}")
+                continue
+            schema = p.get("schema", {})
+            value: Any = raw
+            if schema.get("type") == "integer":
+                if not raw.lstrip("-").isdigit():
+                    errors.append(f"{name}={raw!r} is not an integer")
+                    continue
+                value = int(raw)
+            elif schema.get("type") == "boolean":
+                value = raw == "true"
+            errors += [f"{name}: {e}" for e in validation_errors(schema, value, write=True)]
+        present = {"path": path_params, "query": query}
+        for (where, name), p in declared.items():
+            if p.get("required") and where in present and name not in present[where]:
+                errors.append(f"required {where} parameter {name!r} missing")
+        return errors
 
     def _error(self, message: str, status: int) -> JSONResponse:
         with self._lock:
