@@ -205,8 +205,11 @@ def create_check_run(
     conclusion: str | None = None,
     external_id: str | None = None,
     annotations: list[Annotation] | None = None,
+    actions: list[dict[str, str]] | None = None,
 ) -> int:
     kwargs: dict[str, Any] = {"name": name, "head_sha": head_sha, "status": status}
+    if actions is not None:
+        kwargs["actions"] = actions
     kwargs["output"] = _output(title, summary, annotations)
     if conclusion is not None:
         kwargs["conclusion"] = conclusion
@@ -226,8 +229,11 @@ def update_check_run(
     summary: str,
     conclusion: str | None = None,
     annotations: list[Annotation] | None = None,
+    actions: list[dict[str, str]] | None = None,
 ) -> None:
     kwargs: dict[str, Any] = {"status": status, "output": _output(title, summary, annotations)}
+    if actions is not None:
+        kwargs["actions"] = actions
     if conclusion is not None:
         kwargs["conclusion"] = conclusion
     _call("update check run", gh.get_repo(repo).get_check_run(check_run_id).edit, **kwargs)

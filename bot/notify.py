@@ -36,6 +36,15 @@ def check_run_view(job: JobInfo) -> tuple[str, str | None, str, str]:
     return "completed", "success", f"Faster kernels for {len(improved)} of {n} target(s)", lines
 
 
+STOP = {"label": "Stop", "description": "Cancel this fusebot job", "identifier": "stop"}
+RERUN = {"label": "Run again", "description": "Run this fusebot job again", "identifier": "rerun"}
+
+
+def check_run_actions(status: str) -> list[dict[str, str]]:
+    """The buttons on the check run (they arrive as check_run.requested_action)."""
+    return [STOP] if status != "completed" else [RERUN]
+
+
 def sync_check_runs(ctx: Context, limit: int = 20) -> int:
     """Bring check runs up to date with job states. Returns how many were written."""
     done = 0
@@ -49,11 +58,13 @@ def sync_check_runs(ctx: Context, limit: int = 20) -> int:
             run_id = github.create_check_run(
                 gh, job.repo, name=ctx.settings.check_run_name, head_sha=job.sha, status=status,
                 conclusion=conclusion, title=title, summary=summary, external_id=job.id,
+                actions=check_run_actions(status),
             )
         else:
             run_id = job.check_run_id
             github.update_check_run(
-                gh, job.repo, run_id, status=status, conclusion=conclusion, title=title, summary=summary
+                gh, job.repo, run_id, status=status, conclusion=conclusion, title=title, summary=summary,
+                actions=check_run_actions(status),
             )
         ctx.store.mark_notified(job.id, job.state, run_id)
         done += 1

@@ -36,6 +36,7 @@ def test_label_by_writer_queues_one_job_pinned_to_head(world):
     assert [t.name for t in job.spec.targets] == ["models.attn.Attention"]  # only what the PR changed
     [run] = check_runs(world)
     assert run["head_sha"] == world.shas["feature"] and run["status"] == "queued" and run["external_id"] == job.id
+    assert [a["identifier"] for a in run["actions"]] == ["stop"]  # the button that arrives as requested_action
     assert world.fake.calls_to("GET", "/collaborators/maintainer/permission")
 
 
