@@ -36,6 +36,8 @@ class Background:
         self._parent_pid = parent_pid  # in a child process: stop when the web process is gone
         self._thread: threading.Thread | None = None
         self._last_tick = 0.0
+        self._sync_after = 0.0
+        self._sync_failures = 0
 
     def handle_one(self, now: datetime | None = None) -> bool:
         """Handle the next pending delivery. False when there was none."""
@@ -56,10 +58,15 @@ class Background:
     def housekeeping(self, now: datetime | None = None) -> None:
         now = now or utcnow()
         self.ctx.store.requeue_expired(now)
-        try:
-            sync_check_runs(self.ctx)
-        except Exception:
-            log.exception("check run update failed; will retry")
+        if time.monotonic() >= self._sync_after:
+            try:
+                sync_check_runs(self.ctx)
+                self._sync_failures = 0
+            except Exception as e:  # GitHub unreachable: back off, the outbox keeps the updates
+                self._sync_failures += 1
+                delay_s = min(300.0, 2.0**self._sync_failures)
+                self._sync_after = time.monotonic() + delay_s
+                log.warning("check run updates failed (%s); retrying in %.0f s", e, delay_s)
         if time.monotonic() - self._last_tick >= self.ctx.settings.scheduler_interval_seconds:
             self._last_tick = time.monotonic()
             if scheduler.tick(self.ctx.store, now):
@@ -97,6 +104,9 @@ class Background:
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="fusebot-background", daemon=True)
         self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
         self._stop.set()

@@ -137,10 +137,13 @@ def create_app(
         return JSONResponse({"queued": new, "duplicate": not new}, status_code=202 if new else 200)
 
     @app.get("/healthz")
-    def healthz() -> dict:
+    def healthz() -> JSONResponse:
+        """200 when the database answers and the background worker is alive; 503 otherwise."""
         with ctx.store.sessions() as s:
             s.execute(text("SELECT 1"))
-        return {"ok": True}
+        if (child and not child[0].is_alive()) or (background is True and not worker.alive()):
+            return JSONResponse({"ok": False, "error": "background worker is not running"}, status_code=503)
+        return JSONResponse({"ok": True})
 
     @app.get("/metrics")
     def metrics() -> PlainTextResponse:
