@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from github import Auth, Github, GithubException, UnknownObjectException
@@ -33,6 +34,7 @@ class PullInfo:
     base_ref: str
     state: str
     labels: tuple[str, ...]
+    updated_at: datetime | None = None  # aware UTC
 
     @property
     def is_fork(self) -> bool:
@@ -154,6 +156,7 @@ def pull(gh: Github, repo: str, number: int) -> PullInfo:
             base_ref=pr.base.ref,
             state=pr.state,
             labels=tuple(label.name for label in pr.labels),
+            updated_at=pr.updated_at.replace(tzinfo=pr.updated_at.tzinfo or UTC) if pr.updated_at else None,
         )
 
     return _call(f"pull request {number}", read)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from bot import github
 from bot.context import Context
@@ -60,6 +61,14 @@ def status_text(ctx: Context, repo: str, number: int) -> str:
     return STATUS_MARKER + "\n" + "\n".join(rows)
 
 
+def changed_after(updated_at: datetime | None, comment_created_at: str | None) -> bool:
+    """Whether the pull request was updated after the comment (unknown times count as changed)."""
+    if updated_at is None or not comment_created_at:
+        return True
+    created = datetime.fromisoformat(comment_created_at.replace("Z", "+00:00"))
+    return updated_at > created
+
+
 @router.register("issue_comment", "created")
 def comment_created(ev: Event, ctx: Context) -> None:
     issue = ev.data["issue"]
@@ -90,6 +99,12 @@ def comment_created(ev: Event, ctx: Context) -> None:
         pr = github.pull(gh, repo, number)
         if pr.state != "open":
             github.post_comment(gh, repo, number, "This pull request is closed: nothing to run.")
+            return
+        if pr.is_fork and changed_after(pr.updated_at, ev.data["comment"].get("created_at")):
+            # Code from a fork runs only as the commenter saw it: a push after the command needs a new command.
+            log.warning("%s#%d: fork PR changed after %r: not run", repo, number, cmd.text)
+            github.post_comment(gh, repo, number, f"This pull request changed after `{cmd.text}` was posted. "
+                                f"Comment again to run fusebot on its current head ({pr.head_sha[:12]}).")
             return
         changed = None if cmd.name == "run-all" else github.pull_files(gh, repo, number)
         start_job(

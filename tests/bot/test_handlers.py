@@ -189,6 +189,27 @@ def test_stop_status_help_unknown(world):
     assert reactions(world) == ["+1", "+1", "+1", "+1", "confused"]
 
 
+def test_fork_pr_command_runs_only_what_the_commenter_saw(world):
+    fork = world.repo.commit({"models/mlp.py": MODULE.format(cls="MLP", extra=" * 2")}, "fork", branch="fork")
+    world.repo.push_ref(fork, "refs/pull/3/head")
+    pull = world.fake.add_pull(Pull(REPO, 3, fork, "patch-1", "forker/Hello-World", "main", world.shas["main"]))
+
+    def comment(body: str, comment_id: int) -> None:
+        world.fake.add_comment(REPO, 3, comment_id, body, "maintainer")
+        payload = comment_payload(body, number=3, comment_id=comment_id)  # created 2019-05-15T15:20:18Z
+        world.post("issue_comment", payload)
+        world.drain()
+
+    pull.updated_at = "2019-05-15T15:20:30Z"  # a push after the command was written
+    comment("/fusebot run", 11)
+    assert world.jobs() == []
+    assert "changed after `/fusebot run`" in world.fake.comments_on(REPO, 3)[0]
+    pull.updated_at = "2019-05-15T15:20:00Z"  # unchanged since
+    comment("/fusebot run", 12)
+    [job] = world.jobs()
+    assert job.sha == fork and [t.name for t in job.spec.targets] == ["models.mlp.MLP"]
+
+
 def test_command_from_non_collaborator_is_ignored(world):
     command(world, "/fusebot run all", sender="stranger")
     assert world.jobs() == [] and reactions(world) == [] and world.fake.comments_on(REPO, 2) == []

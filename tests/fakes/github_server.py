@@ -163,6 +163,7 @@ class Pull:
     state: str = "open"
     labels: list[str] = field(default_factory=list)
     user: str = "contributor"
+    updated_at: str = "2019-01-01T00:00:00Z"  # before the examples' comments
 
 
 @dataclass
@@ -441,6 +442,7 @@ class FakeGitHub:
         return {
             "url": f"{self.base_url}/repos/{pr.repo}/pulls/{pr.number}",
             "number": pr.number, "state": pr.state, "id": pr.number + 10_000, "title": "A change",
+            "updated_at": pr.updated_at,
             "user": self._user(pr.user),
             "labels": [{"name": n, "id": i + 1, "color": "ededed", "default": False} for i, n in enumerate(pr.labels)],
             "head": side(pr.head_ref, pr.head_sha, pr.head_repo),
