@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from datetime import datetime
+from multiprocessing.connection import Connection
 from typing import Any
 
 from bot import scheduler
@@ -17,6 +18,43 @@ from bot.notify import sync_check_runs
 from bot.routing import Router
 
 log = logging.getLogger(__name__)
+
+
+class PipeWake:
+    """A wake-up signal from the web process to the background process that no crash can deadlock.
+
+    (A multiprocessing.Event shares a lock: a process killed while holding it would block every later `set()`, and
+    with it every webhook.) Writes are non-blocking and errors are ignored: a lost wake-up only costs one idle wait.
+    """
+
+    def __init__(self, reader: Connection | None = None, writer: Connection | None = None) -> None:
+        self._r, self._w = reader, writer
+        if writer is not None:
+            os.set_blocking(writer.fileno(), False)
+
+    def set(self) -> None:
+        if self._w is not None:
+            try:
+                os.write(self._w.fileno(), b"\0")
+            except OSError:  # full (a wake-up is pending anyway) or the reader is gone
+                pass
+
+    def wait(self, timeout: float) -> bool:
+        if self._r is None:
+            time.sleep(timeout)
+            return False
+        return self._r.poll(timeout)
+
+    def clear(self) -> None:
+        if self._r is None:
+            return
+        fd = self._r.fileno()
+        os.set_blocking(fd, False)
+        try:
+            while os.read(fd, 65536):
+                pass
+        except OSError:
+            pass
 
 
 class Background:

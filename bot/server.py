@@ -11,9 +11,12 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from multiprocessing.connection import Connection
 from typing import Any, Literal
 
 import typer
@@ -24,7 +27,7 @@ from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 from bot import webhooks
-from bot.background import Background
+from bot.background import Background, PipeWake
 from bot.context import Context
 from bot.db import init_db
 from bot.github import GitHubApp
@@ -56,13 +59,16 @@ def build_context(settings: Settings, github_app: GitHubApp | None = None) -> Co
     return Context(settings=settings, store=store, github=gh, metrics=Metrics())
 
 
-def _background_process(settings: Settings, wake: Any, stop: Any, parent_pid: int) -> None:
-    """The background worker as a child process of `fusebot serve` (spawned: a fresh interpreter)."""
+def _background_process(settings: Settings, wake_reader: Connection, parent_pid: int) -> None:
+    """The background worker as a child process of `fusebot serve` (spawned: a fresh interpreter). SIGTERM stops it
+    after the delivery in hand; it also stops by itself when the web process is gone."""
     from bot.logs import setup_logging
 
     setup_logging(settings.log_level, settings.secrets())
     ctx = build_context(settings)
-    ctx.wake = wake
+    ctx.wake = PipeWake(reader=wake_reader)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     Background(ctx, default_router, stop=stop, parent_pid=parent_pid).run()
 
 
@@ -86,21 +92,22 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if background == "process":
-            ctx.wake, stop = mp.Event(), mp.Event()
-            proc = mp.Process(target=_background_process, args=(settings, ctx.wake, stop, os.getpid()),
+            reader, writer = mp.Pipe(duplex=False)
+            proc = mp.Process(target=_background_process, args=(settings, reader, os.getpid()),
                               name="fusebot-background", daemon=True)
             proc.start()
-            child[:] = [proc, stop]
+            reader.close()
+            ctx.wake = PipeWake(writer=writer)
+            child[:] = [proc]
         elif background:
             worker.start()
         yield
         if child:
-            proc, stop = child
-            stop.set()
-            ctx.wake.set()
+            [proc] = child
+            proc.terminate()  # SIGTERM: finish the delivery in hand, then exit
             await run_in_threadpool(proc.join, 15)
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()
         elif background:
             await run_in_threadpool(worker.stop)
 

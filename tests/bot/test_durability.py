@@ -89,11 +89,13 @@ def test_bot_killed_mid_job_and_mid_inbox(setup, tmp_path):
     t.start()
     assert started.wait(20)
 
-    # a burst of deliveries, then SIGKILL before the bot can have handled them all
+    # a burst of deliveries, then SIGKILL before the bot can have handled them all (GitHub is slow today)
+    fake.latency_s = 0.1
     for i in range(20):
         assert post(bot, label, f"burst-{i}").status_code == 202
     bot.kill()
     handled_before = len(store.list_jobs())
+    fake.latency_s = 0.0
     finish.set()  # the search ends while the bot is down: the upload must wait and retry
     time.sleep(0.5)
     bot.start()

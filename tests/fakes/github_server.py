@@ -13,6 +13,7 @@ key), everything else an installation token that this fake issued, for a reposit
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import hashlib
@@ -191,6 +192,7 @@ class FakeGitHub:
         self.errors: list[str] = []
         self.fail_next: dict[str, int] = {}  # "METHOD template" -> status to answer once (outage simulation)
         self.outage = 0  # non-zero: answer every request with this status (GitHub down)
+        self.latency_s = 0.0  # added to every answer (a slow GitHub)
         self._ids = itertools.count(1000)
         self._lock = threading.RLock()
         self.base_url = ""
@@ -253,6 +255,8 @@ class FakeGitHub:
 
     async def _endpoint(self, request: Request) -> Response:
         body_bytes = await request.body()
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         path, method = request.url.path, request.method
         matched = self.spec.match(path)
         op = self.spec.operation(matched[0], method) if matched else None
