@@ -11,13 +11,14 @@ from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bot import scheduler
+from bot import retention, scheduler
 from bot.context import Context
 from bot.db import utcnow
 from bot.notify import sync_check_runs
 from bot.routing import Router
 
 log = logging.getLogger(__name__)
+RETENTION_INTERVAL_S = 3600.0
 
 
 class PipeWake:
@@ -75,6 +76,7 @@ class Background:
         self._thread: threading.Thread | None = None
         self._last_tick = 0.0
         self._sync_after = 0.0
+        self._next_retention = 0.0
         self._sync_failures = 0
 
     def handle_one(self, now: datetime | None = None) -> bool:
@@ -105,6 +107,12 @@ class Background:
                 delay_s = min(300.0, 2.0**self._sync_failures)
                 self._sync_after = time.monotonic() + delay_s
                 log.warning("check run updates failed (%s); retrying in %.0f s", e, delay_s)
+        if time.monotonic() >= self._next_retention:
+            self._next_retention = time.monotonic() + RETENTION_INTERVAL_S
+            try:
+                retention.collect(self.ctx, now)
+            except Exception:
+                log.exception("retention pass failed")
         if time.monotonic() - self._last_tick >= self.ctx.settings.scheduler_interval_seconds:
             self._last_tick = time.monotonic()
             if scheduler.tick(self.ctx.store, now):

@@ -410,6 +410,23 @@ class Store:
             log.info("cancelled %d job(s) of %s (PR %s)", len(ids), repo, pr_number)
         return ids
 
+    def active_source_paths(self) -> set[str]:
+        with self._s() as s:
+            q = select(JobRow.source_path).where(JobRow.state.in_(ACTIVE_STATES), JobRow.source_path.is_not(None))
+            return {p for p in s.scalars(q) if p}
+
+    @_writes
+    def prune_payloads(self, before: datetime) -> int:
+        """Drop stored payloads of deliveries handled before `before`; the ids stay as the replay guard."""
+        with self._s() as s:
+            n = s.execute(
+                update(Delivery)
+                .where(Delivery.status.in_(("done", "failed")), Delivery.done_at < before, Delivery.payload != "")
+                .values(payload="")
+            ).rowcount
+            s.commit()
+            return n
+
     def find_by_check_run(self, check_run_id: int) -> JobInfo | None:
         with self._s() as s:
             row = s.scalars(select(JobRow).where(JobRow.check_run_id == check_run_id)).first()

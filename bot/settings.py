@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     delivery_claim_seconds: Annotated[float, Field(gt=0)] = 60.0  # a crashed handler's delivery is retried after this
     scheduler_interval_seconds: Annotated[float, Field(gt=0)] = 60.0
     worker_poll_seconds: Annotated[float, Field(gt=0)] = 1.0
+    data_retention_hours: Annotated[float, Field(gt=0)] = 24.0  # clones and finished jobs' source tarballs
+    delivery_retention_days: Annotated[float, Field(gt=0)] = 30.0  # stored webhook payloads (ids are kept)
     log_level: str = "INFO"
 
     @field_validator("webhook_secret")

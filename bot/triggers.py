@@ -136,7 +136,11 @@ def rerun(ctx: Context, *, delivery_id: str, previous: JobInfo, installation_id:
     """A new job with the same targets at the same commit (check run re-requested)."""
     key = f"{delivery_id}:0"
     job = previous.spec.model_copy(update={"id": job_id_for(key)})
-    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=previous.source_path)
+    source = previous.source_path
+    if source is None or not Path(source).is_file():  # removed by retention: rebuild it from the pinned commit
+        worktree = checkout(ctx, job.repo, installation_id, job.sha)
+        source = str(make_tarball(worktree, ctx.sources_dir / _safe_dir(job.repo) / f"{job.sha}.tar.gz"))
+    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=source)
     if created:
         ctx.metrics.jobs_created.labels(job.trigger).inc()
     return info
