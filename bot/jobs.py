@@ -1,4 +1,4 @@
-"""The durable state machine: the webhook inbox, jobs and their leases, installed repositories.
+"""Jobs and their leases, and `Store`: the whole database (with bot/inbox.py and bot/repos.py).
 
 Every transition is one compare-and-swap UPDATE (`... WHERE state IN (...)`), so it is correct with several bot
 processes, on SQLite and PostgreSQL alike. Job ids derive from a dedupe key (delivery id + index), so handling one
@@ -10,30 +10,25 @@ leased/running with an expired lease -> queued again (or failed after `max_attem
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
-import json
 import logging
 import secrets
-import threading
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
 
-from bot.db import ACTIVE_STATES, TERMINAL_STATES, Delivery, JobRow, RepoRow, utcnow
-from bot.webhooks import Event
+from bot.db import ACTIVE_STATES, TERMINAL_STATES, JobRow, utcnow
+from bot.inbox import Inbox
+from bot.repos import Repos
+from bot.storebase import StoreBase, writes
 from runner.contract import Job, JobResult, Progress
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 _JOB_NS = uuid.UUID("6f1d3f0e-2b7a-4c51-9a0e-5b8f2f7c9d11")
 
 
@@ -95,103 +90,12 @@ def _info(row: JobRow) -> JobInfo:
     )
 
 
-def _writes(method: Callable[..., T]) -> Callable[..., T]:
-    """Serialise this process's write transactions on SQLite: one writer at a time queues fairly on a lock instead
-    of many threads spinning in SQLite's busy handler (whose back-off sleeps made multi-second tails under load).
-    PostgreSQL needs no lock: its row locks and the compare-and-swap UPDATEs do the work."""
-
-    @functools.wraps(method)
-    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
-        with self._write_lock:
-            return method(self, *args, **kwargs)
-
-    return wrapper
-
-
-class Store:
-    def __init__(self, sessions: sessionmaker, *, max_attempts: int = 3, claim_seconds: float = 60.0) -> None:
-        self.sessions = sessions
-        self.max_attempts = max_attempts
-        self.claim = timedelta(seconds=claim_seconds)
-        is_sqlite = sessions.kw["bind"].dialect.name == "sqlite"
-        self._write_lock: AbstractContextManager[Any] = threading.RLock() if is_sqlite else nullcontext()
-
-    def _s(self) -> Session:
-        return self.sessions()
-
-    # ---- inbox ---------------------------------------------------------------------------------------------
-
-    @_writes
-    def record_delivery(self, ev: Event, raw_body: bytes | None = None) -> bool:
-        """Store a delivery for the background worker. False when this delivery id was seen before.
-        `raw_body`, when given, is stored as received (it is `ev.data` as JSON: no second serialisation)."""
-        payload = raw_body.decode() if raw_body is not None else json.dumps(ev.data)
-        with self._s() as s:
-            s.add(Delivery(id=ev.delivery_id, event=ev.name, action=ev.action, payload=payload))
-            try:
-                s.commit()
-            except IntegrityError:
-                s.rollback()
-                return False
-        return True
-
-    @_writes
-    def claim_delivery(self, now: datetime | None = None) -> Event | None:
-        """Take the oldest pending delivery (or one whose claim lapsed: its processor died)."""
-        now = now or utcnow()
-        with self._s() as s:
-            for _ in range(5):
-                row = s.execute(
-                    select(Delivery.id)
-                    .where(Delivery.status.in_(("pending", "processing")))
-                    .where((Delivery.claimed_until.is_(None)) | (Delivery.claimed_until < now))
-                    .order_by(Delivery.received_at)
-                    .limit(1)
-                ).first()
-                if row is None:
-                    return None
-                res = s.execute(
-                    update(Delivery)
-                    .where(Delivery.id == row.id, Delivery.status.in_(("pending", "processing")))
-                    .where((Delivery.claimed_until.is_(None)) | (Delivery.claimed_until < now))
-                    .values(status="processing", claimed_until=now + self.claim, attempts=Delivery.attempts + 1)
-                )
-                s.commit()
-                if res.rowcount == 1:
-                    d = s.get(Delivery, row.id)
-                    assert d is not None
-                    return Event(name=d.event, delivery_id=d.id, data=json.loads(d.payload))
-        return None
-
-    @_writes
-    def finish_delivery(self, delivery_id: str, error: str | None = None, now: datetime | None = None) -> None:
-        now = now or utcnow()
-        with self._s() as s:
-            d = s.get(Delivery, delivery_id)
-            if d is None:
-                return
-            if error is None:
-                d.status, d.done_at, d.error, d.claimed_until = "done", now, None, None
-            elif d.attempts >= self.max_attempts:
-                d.status, d.done_at, d.error = "failed", now, error
-            else:  # retry later, backing off
-                d.status, d.error = "pending", error
-                d.claimed_until = now + timedelta(seconds=min(300, 5 * 2**d.attempts))
-            s.commit()
-
-    def delivery_status(self, delivery_id: str) -> str | None:
-        with self._s() as s:
-            d = s.get(Delivery, delivery_id)
-            return d.status if d else None
-
-    def delivery_counts(self) -> dict[str, int]:
-        with self._s() as s:
-            rows = s.execute(select(Delivery.status, func.count()).group_by(Delivery.status)).all()
-            return {status: n for status, n in rows}
+class Store(Inbox, Repos, StoreBase):
+    """The bot's database: the webhook inbox (bot/inbox.py), installed repositories (bot/repos.py) and jobs (here)."""
 
     # ---- jobs ----------------------------------------------------------------------------------------------
 
-    @_writes
+    @writes
     def enqueue(
         self,
         job: Job,
@@ -247,7 +151,7 @@ class Store:
             rows = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all()
             return {state: n for state, n in rows}
 
-    @_writes
+    @writes
     def requeue_expired(self, now: datetime | None = None) -> int:
         """Leases whose holder went quiet: back to the queue, or failed once attempts are spent."""
         now = now or utcnow()
@@ -268,7 +172,7 @@ class Store:
             log.info("expired leases: %d requeued, %d failed", requeued, failed)
         return failed + requeued
 
-    @_writes
+    @writes
     def lease(self, runner: str, ttl_seconds: float, now: datetime | None = None) -> Lease | None:
         now = now or utcnow()
         self.requeue_expired(now)
@@ -319,7 +223,7 @@ class Store:
                 raise LeaseError(f"no live lease on job {job_id} for this token")
             return _info(row)
 
-    @_writes
+    @writes
     def heartbeat(
         self, job_id: str, token: str, progress: Progress, ttl_seconds: float, now: datetime | None = None
     ) -> str:
@@ -360,7 +264,7 @@ class Store:
     def fail(self, job_id: str, token: str, error: str, now: datetime | None = None) -> bool:
         return self._finish(job_id, token, utcnow() if now is None else now, state="failed", error=error[:10_000])
 
-    @_writes
+    @writes
     def _finish(self, job_id: str, token: str, now: datetime, **values: Any) -> bool:
         with self._s() as s:
             res = s.execute(
@@ -377,7 +281,7 @@ class Store:
                 return False  # the same lease already finished it (or it was cancelled under it)
         raise LeaseError(f"no live lease on job {job_id} for this token")
 
-    @_writes
+    @writes
     def release(self, job_id: str, token: str) -> bool:
         """The runner gives the job back (it is shutting down): straight back to the queue."""
         with self._s() as s:
@@ -389,7 +293,7 @@ class Store:
             s.commit()
             return res.rowcount == 1
 
-    @_writes
+    @writes
     def cancel(self, repo: str, pr_number: int | None = None, job_id: str | None = None) -> list[str]:
         """Cancel active jobs of a repository (optionally one PR's, or one job). Returns their ids."""
         with self._s() as s:
@@ -415,18 +319,6 @@ class Store:
             q = select(JobRow.source_path).where(JobRow.state.in_(ACTIVE_STATES), JobRow.source_path.is_not(None))
             return {p for p in s.scalars(q) if p}
 
-    @_writes
-    def prune_payloads(self, before: datetime) -> int:
-        """Drop stored payloads of deliveries handled before `before`; the ids stay as the replay guard."""
-        with self._s() as s:
-            n = s.execute(
-                update(Delivery)
-                .where(Delivery.status.in_(("done", "failed")), Delivery.done_at < before, Delivery.payload != "")
-                .values(payload="")
-            ).rowcount
-            s.commit()
-            return n
-
     def find_by_check_run(self, check_run_id: int) -> JobInfo | None:
         with self._s() as s:
             row = s.scalars(select(JobRow).where(JobRow.check_run_id == check_run_id)).first()
@@ -443,7 +335,7 @@ class Store:
             )
             return [_info(r) for r in s.scalars(q)]
 
-    @_writes
+    @writes
     def mark_notified(self, job_id: str, state: str, check_run_id: int | None) -> None:
         with self._s() as s:
             values: dict[str, Any] = {"notified_state": state}
@@ -452,52 +344,3 @@ class Store:
             # updated_at must not move: it orders the outbox
             s.execute(update(JobRow).where(JobRow.id == job_id).values(**values, updated_at=JobRow.updated_at))
             s.commit()
-
-    # ---- repositories --------------------------------------------------------------------------------------
-
-    @_writes
-    def upsert_repo(self, full_name: str, installation_id: int) -> None:
-        with self._s() as s:
-            row = s.get(RepoRow, full_name)
-            if row is None:
-                s.add(RepoRow(full_name=full_name, installation_id=installation_id))
-            else:
-                row.installation_id = installation_id
-            try:
-                s.commit()
-            except IntegrityError:  # added concurrently: fine
-                s.rollback()
-
-    @_writes
-    def remove_repo(self, full_name: str) -> None:
-        with self._s() as s:
-            row = s.get(RepoRow, full_name)
-            if row is not None:
-                s.delete(row)
-                s.commit()
-
-    def repos(self) -> list[RepoRow]:
-        with self._s() as s:
-            return list(s.scalars(select(RepoRow).order_by(RepoRow.full_name)))
-
-    @_writes
-    def set_schedule(
-        self, full_name: str, *, enabled: bool, cron: str, timezone: str, next_run_at: datetime | None
-    ) -> None:
-        with self._s() as s:
-            row = s.get(RepoRow, full_name)
-            if row is None:
-                return
-            row.schedule_enabled, row.cron, row.timezone, row.next_run_at = enabled, cron, timezone, next_run_at
-            s.commit()
-
-    @_writes
-    def advance_schedule(self, full_name: str, expected: datetime | None, next_run_at: datetime) -> bool:
-        """Move a repository's next run from `expected` to `next_run_at`; False when another process did it."""
-        with self._s() as s:
-            cond = RepoRow.next_run_at.is_(None) if expected is None else RepoRow.next_run_at == expected
-            res = s.execute(
-                update(RepoRow).where(RepoRow.full_name == full_name, cond).values(next_run_at=next_run_at)
-            )
-            s.commit()
-            return res.rowcount == 1
