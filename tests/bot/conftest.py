@@ -20,6 +20,7 @@ from tests.bot.helpers import (
     RUNNER_TOKENS,
     WEBHOOK_SECRET,
     GitRepo,
+    check_payload,
     initial_files,
     rsa_keys,
     signed_headers,
@@ -63,6 +64,7 @@ class World:
     shas: dict[str, str] = field(default_factory=dict)
 
     def post(self, event: str, payload: dict[str, Any], delivery: str | None = None, **kw: Any):
+        check_payload(event, payload)
         body = json.dumps(payload).encode()
         return self.client.post("/webhook", content=body, headers=signed_headers(event, body, delivery, **kw))
 
