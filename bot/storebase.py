@@ -16,7 +16,8 @@ T = TypeVar("T")
 
 def writes(method: Callable[..., T]) -> Callable[..., T]:
     """Serialise this process's write transactions on SQLite: one writer at a time queues on a lock instead of many
-    threads spinning in SQLite's busy handler (whose back-off sleeps made multi-second tails under load).
+    threads backing off in SQLite's busy handler. Measured with tests/bot/test_load.py at 64 concurrent deliveries:
+    p99 0.27-0.37 s (max 0.6 s) without the lock, 0.12-0.18 s (max 0.19 s) with it.
     PostgreSQL needs no lock: its row locks and the compare-and-swap UPDATEs do the work."""
 
     @functools.wraps(method)
