@@ -1,8 +1,9 @@
 """The web service: `create_app(settings)` and the `fusebot serve` command.
 
 POST /webhook verifies, records the delivery and answers at once (202 new, 200 repeat); the background worker does
-everything that talks to GitHub: a thread for tests and embedding, a child process under `fusebot serve` (so its
-work never holds the web process's GIL while a burst of webhooks waits for an answer).
+everything that talks to GitHub: a thread for tests and embedding, a child process under `fusebot serve`, so its
+work never holds the web process's GIL while a burst of webhooks waits for an answer (tests/bot/test_load.py, 2
+shared cores, p99 at 16 / 64 concurrent deliveries: thread ~75 / ~200 ms, process ~37 / ~150 ms).
 GET /healthz, GET /metrics (Prometheus), and the runner API under /runner/v1.
 """
 
