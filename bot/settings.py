@@ -67,6 +67,13 @@ class Settings(BaseSettings):
         check_secret("webhook_secret", v.get_secret_value())
         return v
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        if not v.startswith(("sqlite:///", "postgresql://", "postgresql+psycopg://")):
+            raise ValueError("database_url must be sqlite:///PATH or postgresql://USER@HOST/DB")
+        return v
+
     @field_validator("runner_tokens")
     @classmethod
     def _runner_tokens(cls, v: dict[str, SecretStr]) -> dict[str, SecretStr]:

@@ -38,6 +38,7 @@ def test_valid_settings_load():
         ({"private_key": "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----"}, "not a PEM"),
         ({"private_key": None}, "private_key"),
         ({"app_id": 0}, "app_id"),
+        ({"database_url": "mysql://db/fusebot"}, "database_url"),
     ],
 )
 def test_unsafe_settings_refused(over, message):
