@@ -67,6 +67,10 @@ class WorkerSettings(BaseSettings):
         return v.rstrip("/")
 
 
+class TokenRefused(Exception):
+    """The bot does not know this runner's token: retrying cannot help."""
+
+
 class JobStopped(Exception):
     """The job must stop: cancelled by the bot, or this worker's lease on it was lost."""
 
@@ -176,6 +180,8 @@ class Worker:
         r = self.client.post("/runner/v1/lease")
         if r.status_code == 204:
             return None
+        if r.status_code == 401:
+            raise TokenRefused("the bot refused this runner's token (FUSEBOT_WORKER_TOKEN)")
         r.raise_for_status()
         return r.json()
 
@@ -327,4 +333,7 @@ def worker(
         n = w.run(once=once)
     except WorkerStopping:
         n = -1
+    except TokenRefused as e:
+        log.error("%s", e)
+        raise typer.Exit(3) from None
     log.info("worker exiting after %.0f s (%s job(s))", time.monotonic() - started, n if n >= 0 else "interrupted")

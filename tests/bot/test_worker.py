@@ -287,3 +287,22 @@ def test_worker_command_pins_its_gpu_and_runs_the_default_run_job(live, monkeypa
         signal.signal(signal.SIGTERM, previous)
     assert result.exit_code == 0, result.output
     assert seen == {"gpu": "1"} and w.jobs()[0].state == "succeeded"
+
+
+@pytest.mark.parametrize("live", ["sqlite"], indirect=True)
+def test_worker_with_a_wrong_token_stops_at_once(live, monkeypatch, caplog):
+    from typer.testing import CliRunner
+
+    from runner.worker import TokenRefused, app
+
+    settings = WorkerSettings(bot_url=live.url, token="not-a-runner-token-0123456789")
+    with pytest.raises(TokenRefused):
+        Worker(settings, run_job=StubSearch()).run()
+    monkeypatch.setenv("FUSEBOT_WORKER_TOKEN", "not-a-runner-token-0123456789")
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        result = CliRunner().invoke(app, ["--bot", live.url])  # no --once: it must not loop on a refused token
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 3 and "refused this runner's token" in caplog.text
+    assert "not-a-runner-token-0123456789" not in caplog.text
