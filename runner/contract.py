@@ -176,6 +176,7 @@ class TargetSpec(_Model):
     init_args: list = Field(default_factory=list)
     init_kwargs: dict = Field(default_factory=dict)
     second_inputs: str | None = None
+    input_shapes: list[list[int]] | None = None  # set: random inputs of these shapes and `dtype`, not `inputs`
     dtype: DType | None = None
     atol: float | None = None
     rtol: float | None = None
