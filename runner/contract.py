@@ -55,6 +55,7 @@ class ProblemSpec(_Model):
     init_args: list = Field(default_factory=list)
     init_kwargs: dict = Field(default_factory=dict)
     second_inputs: str | None = None
+    input_shapes: list[list[int]] | None = None  # instead of `inputs`: random tensors of these shapes and `dtype`
     dtype: DType | None = None
     atol: float | None = None
     rtol: float | None = None
