@@ -50,6 +50,7 @@ class WorkerSettings(BaseSettings):
     heartbeat_seconds: Annotated[float, Field(gt=0)] = 15.0
     upload_retry_seconds: Annotated[float, Field(gt=0)] = 300.0  # keep trying to hand in a result this long
     work_dir: Path | None = None  # default: a temporary directory per job
+    alive_file: Path | None = None  # touched on every poll and every heartbeat: the container's health check reads it
 
     @field_validator("token")
     @classmethod
@@ -103,8 +104,10 @@ def _transient(e: BaseException) -> bool:
 class Heartbeat:
     """Posts the latest progress every `interval_seconds`; notes cancellation and lost leases."""
 
-    def __init__(self, client: httpx.Client, job_id: str, lease: str, interval_seconds: float) -> None:
+    def __init__(self, client: httpx.Client, job_id: str, lease: str, interval_seconds: float,
+                 on_beat: Callable[[], None] = lambda: None) -> None:
         self.client, self.job_id, self.lease, self.interval = client, job_id, lease, interval_seconds
+        self.on_beat = on_beat
         self.latest = Progress(message="started")
         self.cancelled = threading.Event()
         self.lost = threading.Event()
@@ -132,6 +135,7 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            self.on_beat()
             self.beat()
             if self.lost.is_set() or self.cancelled.is_set():
                 return
@@ -245,7 +249,7 @@ class Worker:
             base.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f"fusebot-{job.id[:12]}-", dir=base) as tmp:
             try:
-                with Heartbeat(self.client, job.id, lease, interval) as hb:
+                with Heartbeat(self.client, job.id, lease, interval, self.touch_alive) as hb:
                     hb.beat()  # leased -> running at once
                     src = self.download(job.id, lease, Path(tmp))
                     run_job = self.run_job or default_run_job()
@@ -275,10 +279,18 @@ class Worker:
 
     # ---- the loop ----------------------------------------------------------------------------------------
 
+    def touch_alive(self) -> None:
+        """Liveness for a container health check: the file's age says when the loop or a heartbeat last ran."""
+        path = self.settings.alive_file
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+
     def run(self, *, once: bool = False, max_jobs: int | None = None) -> int:
         """Lease and run jobs until stopped (or, with `once`, until the queue is empty). Returns jobs run."""
         done = 0
         while not self.stop.is_set() and (max_jobs is None or done < max_jobs):
+            self.touch_alive()
             try:
                 ran = self.run_one()
             except (httpx.TransportError, httpx.HTTPStatusError) as e:
