@@ -418,6 +418,7 @@ class Evaluator:
             result.reasons += rep.get("reasons", [])
             if "outputs" in rep:
                 check = self._ask_judge({"cmd": "check", "trial": p["trial"], "outputs": rep["outputs"],
+                                         "dir": str(worker.workdir),
                                          "structure": rep["structure"], "expected_structure": prep["structure"],
                                          "second_run": rep.get("second_run")}, self.config.trial_timeout_s, "check")
                 result.reasons += check["reasons"]
