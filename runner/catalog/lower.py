@@ -40,6 +40,7 @@ class Heavy:
     kwargs: dict[str, Any]
     shape: list[int]
     dtype: str
+    call_args: list[Any] = field(default_factory=list)  # positional args: {"abi": k} for tensors, else constants
 
 
 @dataclass
@@ -388,16 +389,23 @@ class _Lower:
                 return _Val(op("mul", x.expr, Load(y.k)), tuple(n.shape or ()))
         if self.heavy is not None or self.inputs:
             raise Unsupported("more than one heavy op, or work before the heavy op")
-        refs = [a for a in n.args if isinstance(a, dict) and "ref" in a]
-        abis = []
-        for r in refs:
-            src = self.g.node(r["ref"])
-            if src.op not in ("input", "param"):
-                raise Unsupported("the heavy op's operands are computed (a prologue before the GEMM/conv)")
-            abis.append(int(src.index))
+        abis, call_args = [], []
+        for a in n.args:
+            if isinstance(a, dict) and "ref" in a:
+                src = self.g.node(a["ref"])
+                if src.op not in ("input", "param"):
+                    raise Unsupported("the heavy op's operands are computed (a prologue before the GEMM/conv)")
+                abis.append(int(src.index))
+                call_args.append({"abi": int(src.index)})
+            elif isinstance(a, dict | list) and "ref" in str(a):
+                raise Unsupported("the heavy op takes a list of tensors")
+            else:
+                call_args.append(a)
         kw = {k: v for k, v in n.kwargs.items() if k not in ("params",)}
+        if any(isinstance(v, dict) for v in kw.values()):
+            raise Unsupported("the heavy op takes a tensor by keyword")
         self.heavy = Heavy(op=n.op, module=n.kwargs.get("module"), args_abi=abis, kwargs=kw,
-                           shape=list(n.shape or ()), dtype=n.dtype or "float32")
+                           shape=list(n.shape or ()), dtype=n.dtype or "float32", call_args=call_args)
         self.notes.append(f"{n.op} stays on torch (cuBLAS/cuDNN); the epilogue after it becomes one kernel")
         self.inputs.append(Input(abi=-1, shape=tuple(n.shape or ()), dtype=n.dtype or "float32"))
         return _Val(Load(len(self.inputs) - 1), tuple(n.shape or ()))
