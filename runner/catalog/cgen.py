@@ -268,7 +268,7 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
             lines.append(f"  a.F[{d}] = {p.shape[d]}LL;")
     ax = p.axes
     a0, a1 = (ax[0], ax[-1] + 1) if ax else (nd, nd)
-    lines.append(f"  a.O = 1; a.R = 1; a.I = 1;")
+    lines.append("  a.O = 1; a.R = 1; a.I = 1;")
     lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ if (d < {a0}) a.O *= a.F[d]; else if (d < {a1}) a.R *= a.F[d]; "
                  "else a.I *= a.F[d]; }")
     lines.append("  a.N = a.O * a.R * a.I;")
@@ -283,7 +283,7 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
             lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != 1) "
                          f"return fb_fail(\"input {k}: expected a single element\");")
         elif kind in ("rowvec", "outer"):
-            inside = "(d >= %d && d < %d)" % (a0, a1)
+            inside = f"(d >= {a0} && d < {a1})"
             cond = inside if kind == "rowvec" else f"!{inside}"
             lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != ({cond} ? a.F[d] : 1)) "
                          f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")

@@ -374,7 +374,10 @@ def _columns(p: Program, params: CudaParams, out_t: str) -> str:
                 f"""{{ __shared__ {x.kind} sh[{RS}][{CW}];
       sh[threadIdx.y][threadIdx.x] = {x.name};
       __syncthreads();
-      if (threadIdx.y == 0) {{ for (int q = 1; q < {RS}; ++q) {x.name}.merge(sh[q][threadIdx.x]); sh[0][threadIdx.x] = {x.name}; }}
+      if (threadIdx.y == 0) {{
+        for (int q = 1; q < {RS}; ++q) {x.name}.merge(sh[q][threadIdx.x]);
+        sh[0][threadIdx.x] = {x.name};
+      }}
       __syncthreads();
       {x.name} = sh[0][threadIdx.x];
       __syncthreads(); }}""" for x in accs)
@@ -434,10 +437,6 @@ def _split(p: Program, params: CudaParams, out_t: str) -> str:
     plan = plan_passes(p, params.mode)
     vec_in = _vec_inputs(p, ("full", "rowvec"))
     accs = plan.accs
-    offs, total = {}, 0
-    for x in accs:
-        offs[x.name] = total
-        total += 1
     ws_decl = f"""static void* fb_ws = 0;
 static size_t fb_ws_bytes = 0;
 struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in accs) or 'int unused;'} }};

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.catalog.lower import Heavy
 from runner.catalog.ir import Program
+from runner.catalog.lower import Heavy
 
 HEADER = (Path(__file__).resolve().parents[1] / "csrc" / "fusebot.h").read_text()
 

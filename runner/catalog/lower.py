@@ -122,7 +122,8 @@ class _Lower:
         self.row_shapes.add(out_shape)
         self.notes.append(f"{kind} over dims {list(dims)}")
         if prod(shape[d] for d in dims) == 1:
-            self.notes.append(f"{kind} over dims of size 1 is {'zero' if kind in ('argmax', 'argmin', 'var') else 'the identity'}")
+            what = "zero" if kind in ("argmax", "argmin", "var") else "the identity"
+            self.notes.append(f"{kind} over dims of size 1 is {what}")
             return _Val(Const(0.0) if kind in ("argmax", "argmin", "var") else x.expr, out_shape)
         return _Val(Red(kind, x.expr), out_shape)
 
@@ -534,10 +535,10 @@ def check_program(p: Program, low: _Lower | None = None) -> None:
         s = inp.shape
         if len(s) > len(F) or any(x not in (1, f) for x, f in zip(p.padded(k), F, strict=True)):
             raise Unsupported(f"input {inp.abi} of shape {list(inp.shape)} does not broadcast to {list(F)}")
-    O, R, I = p.split()
+    n_outer, _, n_inner = p.split()
     numel = prod(p.out_shape) if p.out_shape else 1
     if p.is_row:
-        want = prod(F) if p.level(p.out) == "full" else O * I
+        want = prod(F) if p.level(p.out) == "full" else n_outer * n_inner
         if numel != want:
             raise Unsupported(f"an output of {numel} elements where its level gives {want}")
     elif numel != prod(F or (1,)):

@@ -56,10 +56,12 @@ def _cpu(p: Program) -> list[Strategy]:
     out: list[Strategy] = []
     if not p.is_row:
         for t in threads:
+            how = "one thread: at this size OpenMP start-up costs more than it saves" if t == "one" else \
+                "OpenMP threads with SIMD lanes"
             out.append(Strategy(
                 f"cpu-flat-{t}",
                 f"One fused loop over the output computing {_what(p)} in registers: every input read once, the "
-                f"output written once ({'one thread: at this size OpenMP start-up costs more than it saves' if t == 'one' else 'OpenMP threads with SIMD lanes'}).",
+                f"output written once ({how}).",
                 [CpuParams("flat", "online", t, False), CpuParams("flat", "online", t, True)]))
         return out
     _, _, inner = p.split()
