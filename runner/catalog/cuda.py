@@ -64,8 +64,8 @@ PRELUDE = r"""#include "fusebot.h"
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdio.h>
-#define FB_HD static __host__ __device__ __forceinline__
-#define FB_M __host__ __device__ __forceinline__
+#define FB_HD static __device__ __forceinline__
+#define FB_M __device__ __forceinline__
 typedef float fb_acc;
 
 __device__ __forceinline__ float fb_f(float x) { return x; }

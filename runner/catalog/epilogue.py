@@ -165,14 +165,12 @@ class ModelNew(nn.Module):
 '''
 
 
-def _heavy_call(h: Heavy, n_inputs: int) -> str:
+def _heavy_call(h: Heavy) -> str:
     def arg(a) -> str:
         return f"t[{a['abi']}]" if isinstance(a, dict) and "abi" in a else repr(a)
 
     if h.module:
-        n_params = len(h.kwargs.get("params", []))
-        pos = h.call_args[: len(h.call_args) - n_params] if n_params else h.call_args
-        return f"self.ref.get_submodule({h.module!r})({', '.join(arg(a) for a in pos)})"
+        return f"self.ref.get_submodule({h.module!r})({', '.join(arg(a) for a in h.call_args)})"
     fn = _TORCH_FN.get(h.op)
     if fn is None:
         raise ValueError(f"no torch function for {h.op}")
@@ -201,5 +199,5 @@ def render(p: Program, heavy: Heavy, kernel_source: str, backend: str, reference
         build = _CUDA_BUILD.replace("{flags}", flags).replace("{{", "{").replace("}}", "}")
     dtype = f"torch.{p.out_dtype}"
     head = _COMMON.format(reference=reference_source, kernel=kernel)
-    model = _MODEL.format(op=heavy.op, heavy=_heavy_call(heavy, 0), out_shape=_out_shape(p), dtype=dtype)
+    model = _MODEL.format(op=heavy.op, heavy=_heavy_call(heavy), out_shape=_out_shape(p), dtype=dtype)
     return f'"""fusebot catalog: {heavy.op} on torch + one fused epilogue kernel ({backend})."""\n' + head + build + model

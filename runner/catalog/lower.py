@@ -402,7 +402,12 @@ class _Lower:
                 raise Unsupported("the heavy op takes a list of tensors")
             else:
                 call_args.append(a)
-        kw = {k: v for k, v in n.kwargs.items() if k not in ("params",)}
+        if n.kwargs.get("module"):  # a module call: its own weights were appended by the capture
+            n_params = len(n.kwargs.get("params", []))
+            call_args = call_args[: len(call_args) - n_params] if n_params else call_args
+            kw = {"module": n.kwargs["module"]}
+        else:
+            kw = dict(n.kwargs)
         if any(isinstance(v, dict) for v in kw.values()):
             raise Unsupported("the heavy op takes a tensor by keyword")
         self.heavy = Heavy(op=n.op, module=n.kwargs.get("module"), args_abi=abis, kwargs=kw,

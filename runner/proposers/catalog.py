@@ -26,6 +26,17 @@ log = logging.getLogger(__name__)
 
 MARK = "fusebot catalog: "
 
+_PATTERNS: dict[str, Pattern] = {}  # sha256 of a reference's source -> its pattern (a capture costs seconds)
+
+
+def _key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def remember(source: str, pattern: Pattern) -> None:
+    """Record a reference's pattern (captured elsewhere, e.g. several at once by runner.capture.capture_sources)."""
+    _PATTERNS[_key(source)] = pattern
+
 
 def label_of(c: Candidate) -> str | None:
     """The parameter label a catalog candidate carries in its first line."""
@@ -80,9 +91,10 @@ class CatalogProposer:
 
     # ---- the pattern ---------------------------------------------------------------------------------------------
     def pattern(self, ctx: ProblemContext) -> Pattern:
-        key = hashlib.sha256(ctx.reference_source.encode()).hexdigest()
+        key = _key(ctx.reference_source)
         if key not in self._patterns:
-            pat = recognise(capture_source(ctx.reference_source))
+            pat = _PATTERNS.get(key) or recognise(capture_source(ctx.reference_source))
+            _PATTERNS[key] = pat
             if pat.family == "unsupported":
                 log.warning("catalog: %s is not a pattern the catalog knows: %s", ctx.name, pat.reason)
             else:
@@ -114,6 +126,8 @@ class CatalogProposer:
         if best_label and best_label in self._by_label:
             near = [p for p in _neighbours(self._by_label[best_label]) if p.label() not in tried]
             near = [p for p in dict.fromkeys(near) if self._expressible(ctx, p)]
+            for p in near:
+                self._by_label.setdefault(p.label(), p)
             if near:
                 text = (f"{lead}Refine the fastest kernel so far ({best_label}, {best.median_ms:.4g} ms): the same "
                         f"template one step away in one parameter at a time ({', '.join(p.label() for p in near[:4])}"
