@@ -4,6 +4,8 @@ Each problem file (KernelBench format) gets its own search (the builtin catalog 
 per-problem wall budget, and its own result folder under NAME/problems/. The table, in NAME/README.md and
 NAME/results.json: problem, pattern, verified, improved, eager ms, torch.compile ms, fusebot ms, speedup against
 each, % of the roofline floor, search seconds. A problem that fails to load is a row with its error, not a crash.
+A suite can be benched in batches (`--pattern`, or a run killed and started again: each problem's search resumes
+from its trace): the table keeps the rows of problems a later run did not redo.
 """
 
 from __future__ import annotations
@@ -126,10 +128,25 @@ def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compi
     return row
 
 
+def earlier_rows(out: Path) -> list[BenchRow]:
+    """Rows an earlier run left in out/results.json (a suite benched in batches keeps one table)."""
+    path = out / "results.json"
+    if not path.exists():
+        return []
+    try:
+        return [BenchRow(**r) for r in json.loads(path.read_text()).get("rows", [])]
+    except (ValueError, TypeError) as e:
+        log.warning("ignoring %s: %s", path, e)
+        return []
+
+
 def write_table(out: Path, rows: list[BenchRow], meta: dict) -> None:
+    """results.json and README.md: this run's rows, plus earlier rows of problems this run did not redo."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=1))
-    (out / "README.md").write_text(bench_markdown(rows, meta))
+    mine = {r.problem for r in rows}
+    merged = sorted([r for r in earlier_rows(out) if r.problem not in mine] + rows, key=lambda r: r.problem)
+    (out / "results.json").write_text(json.dumps({**meta, "rows": [asdict(r) for r in merged]}, indent=1))
+    (out / "README.md").write_text(bench_markdown(merged, meta))
 
 
 @bench_app.command()

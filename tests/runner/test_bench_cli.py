@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench_cli import BenchRow, bench_markdown, geomean
+from runner.bench_cli import BenchRow, bench_markdown, geomean, write_table
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/problems"
@@ -35,6 +35,14 @@ def test_bench_markdown_has_one_line_per_problem_and_geometric_means():
     assert "| gelu | elementwise | yes | no |" in md and "broken (error: ProblemError: import failed)" in md
     assert "2.00x vs eager, 1.00x vs torch.compile" in md  # geomean(4, 1) and geomean(2, 0.5)
     assert geomean([]) is None and geomean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+def test_a_suite_benched_in_batches_keeps_one_table(tmp_path):
+    write_table(tmp_path, [BenchRow("b", fusebot_ms=2.0), BenchRow("a", fusebot_ms=1.0)], {"suite": "s"})
+    write_table(tmp_path, [BenchRow("c", fusebot_ms=3.0), BenchRow("a", fusebot_ms=0.5)], {"suite": "s"})
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [(r["problem"], r["fusebot_ms"]) for r in rows] == [("a", 0.5), ("b", 2.0), ("c", 3.0)]
+    assert (tmp_path / "README.md").read_text().count("\n| ") == 5  # header, separator, three problems
 
 
 @pytest.mark.slow
