@@ -222,6 +222,10 @@ struct FbArgs {{
   long long O, R, I, N;
   long long F[{nd}];
   long long st[{nin}][{nd}];
+  int gnd[{nin}];            // a general input's index: its dims merged and listed innermost first
+  long long gF[{nin}][{nd}];
+  long long gst[{nin}][{nd}];
+  int small;                 // every flat index fits in 32 bits: cheaper divisions
 }};
 """
 
@@ -287,6 +291,20 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
             cond = inside if kind == "rowvec" else f"!{inside}"
             lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != ({cond} ? a.F[d] : 1)) "
                          f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
+    lines.append("  a.small = a.N < 0x7fffffffLL;")
+    lines.append(f"  for (int k = 0; k < {len(p.inputs)}; ++k) {{  /* merge dims that index like one; stop at broadcast */")
+    lines.append("    int n = 0; long long run_sz = 1, run_st = -1;")
+    lines.append(f"    for (int d = {nd} - 1; d >= 0; --d) {{")
+    lines.append("      long long sz = a.F[d], st = a.st[k][d];")
+    lines.append("      if (sz == 1) continue;")
+    lines.append("      if (run_st >= 0 && st == run_st * run_sz) { run_sz *= sz; continue; }")
+    lines.append("      if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
+    lines.append("      run_sz = sz; run_st = st;")
+    lines.append("    }")
+    lines.append("    if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
+    lines.append("    while (n > 0 && a.gst[k][n - 1] == 0) --n;  /* outer broadcast dims change nothing */")
+    lines.append("    a.gnd[k] = n;")
+    lines.append("  }")
     full_out = not p.is_row or p.level(p.out) == "full"
     want = "a.N" if full_out else "(a.O * a.I)"
     lines.append("  { long long n = 1; for (int d = 0; d < out[0].ndim; ++d) n *= out[0].shape[d];")
@@ -358,9 +376,25 @@ FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
 
 
 def general_index_fn() -> str:
+    """The element index of a broadcast input: one division per merged dim, none past the last strided dim (32-bit
+    when the tensor is small)."""
     return """FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
+  const int n = a.gnd[k];
+  if (a.small) {
+    unsigned f = (unsigned)flat, idx = 0;
+    for (int d = 0; d < n; ++d) {
+      const unsigned sz = (unsigned)a.gF[k][d], st = (unsigned)a.gst[k][d];
+      if (st) idx += (f % sz) * st;
+      f /= sz;
+    }
+    return (long long)idx;
+  }
   long long idx = 0;
-  for (int d = FB_ND - 1; d >= 0; --d) { long long c = flat % a.F[d]; flat /= a.F[d]; idx += c * a.st[k][d]; }
+  for (int d = 0; d < n; ++d) {
+    const long long sz = a.gF[k][d], st = a.gst[k][d];
+    if (st) idx += (flat % sz) * st;
+    flat /= sz;
+  }
   return idx;
 }
 """

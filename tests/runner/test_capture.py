@@ -65,6 +65,7 @@ def patterns():
 # name -> (family, F, reduced dims, reduction kinds, a phrase the notes must contain)
 EXPECTED = {
     "argmax": ("row", (64, 300), (1,), {"argmax"}, "argmax"),
+    "channel_affine": ("elementwise", (4, 8, 6, 10), (), set(), ""),
     "diag_matmul": ("elementwise", (256, 80), (), set(), "diag(a) @ B is a broadcast multiply"),
     "ew_broadcast": ("elementwise", (48, 96), (), set(), ""),
     "frobenius": ("row", (16, 32, 20), (0, 1, 2), {"sum"}, "Frobenius"),

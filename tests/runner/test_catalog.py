@@ -48,6 +48,7 @@ def ctx(name: str, backend: str = "cpu") -> ProblemContext:
 # machine their timings are too erratic for the harness's timer cross-check).
 VERIFY = {
     "ew_broadcast": [cpu.CpuParams("flat", threads="one")],
+    "channel_affine": [cpu.CpuParams("flat", threads="one")],
     "mingpt_gelu": [cpu.CpuParams("flat", threads="one", fast_math=True)],
     "softmax": [cpu.CpuParams("rows", "online", "one"), cpu.CpuParams("rows", "twopass", "one")],
     "layernorm": [cpu.CpuParams("rows", "online", "one")],
