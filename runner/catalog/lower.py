@@ -74,6 +74,7 @@ class _Lower:
         self.heavy: Heavy | None = None
         self.notes: list[str] = []
         self.row_shapes: set[tuple[int, ...]] = set()
+        self.view_loads: set[Load] | None = None  # after a group norm: the only loads F's grouped view can index
 
     # ---- helpers ---------------------------------------------------------------------------------------------
     def load(self, abi: int, shape, dtype: str, viewed: bool = False) -> Load:
@@ -129,6 +130,9 @@ class _Lower:
 
     # ---- ops ---------------------------------------------------------------------------------------------------
     def pointwise(self, n: CNode, name: str, *vals: _Val, attrs: tuple[float, ...] = ()) -> _Val:
+        if self.view_loads is not None:
+            if any(isinstance(x, Load) and x not in self.view_loads for v in vals for x in walk(v.expr)):
+                raise Unsupported("a tensor meets a group norm's output (its grouped view is not the tensor's shape)")
         if self.F is not None and self.axes:
             F, axes = self.F, self.axes
             reduced_rank = len(F) - len(axes)
@@ -238,6 +242,8 @@ class _Lower:
             return self.lower_layer_norm(n)
         if o == "instance_norm":
             return self.lower_instance_norm(n)
+        if o == "group_norm":
+            return self.lower_group_norm(n)
         if o in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
             return self.lower_loss(n)
         raise Unsupported(f"op {o!r} is not in the catalog")
@@ -335,6 +341,39 @@ class _Lower:
         elif "module" not in n.kwargs:
             raise Unsupported("functional instance_norm")
         return self._normalize(x, tuple(range(2, len(x.shape))), eps, w, b, "instance norm")
+
+    def lower_group_norm(self, n: CNode) -> _Val:
+        """x [N, C, *] in groups: F = [N, G, C/G, S] (the same memory), reduced over (C/G, S)."""
+        x = self.val(self.arg(n, 0, "input"))
+        module = "module" in n.kwargs
+        groups = int(n.kwargs["num_groups"] if module else self.arg(n, 1, "num_groups"))
+        eps = float(n.kwargs.get("eps", 1e-5) if module else self.arg(n, 4, "eps", 1e-5))
+        if not isinstance(x.expr, Load) or len(x.shape) < 2 or x.shape[1] % groups or self.F is not None:
+            raise Unsupported("group norm of a computed tensor, or after another reduction")
+        nb, c = x.shape[0], x.shape[1]
+        s = prod(x.shape[2:])
+        grouped = (nb, groups, c // groups, s)
+        inp = self.inputs[x.expr.k]
+        xv = _Val(self.load(inp.abi, grouped, inp.dtype, viewed=True), grouped)
+        w = b = None
+        refs = n.args[1:3] if module else [self.arg(n, 2, "weight"), self.arg(n, 3, "bias")]
+        if module and not n.kwargs.get("affine", True):
+            refs = []
+        wb = []
+        for r in refs:
+            if r is None:
+                wb.append(None)
+                continue
+            v = self.val(r)
+            if not isinstance(v.expr, Load):
+                raise Unsupported("group norm with computed weights")
+            wi = self.inputs[v.expr.k]
+            view = (groups, c // groups, 1)
+            wb.append(_Val(self.load(wi.abi, view, wi.dtype, viewed=True), view))
+        w, b = (wb + [None, None])[:2]
+        out = self._normalize(xv, (2, 3), eps, w, b, f"group norm ({groups} groups)")
+        self.view_loads = {x for x in walk(out.expr) if isinstance(x, Load)}
+        return _Val(out.expr, tuple(n.shape or x.shape))
 
     def _normalize(self, x: _Val, d, eps: float, w: _Val | None, b: _Val | None, what: str) -> _Val:
         mean = self.reduce("mean", x, d, True)

@@ -69,6 +69,7 @@ EXPECTED = {
     "diag_matmul": ("elementwise", (256, 80), (), set(), "diag(a) @ B is a broadcast multiply"),
     "ew_broadcast": ("elementwise", (48, 96), (), set(), ""),
     "frobenius": ("row", (16, 32, 20), (0, 1, 2), {"sum"}, "Frobenius"),
+    "groupnorm": ("row", (4, 3, 4, 63), (2, 3), {"mean", "var"}, "group norm (3 groups)"),
     "huber_loss": ("row", (96, 64), (0, 1), {"sum"}, "smooth_l1_loss"),
     "identity_softmax": ("elementwise", (256, 1, 32), (), set(), "the identity"),
     "instancenorm": ("row", (4, 8, 20, 24), (2, 3), {"mean", "var"}, "instance norm"),

@@ -52,6 +52,7 @@ VERIFY = {
     "mingpt_gelu": [cpu.CpuParams("flat", threads="one", fast_math=True)],
     "softmax": [cpu.CpuParams("rows", "online", "one"), cpu.CpuParams("rows", "twopass", "one")],
     "layernorm": [cpu.CpuParams("rows", "online", "one")],
+    "groupnorm": [cpu.CpuParams("rows", "twopass", "one")],
     "rmsnorm": [cpu.CpuParams("columns", "online", "one"), cpu.CpuParams("rows", "online", "one")],
     "argmax": [cpu.CpuParams("rows", "online", "one")],
     "frobenius": [cpu.CpuParams("rows", "twopass", "one")],
@@ -293,6 +294,8 @@ GPU_CASES = {
     "argmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32),
                cuda.CudaParams("split", vec=4, threads=256, slices=4)],
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
+    "groupnorm": [cuda.CudaParams("rows", vec=1, threads=256, group=0, mode="online"),
+                  cuda.CudaParams("split", vec=4, threads=128, slices=4, mode="twopass")],
 }
 
 
