@@ -86,6 +86,9 @@ def _module_op(mod) -> tuple[str, dict]:
                               "affine": mod.weight is not None}
     if isinstance(mod, nn.GroupNorm):
         return "group_norm", {"num_groups": mod.num_groups, "eps": mod.eps, "affine": mod.affine}
+    if isinstance(mod, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d):
+        stats = mod.track_running_stats and not mod.training
+        return "batch_norm", {"eps": mod.eps, "affine": mod.affine, "running": stats}
     if isinstance(mod, nn.InstanceNorm1d | nn.InstanceNorm2d | nn.InstanceNorm3d):
         return "instance_norm", {"eps": mod.eps, "affine": mod.affine, "running": mod.track_running_stats}
     if isinstance(mod, nn.Softmax | nn.LogSoftmax):
@@ -110,7 +113,7 @@ def _module_op(mod) -> tuple[str, dict]:
             hp["delta"] = mod.delta
         return {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss",
                 "HuberLoss": "huber_loss", "KLDivLoss": "kl_div"}[kind], hp
-    simple = {"ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Hardsigmoid": "hardsigmoid",
+    simple = {"SELU": "selu", "ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Hardsigmoid": "hardsigmoid",
               "Hardswish": "hardswish", "Mish": "mish", "Softsign": "softsign"}
     if kind in simple:
         return simple[kind], hp
@@ -223,8 +226,11 @@ def graph_from_fx(gm, model, args: list, tracer: str = "fx") -> CGraph:
         elif n.op == "call_module":
             mod = modules[str(n.target)]
             op, hp = _module_op(mod)
-            extra = [param_node(f"{n.target}.{p}") for p, _ in mod.named_parameters(recurse=False)]
-            kw = {**hp, **kwargs, "params": [p for p, _ in mod.named_parameters(recurse=False)], "module": n.target}
+            names_ = [p for p, _ in mod.named_parameters(recurse=False)]
+            if op == "batch_norm" and hp.get("running"):  # its statistics are buffers, in the state_dict too
+                names_ = ["running_mean", "running_var", *names_]
+            extra = [param_node(f"{n.target}.{p}") for p in names_]
+            kw = {**hp, **kwargs, "params": names_, "module": n.target}
             g.nodes.append(CNode(name=n.name, op=op, args=args + extra, kwargs=kw, shape=shape, dtype=dtype))
         names.add(n.name)
     return g

@@ -85,6 +85,9 @@ def plan_passes(p: Program, mode: str) -> Plan:
         if k in ("sum", "mean"):
             a = acc("AccSum", arg)
             done[red] = value(f"(float){a.name}.s" + (" / (float)a.R" if k == "mean" else ""), a.pass_no)
+        elif k == "prod":
+            a = acc("AccProd", arg)
+            done[red] = value(f"(float){a.name}.p", a.pass_no)
         elif k in ("max", "min"):
             a = acc("AccMax" if k == "max" else "AccMin", arg)
             done[red] = value(f"{a.name}.m", a.pass_no)
@@ -148,6 +151,7 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
         "square": f"({x} * {x})", "cube": f"({x} * {x} * {x})", "recip": f"fb_div(1.0f, {x})",
         "log1p": f"log1pf({x})", "sign": f"(float)(({x} > 0.0f) - ({x} < 0.0f))",
         "softsign": f"fb_div({x}, 1.0f + fabsf({x}))",
+        "selu": f"(1.0507009873554805f * ({x} > 0.0f ? {x} : 1.6732632423543772f * (fb_exp({x}) - 1.0f)))",
         "hardsigmoid": f"fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f)",
         "hardswish": f"({x} * fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))",
         "mish": f"({x} * fb_tanh({x} > 20.0f ? {x} : log1pf(fb_exp({x}))))",
@@ -321,6 +325,10 @@ struct AccSum { fb_acc s;
   FB_M void init() { s = 0; }
   FB_M void add(float x, long long) { s += x; }
   FB_M void merge(const AccSum& o) { s += o.s; } };
+struct AccProd { fb_acc p;
+  FB_M void init() { p = 1; }
+  FB_M void add(float x, long long) { p *= x; }
+  FB_M void merge(const AccProd& o) { p *= o.p; } };
 struct AccMax { float m;
   FB_M void init() { m = -INFINITY; }
   FB_M void add(float x, long long) { m = (x > m || x != x) ? x : m; }

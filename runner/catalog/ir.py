@@ -52,11 +52,11 @@ class Red(Expr):
     arg: Expr
 
 
-REDUCTIONS = ("sum", "max", "min", "argmax", "argmin", "lse", "mean", "var")
+REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "lse", "mean", "var")
 
 UNARY = ("neg", "relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", "rsqrt", "erf", "gelu", "gelu_tanh",
          "leaky_relu", "hardtanh", "softplus", "elu", "hardsigmoid", "hardswish", "mish", "square", "cube", "recip",
-         "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign")
+         "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign", "selu")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "lt", "gt", "where_pos")
 
 

@@ -194,7 +194,7 @@ class _Lower:
         simple = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "abs": "abs",
                   "sqrt": "sqrt", "rsqrt": "rsqrt", "erf": "erf", "neg": "neg", "square": "square", "silu": "silu",
                   "mish": "mish", "softsign": "softsign", "hardsigmoid": "hardsigmoid", "hardswish": "hardswish",
-                  "log1p": "log1p", "sign": "sign", "reciprocal": "recip"}
+                  "log1p": "log1p", "sign": "sign", "reciprocal": "recip", "selu": "selu"}
         if o in simple:
             return self.pointwise(n, simple[o], self.val(a(0, "input")))
         if o == "gelu":
@@ -224,7 +224,8 @@ class _Lower:
                                   attrs=(float(a(1, "beta", 1.0)), float(a(2, "threshold", 20.0))))
         if o in ("view", "reshape", "unsqueeze", "squeeze", "flatten", "expand", "expand_as"):
             return self.lower_view(n)
-        if o in ("sum", "mean", "amax", "amin", "logsumexp", "argmax", "argmin", "max", "min", "var", "std", "norm"):
+        if o in ("sum", "mean", "amax", "amin", "logsumexp", "argmax", "argmin", "max", "min", "var", "std", "norm",
+                 "prod"):
             return self.lower_reduction(n)
         if o == "getitem":
             src = self.env[n.args[0]["ref"]]
@@ -244,6 +245,8 @@ class _Lower:
             return self.lower_instance_norm(n)
         if o == "group_norm":
             return self.lower_group_norm(n)
+        if o == "batch_norm":
+            return self.lower_batch_norm(n)
         if o in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
             return self.lower_loss(n)
         raise Unsupported(f"op {o!r} is not in the catalog")
@@ -341,6 +344,40 @@ class _Lower:
         elif "module" not in n.kwargs:
             raise Unsupported("functional instance_norm")
         return self._normalize(x, tuple(range(2, len(x.shape))), eps, w, b, "instance norm")
+
+    def _channel(self, ref, x: _Val) -> Expr:
+        """A per-channel vector [C] read as [C, 1, ..., 1] against x [N, C, *]."""
+        v = self.val(ref)
+        if not isinstance(v.expr, Load):
+            raise Unsupported("per-channel statistics that are computed")
+        inp = self.inputs[v.expr.k]
+        view = (x.shape[1],) + (1,) * (len(x.shape) - 2)
+        return self.load(inp.abi, view, inp.dtype, viewed=True)
+
+    def lower_batch_norm(self, n: CNode) -> _Val:
+        """Batch norm with running statistics (eval mode): an elementwise affine per channel."""
+        x = self.val(self.arg(n, 0, "input"))
+        if "module" in n.kwargs:
+            if not n.kwargs.get("running"):
+                raise Unsupported("batch norm with batch statistics (training mode, or no running stats)")
+            refs = n.args[1:]
+            eps = float(n.kwargs.get("eps", 1e-5))
+            mean, var = refs[0], refs[1]
+            w, b = (refs[2], refs[3]) if n.kwargs.get("affine") else (None, None)
+        else:
+            if self.arg(n, 5, "training", False):
+                raise Unsupported("batch norm in training mode")
+            mean, var = self.arg(n, 1, "running_mean"), self.arg(n, 2, "running_var")
+            w, b = self.arg(n, 3, "weight"), self.arg(n, 4, "bias")
+            eps = float(self.arg(n, 7, "eps", 1e-5))
+        e = op("mul", op("sub", x.expr, self._channel(mean, x)),
+               op("rsqrt", op("add", self._channel(var, x), Const(eps))))
+        if w is not None:
+            e = op("mul", e, self._channel(w, x))
+        if b is not None:
+            e = op("add", e, self._channel(b, x))
+        self.notes.append("batch norm with running statistics: an elementwise affine per channel")
+        return _Val(e, x.shape)
 
     def lower_group_norm(self, n: CNode) -> _Val:
         """x [N, C, *] in groups: F = [N, G, C/G, S] (the same memory), reduced over (C/G, S)."""

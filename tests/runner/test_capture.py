@@ -65,6 +65,7 @@ def patterns():
 # name -> (family, F, reduced dims, reduction kinds, a phrase the notes must contain)
 EXPECTED = {
     "argmax": ("row", (64, 300), (1,), {"argmax"}, "argmax"),
+    "batchnorm_eval": ("elementwise", (4, 6, 10, 8), (), set(), "batch norm with running statistics"),
     "channel_affine": ("elementwise", (4, 8, 6, 10), (), set(), ""),
     "diag_matmul": ("elementwise", (256, 80), (), set(), "diag(a) @ B is a broadcast multiply"),
     "ew_broadcast": ("elementwise", (48, 96), (), set(), ""),
@@ -79,6 +80,7 @@ EXPECTED = {
     "logsumexp_max": ("row", (40, 200), (1,), {"lse", "max"}, "lse"),
     "mingpt_gelu": ("elementwise", (128, 512), (), set(), "minGPT"),
     "mse_loss": ("row", (128, 64), (0, 1), {"mean"}, "mean over dims [0, 1]"),
+    "prod_dim": ("row", (32, 64), (1,), {"prod"}, "prod over dims [1]"),
     "rmsnorm": ("row", (4, 24, 10, 12), (1,), {"mean"}, "RMS norm"),
     "softmax": ("row", (64, 1000), (1,), {"lse"}, "softmax"),
     "sum_dim": ("row", (8, 96, 40), (1,), {"sum"}, "sum over dims [1]"),

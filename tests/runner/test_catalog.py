@@ -24,7 +24,15 @@ from runner.proposers.catalog import CatalogProposer, catalog_proposers, label_o
 from tests.runner.conftest import FAST_TIMER
 
 CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"
-CSRC = Path(__file__).resolve().parents[2] / "runner/csrc"
+ROOT = Path(__file__).resolve().parents[2]
+CSRC = ROOT / "runner/csrc"
+
+
+@pytest.fixture(autouse=True)
+def _workers_import_this_checkout(monkeypatch):
+    """The harness's workers run `python -m runner.workers...` in their own directories: without an absolute
+    PYTHONPATH they would import whichever fusebot is installed in the environment, not this checkout."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +57,8 @@ def ctx(name: str, backend: str = "cpu") -> ProblemContext:
 VERIFY = {
     "ew_broadcast": [cpu.CpuParams("flat", threads="one")],
     "channel_affine": [cpu.CpuParams("flat", threads="one")],
+    "batchnorm_eval": [cpu.CpuParams("flat", threads="one")],
+    "prod_dim": [cpu.CpuParams("rows", "online", "one")],
     "mingpt_gelu": [cpu.CpuParams("flat", threads="one", fast_math=True)],
     "softmax": [cpu.CpuParams("rows", "online", "one"), cpu.CpuParams("rows", "twopass", "one")],
     "layernorm": [cpu.CpuParams("rows", "online", "one")],
