@@ -8,6 +8,9 @@
   splitting the reduced dim, merged through shared memory.
 - `split`: few long rows (I = 1): each row cut into S slices, one block per slice; slice partials go to a workspace
   and the next pass (or the output pass) merges them, so all SMs work even with 16 rows.
+- `cluster`: rows that fit on chip across a thread-block cluster (sm_90, up to 16 blocks): each block keeps its slice
+  of the row in shared memory, partials merge through distributed shared memory: one read and one write of the row,
+  however many passes the program needs.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class CudaParams:
     threads: int = 256  # threads per block
     group: int = 0  # rows: threads per row (32 = a warp, 0 = the whole block)
     col_width: int = 32  # columns: threads across the inner dim
-    slices: int = 8  # columns: threads splitting the reduced dim; split: blocks per row
+    slices: int = 8  # columns: threads splitting the reduced dim; split: blocks per row; cluster: blocks per cluster
     mode: str = "online"  # online | twopass
     grid: str = "stride"  # flat: stride (a few waves of blocks per SM) | once (one vector per thread)
     fast_math: bool = False
@@ -53,17 +56,22 @@ class CudaParams:
             base += f"-w{self.col_width}x{self.slices}-{self.mode}"
         elif self.layout == "split":
             base += f"-s{self.slices}-{self.mode}"
+        elif self.layout == "cluster":
+            base += f"-c{self.slices}-{self.mode}"
         else:
             base += f"-{self.grid}"
         return base + ("-fast" if self.fast_math else "")
 
 
 PRELUDE = r"""#include "fusebot.h"
+#pragma nv_diag_suppress 177
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdio.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
 #define FB_HD static __device__ __forceinline__
 #define FB_M __device__ __forceinline__
 typedef float fb_acc;
@@ -169,7 +177,7 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
         head.append(FAST)
     head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn().replace("FB_HD", "static __device__ __forceinline__"),
              setup_code(p, abi_offset)]
-    body = {"flat": _flat, "rows": _rows, "columns": _columns, "split": _split}.get(params.layout)
+    body = {"flat": _flat, "rows": _rows, "columns": _columns, "split": _split, "cluster": _cluster}.get(params.layout)
     if body is None:
         raise NotExpressible(f"layout {params.layout}")
     return "\n".join(head) + body(p, params, out_t)
@@ -548,3 +556,148 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
 {chr(10).join(steps)}
   }}"""
     return ws_decl + "".join(kernels) + _forward(launch)
+
+
+# ---- cluster: a row held on chip across a thread-block cluster --------------------------------------------------
+
+
+def _cluster(p: Program, params: CudaParams, out_t: str) -> str:
+    """Each row is cut into C slices held in the shared memory of the C blocks of one cluster (sm_90): the row is
+    read from memory once and written once whatever the number of passes; each pass merges the blocks' partials
+    through distributed shared memory. C = 1 is a row cached in one block's shared memory."""
+    if not p.is_row:
+        raise NotExpressible("cluster is for row programs")
+    V, T, C = params.vec, params.threads, params.slices
+    if C not in (1, 2, 4, 8, 16):
+        raise NotExpressible(f"cluster of {C} blocks")
+    plan = plan_passes(p, params.mode)
+    cached = sorted(_vec_inputs(p, ("full",)))
+    if not cached:
+        raise NotExpressible("nothing to keep on chip")
+    ctype = {k: _ctype(p.inputs[k].dtype) for k in cached}
+
+    def decls(v: int) -> str:
+        out = []
+        for k in cached:
+            out.append(f"const FbVec<{ctype[k]}, {v}> v{k} = *(const FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo));")
+        return "\n        ".join(out)
+
+    slots = "\n  ".join(f"__shared__ {x.kind} part_{x.name};" for x in plan.accs)
+    kernels = []
+    for v in sorted({1, V}):
+        loads = _Loads(p, set(cached))
+        smem = []
+        off = "0"
+        for k in cached:
+            smem.append(f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + {off});")
+            off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
+        fill = "\n        ".join(
+            f"*(FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo)) = "
+            f"*(const FbVec<{ctype[k]}, {v}>*)((const {ctype[k]}*)a.in[{k}] + o * a.R + r0);" for k in cached)
+        parts = []
+        for pno in range(1, plan.passes + 1):
+            accs = [x for x in plan.accs if x.pass_no == pno]
+            em = Emitter(loads)
+            adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
+            body = "\n          ".join(em.lines + adds)
+            decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
+            merge = "\n    ".join(
+                f"""fb_block_reduce<{x.kind}, {T}>({x.name});
+    if (threadIdx.x == 0) part_{x.name} = {x.name};""" for x in accs)
+            gather = "\n    ".join(
+                f"""{{ {x.kind} t; t.init();
+      for (int q = 0; q < {C}; ++q) t.merge(*cl.map_shared_rank(&part_{x.name}, q));
+      {x.name} = t; }}""" for x in accs)
+            parts.append(f"""    {decl}
+    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {decls(v)}
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {body}
+        }}
+    }}
+    {merge}
+    cl.sync();
+    {gather}
+    {_value_decls(plan, pno)}""")
+        em = Emitter(loads)
+        assert plan.out is not None
+        if full_output(p):
+            res = em(plan.out)
+            lines = "\n          ".join(em.lines)
+            out = f"""    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {decls(v)}
+        FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;
+    }}"""
+        else:
+            em = Emitter(_Loads(p, set()))
+            res = _row_result(p, plan, em)
+            lines = "\n      ".join(em.lines)
+            out = f"""    if (rank == 0 && threadIdx.x == 0) {{
+      const long long r = 0, flat = o * a.R; (void)r; (void)flat;
+      {lines}
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+    }}"""
+        passes = "\n".join(parts)
+        kernels.append(f"""
+__global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk) {{
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = (int)cl.block_rank();
+  extern __shared__ __align__(16) unsigned char fb_smem[];
+  {slots}
+  {chr(10).join("  " + x for x in smem)}
+  const long long clusters = gridDim.x / {C};
+  for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
+    const long long o = row, i = 0; (void)i;
+    const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {fill}
+    }}
+    __syncthreads();
+{passes}
+{out}
+    cl.sync();  // the partial slots and slices are reused by the next row
+  }}
+}}
+""")
+    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)
+    ok = _align_check(p, set(cached), out_t, V, f"a.R % {V} == 0")
+    launch = f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "cluster needs the reduced dims innermost"); return 1; }}
+  if (a.O == 0) return 0;
+  const bool wide = {V} > 1 && ({ok});
+  const int v = wide ? {V} : 1;
+  const long long chunk = ((a.R + {C} - 1) / {C} + v - 1) / v * v;
+  const long long smem = {sizes};
+  if (smem > 227 * 1024) {{
+    snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);
+    return 4;
+  }}
+  void (*kern)(FbArgs, long long) = wide ? fb_cluster_v{V} : fb_cluster_v1;
+  cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if ({C} > 8) cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaLaunchConfig_t cfg = {{}};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = {C};
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3({T});
+  cfg.dynamicSmemBytes = (size_t)smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int active = 0;
+  cfg.gridDim = dim3({C});
+  if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) active = 1;
+  long long clusters = a.O < (long long)active ? a.O : (long long)active;
+  cfg.gridDim = dim3((unsigned)(clusters * {C}));
+  cudaLaunchKernelEx(&cfg, kern, a, chunk);"""
+    return "".join(kernels) + _forward(launch)

@@ -129,11 +129,28 @@ def _cuda(p: Program) -> list[Strategy]:
                        split)
     order = [s_split, s_block, s_warp] if few_rows else ([s_warp, s_block, s_split] if short else
                                                           [s_block, s_warp, s_split])
+    row_bytes = R * sum(_bytes(i.dtype) for k, i in enumerate(p.inputs) if p.access(k) == "full")
+    sizes = [c for c in (1, 2, 4, 8, 16) if row_bytes / c <= 100 * 1024]
+    if sizes and row_bytes:
+        cs = sizes[:2]
+        s_cluster = Strategy(
+            "cuda-rows-cluster",
+            f"Keep each row on chip: {'one block holds' if cs[0] == 1 else f'a cluster of {cs[0]} blocks holds'} the "
+            "row in shared memory (distributed shared memory across the cluster), so the row is read once and "
+            f"written once however many passes {_what(p)} needs; partials merge through DSMEM.",
+            [CudaParams("cluster", vec=wide, threads=t, slices=c, mode=m) for m in modes for c in cs
+             for t in (512, 256, 1024)])
+        # a row beyond L1 would be re-read from L2 or memory by the other layouts: on chip first
+        order = [s_cluster, *order] if row_bytes > 96 * 1024 else [*order, s_cluster]
     out += order
     out.append(Strategy("cuda-rows-fast", "The best row layout with fast-math intrinsics (__expf, __logf, "
                         "__fdividef): cheaper exp/log in the reductions, checked against the tolerance.",
                         [replace(x, fast_math=True) for x in order[0].params[:4]]))
     return out
+
+
+def _bytes(dtype: str) -> int:
+    return {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8}.get(dtype, 4)
 
 
 def _slices(rows: int) -> list[int]:

@@ -170,6 +170,9 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("instancenorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="twopass")),
     ("logsumexp_max", cuda.CudaParams("split", vec=4, threads=512, slices=4, mode="online", fast_math=True)),
     ("frobenius", cuda.CudaParams("split", vec=4, threads=256, slices=64, mode="twopass")),
+    ("softmax", cuda.CudaParams("cluster", vec=4, threads=512, slices=16, mode="online")),
+    ("argmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=1, mode="online")),
+    ("layernorm", cuda.CudaParams("cluster", vec=2, threads=1024, slices=2, mode="twopass", fast_math=True)),
 ]
 
 
@@ -204,7 +207,8 @@ def test_every_cuda_template_instantiation_compiles(patterns, tmp_path):
 
 def _structure(p: cuda.CudaParams) -> tuple:
     """What changes the generated code's shape (the rest are constants in it)."""
-    return (p.layout, p.mode if p.layout != "flat" else "", p.fast_math, p.group == 32 if p.layout == "rows" else None,
+    return (p.layout, p.mode if p.layout != "flat" else "", p.fast_math and p.layout != "cluster",
+            p.group == 32 if p.layout == "rows" else None,
             p.slices == 1 if p.layout == "columns" else None, p.vec == 1)
 
 
@@ -304,6 +308,8 @@ GPU_CASES = {
     "argmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32),
                cuda.CudaParams("split", vec=4, threads=256, slices=4)],
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
+    "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
+                    threads=128, slices=4, mode="twopass")],
     "groupnorm": [cuda.CudaParams("rows", vec=1, threads=256, group=0, mode="online"),
                   cuda.CudaParams("split", vec=4, threads=128, slices=4, mode="twopass")],
 }
