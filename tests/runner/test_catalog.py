@@ -70,9 +70,15 @@ VERIFY = {
 
 
 def _verify(problem: str, cands: list[Candidate], tmp: Path) -> list[Verdict]:
+    """The harness's verdicts; a verdict whose only reason is the timer cross-check is measured once more (on an
+    overloaded CI machine a preempted process can fail it honestly; correctness is never retried)."""
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp)
     with Evaluator(problem_from_file(CATALOG / f"{problem}.py"), backend="cpu", config=cfg) as ev:
-        return ev.evaluate_many(cands)
+        verdicts = ev.evaluate_many(cands)
+        for k, (c, v) in enumerate(zip(cands, verdicts, strict=True)):
+            if v.reasons and all(r.startswith("timer-escape") for r in v.reasons):
+                verdicts[k] = ev.evaluate(c)
+        return verdicts
 
 
 @pytest.mark.parametrize("problem", sorted(VERIFY))
