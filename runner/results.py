@@ -58,7 +58,7 @@ def slug(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_").lower() or "target"
 
 
-def test_filename(target: str) -> str:
+def dropin_test_filename(target: str) -> str:
     return f"test_{slug(target)}.py"
 
 
@@ -146,7 +146,7 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     if verdict.environment and verdict.environment.cuda:
         built_for = f"{provenance.device} (CUDA {verdict.environment.cuda})"
     root_depth = len(Path(kernels_dir).parts) if spec.module else None
-    test_name = test_filename(spec.name)
+    test_name = dropin_test_filename(spec.name)
     files = {
         f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
@@ -182,7 +182,7 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
 
     Passed only when pytest exits 0 and at least one test ran: a test that was skipped everywhere (a CUDA kernel on a
     machine without a GPU) verifies nothing."""
-    test = f"{kernels_dir}/{slug(target)}/{test_filename(target)}"
+    test = f"{kernels_dir}/{slug(target)}/{dropin_test_filename(target)}"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), test]
     run_env = dict(env if env is not None else os.environ)
     run_env.setdefault("FUSEBOT_DROPIN_CACHE", str(root / ".fusebot-dropin-cache"))
