@@ -194,7 +194,18 @@ def _out_specs(key, args, state):
     return cache[sig]
 
 
-@torch.library.custom_op(OP_NAME, mutates_args=())
+def _free_op_name(name):
+    """OP_NAME, or OP_NAME_<n> when this file is loaded a second time under another module name."""
+    ns, base = name.split("::")
+    for n in itertools.count():
+        candidate = base if n == 0 else f"{base}_{n}"
+        try:
+            getattr(getattr(torch.ops, ns), candidate)
+        except (AttributeError, RuntimeError):
+            return f"{ns}::{candidate}"
+
+
+@torch.library.custom_op(_free_op_name(OP_NAME), mutates_args=())
 def fused(args: list[torch.Tensor], state: list[torch.Tensor], key: int) -> list[torch.Tensor]:
     """The kernel: `args` are the forward's arguments, `state` the module's tensors in state_dict order."""
     inputs = [t.contiguous() for t in [*args, *state]]

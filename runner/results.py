@@ -156,6 +156,9 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check),
     }
+    if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package
+        files["__init__.py"] = ""
+        files[f"{folder}/__init__.py"] = ""
     if spec.path and reference_text is not None:
         files[f"{folder}/{dropin.REFERENCE_FILE}"] = reference_text
     return files
