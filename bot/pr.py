@@ -216,7 +216,7 @@ def adopt_section(plan: PullRequestPlan) -> str:
 
 
 def _files_section(plan: PullRequestPlan) -> str:
-    paths = sorted(f"{plan.kernels_dir}/{p}" for r in plan.improved for p in r.files)
+    paths = sorted({f"{plan.kernels_dir}/{p}" for r in plan.improved for p in r.files})
     return "<details><summary>Files</summary>\n\n" + "\n".join(f"- `{p}`" for p in paths) + "\n\n</details>"
 
 
