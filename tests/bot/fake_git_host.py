@@ -34,7 +34,7 @@ def _routes() -> list[tuple[re.Pattern, str, dict]]:
     spec = json.loads(SPEC.read_text())
     out = []
     for template, ops in spec["paths"].items():
-        rx = re.sub(r"\{(\w+)\}", lambda m: "(?P<%s>%s)" % (m.group(1), ".+" if m.group(1) in ("ref", "path") else "[^/]+"),
+        rx = re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m.group(1)}>{'.+' if m.group(1) in ('ref', 'path') else '[^/]+'})",
                     template)
         out.append((re.compile("^" + rx + "$"), template, ops))
     return out
