@@ -24,6 +24,15 @@ DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
 }
 
 
+# Every reason in a Verdict starts with one of these names and a colon (documented in docs/eval.md).
+REASON_NAMES = (
+    "build", "load", "runtime", "crash", "timeout", "memory", "mismatch", "uninitialized-output", "nan-mismatch",
+    "inf-mismatch", "shape", "dtype", "device", "layout", "output-type", "nondeterministic", "stale-result",
+    "second-shape", "input-mutation", "monkeypatch", "global-state", "background-thread", "side-stream", "no-kernel",
+    "fallback", "timer-escape", "below-floor", "backend",
+)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -46,6 +55,7 @@ class ProblemSpec(_Model):
     init_args: list = Field(default_factory=list)
     init_kwargs: dict = Field(default_factory=dict)
     second_inputs: str | None = None
+    input_shapes: list[list[int]] | None = None  # instead of `inputs`: random tensors of these shapes and `dtype`
     dtype: DType | None = None
     atol: float | None = None
     rtol: float | None = None
@@ -167,6 +177,7 @@ class TargetSpec(_Model):
     init_args: list = Field(default_factory=list)
     init_kwargs: dict = Field(default_factory=dict)
     second_inputs: str | None = None
+    input_shapes: list[list[int]] | None = None  # set: random inputs of these shapes and `dtype`, not `inputs`
     dtype: DType | None = None
     atol: float | None = None
     rtol: float | None = None

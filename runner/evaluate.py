@@ -191,7 +191,7 @@ class Evaluator:
         return self._judge
 
     def _ask_judge(self, msg: dict, timeout_s: float, stage: str) -> dict:
-        worker = self._judge
+        worker = self._judge if self._judge is not None else self.judge  # starts (and initialises) it once
         try:
             reply = worker.request(msg, timeout_s)
         except WorkerDied as exc:
@@ -238,7 +238,7 @@ class Evaluator:
         path = self.cache_dir / "bandwidth.json"
         known = json.loads(path.read_text()) if path.exists() else {}
         if gpu not in known:
-            nbytes = (1 << 30) if self.device == "cuda" else (256 << 20)
+            nbytes = (4 << 30) if self.device == "cuda" else (256 << 20)  # large: the sync and flush amortised
             reply = self._ask_judge({"cmd": "bandwidth", "bytes": nbytes}, 300, "bandwidth")
             known[gpu] = reply["bandwidth_bytes_per_s"]
             path.parent.mkdir(parents=True, exist_ok=True)

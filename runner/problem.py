@@ -65,6 +65,13 @@ def _resolve(mod: Any, ref: str | None) -> Any:
     return getattr(mod, ref)
 
 
+def _shapes_factory(spec: ProblemSpec):
+    """Inputs declared by shape (repository config) rather than by a factory function."""
+    dtype = DTYPES[spec.dtype or "float32"]
+    shapes = [tuple(s) for s in spec.input_shapes or []]
+    return lambda: [torch.rand(s, dtype=dtype) for s in shapes]
+
+
 @dataclass
 class LoadedProblem:
     spec: ProblemSpec
@@ -115,7 +122,7 @@ def load(spec: ProblemSpec) -> LoadedProblem:
     except AttributeError:
         raise ProblemError("import", str(file), f"defines no class {spec.class_name!r}") from None
     try:
-        get_inputs = _resolve(mod, spec.inputs)
+        get_inputs = _shapes_factory(spec) if spec.input_shapes else _resolve(mod, spec.inputs)
         second = _resolve(mod, spec.second_inputs)
         init_factory = None
         if spec.init_inputs and (":" in spec.init_inputs or hasattr(mod, spec.init_inputs)):

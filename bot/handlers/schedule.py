@@ -1,0 +1,31 @@
+"""The nightly run: every marked target on the default branch's head."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from bot import github
+from bot.context import Context
+from bot.db import utcnow
+from bot.routing import Router
+from bot.scheduler import SCHEDULE_EVENT, next_fire
+from bot.triggers import start_job
+from bot.webhooks import Event
+
+log = logging.getLogger(__name__)
+router = Router()
+
+
+@router.register(SCHEDULE_EVENT)
+def nightly(ev: Event, ctx: Context) -> None:
+    repo, inst = ev.repo or "", ev.installation_id or 0
+    branch, sha = github.default_branch_head(ctx.gh(inst), repo)
+    started = start_job(
+        ctx, delivery_id=ev.delivery_id, repo=repo, installation_id=inst, sha=sha, ref=branch, trigger="schedule"
+    )
+    if started.config is not None:  # the default branch's config sets the schedule from now on
+        s = started.config.schedule
+        slot = datetime.fromisoformat(ev.data["slot"])
+        following = next_fire(s.cron, s.timezone, max(slot, utcnow()))
+        ctx.store.set_schedule(repo, enabled=s.enabled, cron=s.cron, timezone=s.timezone, next_run_at=following)

@@ -1,0 +1,71 @@
+"""Job state -> check run on the job's commit. An outbox: the background loop calls `sync_check_runs` until every
+job's check run shows its state, so a restart or an unreachable GitHub delays updates but never loses one.
+
+`check_run_view` is pure; issue 6's PR composer will replace its summary with the full results table.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot import github
+from bot.context import Context
+from bot.jobs import JobInfo
+
+log = logging.getLogger(__name__)
+
+
+def check_run_view(job: JobInfo) -> tuple[str, str | None, str, str]:
+    """(status, conclusion, title, summary) for a job."""
+    n = len(job.spec.targets)
+    targets = "\n".join(f"- `{t.name}` ({t.file})" for t in job.spec.targets[:50])
+    if job.state == "queued":
+        return "queued", None, f"Queued: {n} target(s)", f"Waiting for a GPU runner.\n\n{targets}"
+    if job.state in ("leased", "running"):
+        p = job.progress
+        detail = f"round {p.round}, {p.built} built, {p.verified} verified" if p else "starting"
+        return "in_progress", None, f"Searching: {detail}", targets
+    if job.state == "cancelled":
+        return "completed", "cancelled", "Cancelled", "The job was cancelled."
+    if job.state == "failed":
+        return "completed", "failure", "fusebot failed", f"The job failed: {job.error or 'no detail'}"
+    improved = [t for t in (job.result.targets if job.result else []) if t.improved]
+    if not improved:
+        return "completed", "neutral", "No faster kernel found", "Nothing beat the faster baseline."
+    lines = "\n".join(f"- `{t.target}`: {t.message}" for t in improved)
+    return "completed", "success", f"Faster kernels for {len(improved)} of {n} target(s)", lines
+
+
+STOP = {"label": "Stop", "description": "Cancel this fusebot job", "identifier": "stop"}
+RERUN = {"label": "Run again", "description": "Run this fusebot job again", "identifier": "rerun"}
+
+
+def check_run_actions(status: str) -> list[dict[str, str]]:
+    """The buttons on the check run (they arrive as check_run.requested_action)."""
+    return [STOP] if status != "completed" else [RERUN]
+
+
+def sync_check_runs(ctx: Context, limit: int = 20) -> int:
+    """Bring check runs up to date with job states. Returns how many were written."""
+    done = 0
+    for job in ctx.store.unnotified(limit):
+        if job.installation_id is None:
+            ctx.store.mark_notified(job.id, job.state, None)
+            continue
+        status, conclusion, title, summary = check_run_view(job)
+        gh = ctx.gh(job.installation_id)
+        if job.check_run_id is None:
+            run_id = github.create_check_run(
+                gh, job.repo, name=ctx.settings.check_run_name, head_sha=job.sha, status=status,
+                conclusion=conclusion, title=title, summary=summary, external_id=job.id,
+                actions=check_run_actions(status),
+            )
+        else:
+            run_id = job.check_run_id
+            github.update_check_run(
+                gh, job.repo, run_id, status=status, conclusion=conclusion, title=title, summary=summary,
+                actions=check_run_actions(status),
+            )
+        ctx.store.mark_notified(job.id, job.state, run_id)
+        done += 1
+    return done

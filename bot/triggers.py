@@ -1,0 +1,146 @@
+"""From a trigger to a recorded job: checkout at the pinned SHA, config, discovery, tarball, enqueue.
+
+Shared by every handler that starts work. A config error becomes a failing check run with annotations, not an
+exception; a job is recorded under the key `<delivery id>:<index>`, so a re-handled delivery records nothing new.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot import github
+from bot.config import CONFIG_PATH, ConfigError, FusebotConfig, load_config
+from bot.context import Context
+from bot.discovery import checkout_cached, discover, make_tarball, read_config_text
+from bot.jobs import JobInfo, job_id_for
+from runner.contract import Job
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Started:
+    job: JobInfo | None  # None: nothing to run (no targets, or a config error)
+    config: FusebotConfig | None
+    created: bool = False
+
+
+def _safe_dir(repo: str) -> str:
+    return repo.replace("/", "__")
+
+
+def checkout(ctx: Context, repo: str, installation_id: int, sha: str) -> Path:
+    url = ctx.github.clone_url(installation_id, repo)
+    return checkout_cached(url, sha, ctx.clones_dir / _safe_dir(repo))
+
+
+def report_config_error(ctx: Context, repo: str, installation_id: int, sha: str, err: ConfigError) -> None:
+    annotations = [github.Annotation(path=p.path, line=p.line, message=p.message) for p in err.problems]
+    summary = "\n".join(f"- `{p.path}` line {p.line}: {p.message}" for p in err.problems)
+    github.create_check_run(
+        ctx.gh(installation_id),
+        repo,
+        name=f"{ctx.settings.check_run_name} config",
+        head_sha=sha,
+        status="completed",
+        conclusion="failure",
+        title=f"{CONFIG_PATH} is invalid",
+        summary=f"fusebot could not use `{CONFIG_PATH}`:\n\n{summary}",
+        annotations=annotations,
+    )
+    log.info("config error in %s@%s: %d problem(s)", repo, sha[:12], len(err.problems))
+
+
+def validate_config(ctx: Context, repo: str, installation_id: int, sha: str) -> bool:
+    """Check the config at `sha` and report it as a check run (success or failure with annotations)."""
+    worktree = checkout(ctx, repo, installation_id, sha)
+    try:
+        load_config(read_config_text(worktree))
+    except ConfigError as e:
+        report_config_error(ctx, repo, installation_id, sha, e)
+        return False
+    github.create_check_run(
+        ctx.gh(installation_id),
+        repo,
+        name=f"{ctx.settings.check_run_name} config",
+        head_sha=sha,
+        status="completed",
+        conclusion="success",
+        title=f"{CONFIG_PATH} is valid",
+        summary=f"`{CONFIG_PATH}` parsed and validated against the published schema.",
+    )
+    return True
+
+
+def start_job(
+    ctx: Context,
+    *,
+    delivery_id: str,
+    repo: str,
+    installation_id: int,
+    sha: str,
+    trigger: str,
+    ref: str | None = None,
+    pr_number: int | None = None,
+    changed_files: Iterable[str] | None = None,
+    index: int = 0,
+) -> Started:
+    worktree = checkout(ctx, repo, installation_id, sha)
+    try:
+        config = load_config(read_config_text(worktree))
+    except ConfigError as e:
+        report_config_error(ctx, repo, installation_id, sha, e)
+        return Started(job=None, config=None)
+    targets = discover(
+        worktree, config.targets, markers=config.markers, ignore=config.ignore, changed_files=changed_files
+    )
+    if not targets:
+        scope = "changed by this pull request" if changed_files is not None else "in the repository"
+        log.info("%s@%s: no marked targets %s", repo, sha[:12], scope)
+        github.create_check_run(
+            ctx.gh(installation_id),
+            repo,
+            name=ctx.settings.check_run_name,
+            head_sha=sha,
+            status="completed",
+            conclusion="neutral",
+            title="Nothing to optimise",
+            summary=f"No marked targets {scope}. Mark a module with `# fusebot: optimize` or list it in "
+            f"`{CONFIG_PATH}`; comment `/fusebot run all` on a pull request to run every target.",
+        )
+        return Started(job=None, config=config)
+    tarball = make_tarball(worktree, ctx.sources_dir / _safe_dir(repo) / f"{sha}.tar.gz")
+    key = f"{delivery_id}:{index}"
+    job = Job(
+        id=job_id_for(key),
+        repo=repo,
+        sha=sha,
+        ref=ref,
+        trigger=trigger,  # type: ignore[arg-type]
+        pr_number=pr_number,
+        targets=targets,
+        budget=config.budget,
+        models=config.models,
+    )
+    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=str(tarball))
+    if created:
+        ctx.metrics.jobs_created.labels(trigger).inc()
+        log.info("job %s queued: %s@%s (%s, %d target(s))", job.id, repo, sha[:12], trigger, len(targets))
+    return Started(job=info, config=config, created=created)
+
+
+def rerun(ctx: Context, *, delivery_id: str, previous: JobInfo, installation_id: int) -> JobInfo:
+    """A new job with the same targets at the same commit (check run re-requested)."""
+    key = f"{delivery_id}:0"
+    job = previous.spec.model_copy(update={"id": job_id_for(key)})
+    source = previous.source_path
+    if source is None or not Path(source).is_file():  # removed by retention: rebuild it from the pinned commit
+        worktree = checkout(ctx, job.repo, installation_id, job.sha)
+        source = str(make_tarball(worktree, ctx.sources_dir / _safe_dir(job.repo) / f"{job.sha}.tar.gz"))
+    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=source)
+    if created:
+        ctx.metrics.jobs_created.labels(job.trigger).inc()
+    return info

@@ -1,0 +1,77 @@
+"""Discovery: a pinned shallow clone from a real (bare, local) git repository, markers and config targets."""
+
+from __future__ import annotations
+
+import tarfile
+
+import pytest
+
+from bot.config import load_config
+from bot.discovery import CloneError, checkout_cached, clone_at, discover, make_tarball, marked_classes
+from tests.bot.helpers import MODULE, GitRepo, git, initial_files
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = GitRepo.create(tmp_path / "remote", "owner/name")
+    r.first = r.commit(initial_files(), "one")
+    r.second = r.commit({"models/new.py": MODULE.format(cls="NewOp", extra="")}, "two")
+    return r
+
+
+def test_clone_pins_an_older_sha_and_keeps_no_credentials(repo, tmp_path):
+    dest = clone_at(f"file://{repo.bare}", repo.first, tmp_path / "c")
+    assert git(dest, "rev-parse", "HEAD") == repo.first  # not the branch head (second)
+    assert not (dest / "models/new.py").exists()
+    assert git(dest, "rev-list", "--count", "HEAD") == "1"  # shallow
+    assert "file://" not in (dest / ".git" / "config").read_text()  # the URL (token) is not stored
+
+
+def test_clone_of_unknown_sha_is_a_clone_error_without_the_url(repo, tmp_path):
+    url = f"file://{repo.bare}?x-access-token=SECRETSECRET"
+    with pytest.raises(CloneError) as e:
+        clone_at(url, "0" * 40, tmp_path / "c")
+    assert "SECRETSECRET" not in str(e.value)
+
+
+def test_checkout_cache_reuses(repo, tmp_path):
+    a = checkout_cached(f"file://{repo.bare}", repo.second, tmp_path / "cache")
+    (a / "marker").write_text("x")
+    b = checkout_cached(f"file://{repo.bare}", repo.second, tmp_path / "cache")
+    assert a == b and (b / "marker").exists()
+
+
+def test_markers():
+    src = MODULE.format(cls="A", extra="")
+    assert marked_classes(src) == ["A"]
+    # the marker must sit directly above the class (or its decorators)
+    assert marked_classes(src.replace("# fusebot: optimize\n", "# fusebot: optimize\n\n")) == []
+    decorated = src.replace("# fusebot: optimize\nclass", "# fusebot: optimize\n@dataclass\nclass")
+    assert marked_classes(decorated) == ["A"]
+    # KernelBench style: the input factories must be beside it
+    assert marked_classes(src.replace("def get_init_inputs", "def other")) == []
+    assert marked_classes("this is not python (") == []
+
+
+def test_discover_markers_config_changed_and_ignore(repo, tmp_path):
+    wt = clone_at(f"file://{repo.bare}", repo.second, tmp_path / "c")
+    names = [t.name for t in discover(wt, [])]
+    assert names == ["models.attn.Attention", "models.mlp.MLP", "models.new.NewOp"]
+    cfg = load_config(
+        "targets:\n  - file: models/plain.py\n    class: Plain\n    shapes: [[4, 4]]\nignore: [models/mlp.py]\n"
+    )
+    targets = discover(wt, cfg.targets, ignore=cfg.ignore)
+    assert [t.name for t in targets] == ["models.plain.Plain", "models.attn.Attention", "models.new.NewOp"]
+    assert targets[0].input_shapes == [[4, 4]]
+    changed = discover(wt, cfg.targets, ignore=cfg.ignore, changed_files=["models/new.py", "README.md"])
+    assert [t.name for t in changed] == ["models.new.NewOp"]
+    assert discover(wt, [], markers=False) == []
+
+
+def test_tarball_has_the_tree_but_not_git(repo, tmp_path):
+    wt = clone_at(f"file://{repo.bare}", repo.first, tmp_path / "c")
+    tar = make_tarball(wt, tmp_path / "out" / "src.tar.gz")
+    with tarfile.open(tar) as t:
+        names = set(t.getnames())
+    assert "models/attn.py" in names and "README.md" in names
+    assert not any(n.startswith(".git") for n in names)

@@ -1,0 +1,68 @@
+"""runner.jobrun.run_job: a bot's Job over a checked-out source tree becomes a JobResult with each target's files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from runner.contract import Candidate, Job, SearchBudget, TargetSpec
+from runner.jobrun import problem_spec, run_job
+from runner.proposer import Idea
+from tests.runner.cpu_kernels import GOOD, PROBLEM
+
+
+class OneKernel:
+    """A real Proposer: one idea, implemented by one known-good fused C++ kernel."""
+
+    name = "one-kernel"
+
+    def bind(self, session) -> None:
+        self.session = session
+
+    def ideas(self, ctx, history, n):
+        return [Idea(text="one pass over x", proposer=self.name, round=0, index=0)][:n] if not history.ideas else []
+
+    def implement(self, ctx, idea, history, n):
+        return [Candidate(id=f"{idea.id}-c0", format="fast", backend="cpu", sources={"kernel.cpp": GOOD % "job"},
+                          idea=idea.text)]
+
+    def repair(self, ctx, candidate, verdict):
+        return None
+
+
+def _repo(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    (src / "models").mkdir(parents=True)
+    shutil.copy(PROBLEM, src / "models" / "chain.py")
+    (src / "models" / "broken.py").write_text("import torch\nraise RuntimeError('no import for you')\n")
+    return src
+
+
+def test_problem_spec_points_into_the_source_tree(tmp_path):
+    src = _repo(tmp_path)
+    spec = problem_spec(TargetSpec(name="chain", file="models/chain.py", class_name="Model"), src)
+    assert spec.path == str((src / "models/chain.py").resolve()) and spec.root == str(src.resolve())
+
+
+def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    src = _repo(tmp_path)
+    job = Job(id="j1", repo="o/r", sha="0" * 40, targets=[
+        TargetSpec(name="chain", file="models/chain.py", class_name="Model"),
+        TargetSpec(name="broken", file="models/broken.py", class_name="Model"),
+    ], budget=SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=1, wall_seconds=120))
+    seen = []
+    result = run_job(job, src, seen.append, proposers=[(OneKernel(), 1.0)], backend="cpu")
+    assert result.ok and result.job_id == "j1"
+    chain, broken = result.targets
+    assert chain.verdict is not None and chain.verdict.accepted, chain.message
+    assert chain.verdict.timing.median_ms > 0 and chain.verdict.baselines.eager.median_ms > 0
+    assert "report.md" in chain.files and "result.json" in chain.files
+    if chain.improved:  # a kernel is written only when it beat the faster baseline
+        assert "kernel.cpp" in chain.files and "dropin.py" in chain.files
+    else:
+        assert "kernel.cpp" not in chain.files
+    assert not broken.improved and broken.message.startswith("problem: import") and "no import for you" in broken.message
+    assert seen, "progress was reported"
+    assert result.environment is not None and result.environment.torch
