@@ -137,6 +137,23 @@ class Baselines(_Model):
     compile_error: str | None = None
 
 
+class Confirmation(_Model):
+    """The winner re-timed against both baselines in alternating rounds (candidate, eager, compile, candidate, ...),
+    one candidate process for all rounds: per-round medians and speedups, so a claim carries its spread."""
+
+    rounds: int
+    candidate_ms: list[float]
+    eager_ms: list[float]
+    compile_ms: list[float] = Field(default_factory=list)
+    speedup_vs_eager: list[float]
+    speedup_vs_compile: list[float] = Field(default_factory=list)
+
+    def speedup_vs_faster(self) -> list[float]:
+        """Per round: the faster baseline of that round over the candidate."""
+        pairs = zip(self.eager_ms, self.compile_ms or self.eager_ms, self.candidate_ms, strict=True)
+        return [min(e, c) / k for e, c, k in pairs]
+
+
 class Verdict(_Model):
     """The harness's word on one candidate. `accepted` is true only if every check passed; `reasons` names each
     failed check (e.g. "side-stream: ..."); `warnings` holds what is true but must be said (e.g. below the floor)."""
@@ -158,6 +175,7 @@ class Verdict(_Model):
     pct_of_floor: float | None = None
     degenerate: bool = False  # the reference ignores its input or is near-constant: no speedup is reportable
     below_floor_confirmed: bool = False
+    confirmation: Confirmation | None = None
     environment: Environment | None = None
     harness_seconds: float = 0.0
     stage_seconds: dict[str, float] = Field(default_factory=dict)  # build, load, verify, time

@@ -37,8 +37,13 @@ class Outcome:
         return self.best.verdict if self.best else None
 
 
-def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roofline: Roofline | None) -> Outcome:
+def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roofline: Roofline | None,
+            confirmed: Verdict | None = None) -> Outcome:
+    """`confirmed`: the best kernel re-verified and re-timed against both baselines in alternating rounds
+    (Evaluator.confirm). When given, it decides: the kernel must beat the faster baseline in every round."""
     best = result.best
+    if confirmed is not None and best is not None:
+        return _confirmed_outcome(problem, result, best, confirmed, roofline)
     base_ms = best_baseline_ms(baselines)
     faster = "torch.compile" if baselines and baselines.compile and base_ms == baselines.compile.median_ms else "eager"
     if best is None or best.median_ms is None:
@@ -59,6 +64,36 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
                    tokens_used=result.tokens_used, cost_usd=result.cost_usd, gpu_seconds=result.gpu_seconds,
                    wall_seconds=result.wall_seconds, attempts=list(result.history.attempts),
                    ideas=list(result.history.ideas))
+
+
+def _confirmed_outcome(problem: str, result: SearchResult, best: Attempt, v: Verdict,
+                       roofline: Roofline | None) -> Outcome:
+    best = best.model_copy(update={"verdict": v})
+    c = v.confirmation
+    if not v.accepted or c is None or v.timing is None:
+        improved = False
+        message = "the fastest kernel failed when verified again: " + "; ".join(v.reasons[:2])
+    elif v.degenerate:
+        improved, message = False, ("the problem is degenerate (its output does not depend on its input): no speedup "
+                                    "on it is reportable, no kernel is proposed")
+    else:
+        per_round = c.speedup_vs_faster()
+        faster = "torch.compile" if c.compile_ms and v.baselines.compile.median_ms <= v.baselines.eager.median_ms \
+            else "eager"
+        base_ms = min(t.median_ms for t in (v.baselines.eager, v.baselines.compile) if t)
+        spread = f"{min(per_round):.2f}-{max(per_round):.2f}x over {c.rounds} alternating rounds"
+        improved = min(per_round) > 1.0
+        if improved:
+            message = (f"{v.timing.median_ms:.4g} ms, {base_ms / v.timing.median_ms:.2f}x faster than {faster} "
+                       f"({base_ms:.4g} ms; {spread})")
+        else:
+            message = (f"nothing beat {faster} in every round: the fastest verified kernel took "
+                       f"{v.timing.median_ms:.4g} ms against {base_ms:.4g} ms ({spread}); no kernel is proposed")
+    return Outcome(problem=problem, improved=improved, message=message, best=best, baselines=v.baselines,
+                   roofline=roofline or v.roofline, stop_reason=result.stop_reason, rounds=result.rounds,
+                   candidates=result.candidates, tokens_used=result.tokens_used, cost_usd=result.cost_usd,
+                   gpu_seconds=result.gpu_seconds, wall_seconds=result.wall_seconds,
+                   attempts=list(result.history.attempts), ideas=list(result.history.ideas))
 
 
 def _cell(text: str, limit: int = 160) -> str:

@@ -128,3 +128,14 @@ def test_any_first_call_starts_the_judge(tmp_path):
         assert ev.roofline().bytes_moved == 64 * 256 * 4 * 2 + 256 * 4
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
         assert ev.environment().torch
+
+
+def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cpu_evaluator):
+    v = cpu_evaluator.evaluate(cand("to-confirm", HONEST_FAST))
+    c = cpu_evaluator.confirm(cand("to-confirm", HONEST_FAST), rounds=3)
+    assert v.accepted and c.accepted, c.reasons
+    conf = c.confirmation
+    assert conf.rounds == 3 and len(conf.candidate_ms) == 3 and len(conf.eager_ms) == 3
+    assert conf.speedup_vs_eager == [e / k for e, k in zip(conf.eager_ms, conf.candidate_ms, strict=True)]
+    assert min(conf.candidate_ms) <= c.timing.median_ms <= max(conf.candidate_ms)  # pooled samples
+    assert c.timing.n >= 3 * 5 and len(c.trials) == 1 and c.trials[0].passed

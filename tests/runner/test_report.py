@@ -65,3 +65,24 @@ def test_result_json_summarises_the_trace_and_is_json():
     s = r["trace_summary"]
     assert (s["accepted"], s["rejected"], s["no_code"], s["attempts"]) == (1, 1, 1, 3)
     assert (s["tokens_used"], s["best"], s["stop_reason"]) == (1234, "r1-m-0.5", "no improvement")
+
+
+def _confirmed(cand_ms: list[float], eager_ms: list[float]):
+    from runner.contract import Confirmation
+    from runner.timing import summarize
+
+    t = lambda xs: summarize(xs, clock="cuda_events", l2_flushed=True)  # noqa: E731
+    conf = Confirmation(rounds=len(cand_ms), candidate_ms=cand_ms, eager_ms=eager_ms,
+                        speedup_vs_eager=[e / c for e, c in zip(eager_ms, cand_ms, strict=True)])
+    return Verdict(candidate_id="c", problem="p", accepted=True, timing=t(cand_ms),
+                   baselines=Baselines(eager=t(eager_ms)), confirmation=conf)
+
+
+def test_a_confirmed_win_must_hold_in_every_round():
+    best = Attempt(round=1, proposer="x", idea="i", candidate=None, verdict=None)
+    result = SearchResult(history=History(), beam=[best], stop_reason="rounds", rounds=1, tokens_used=0, cost_usd=0.0,
+                          gpu_seconds=0.0, wall_seconds=0.0, candidates=1)
+    wins = outcome("p", result, None, None, confirmed=_confirmed([1.0, 1.0, 1.0], [1.2, 1.3, 1.1]))
+    assert wins.improved and "1.10-1.30x over 3 alternating rounds" in wins.message
+    loses_once = outcome("p", result, None, None, confirmed=_confirmed([1.0, 1.0, 1.0], [1.2, 0.95, 1.3]))
+    assert not loses_once.improved and loses_once.message.startswith("nothing beat eager in every round")
