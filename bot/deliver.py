@@ -39,7 +39,7 @@ def deliver(platform: Platform, job: Job, result: JobResult, *, base: str, base_
     def plan(group: str, results: list[TargetResult]) -> pr.PullRequestPlan:
         return pr.PullRequestPlan(repo=job.repo, base=base, group=group, commit=base_sha, results=results,
                                   environment=result.environment, kernels_dir=kernels_dir, source_pr=label_pr,
-                                  trigger=job.trigger)
+                                  trigger=job.trigger, job_id=job.id)
 
     targets = [r if r.files or not r.improved else  # a kernel must come with its files to be proposed
                r.model_copy(update={"improved": False, "message": f"{r.message} (no files came back: not proposed)"})

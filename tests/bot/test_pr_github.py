@@ -12,7 +12,7 @@ from bot import pr
 from bot.notify import sync_check_runs
 from runner.contract import TargetResult
 from runner.results import Provenance, slug, target_files
-from tests.bot.helpers import REPO, initial_files, pr_payload
+from tests.bot.helpers import REPO, comment_payload, initial_files, pr_payload
 from tests.fakes.github_server import Pull
 from tests.verdicts import SPEC, real_verdicts, seed_candidate
 
@@ -106,3 +106,24 @@ def test_a_fork_gets_a_comment_with_the_patch_and_no_push(world):
     assert refs_after == refs_before and bot_pulls(world) == []
     [comment] = [c for c in world.fake.comments_on(REPO, 3) if "fusebot:fork" in c]
     assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
+
+
+def command(world, text: str, number: int, comment_id: int) -> None:
+    world.fake.add_comment(REPO, number, comment_id, text, "maintainer")
+    world.post("issue_comment", comment_payload(text, number=number, comment_id=comment_id))
+    world.drain()
+
+
+def test_explain_and_rerun_on_a_fusebot_pr(world):
+    first = label_and_run(world, number=2, sha=world.shas["feature"])
+    [bot] = bot_pulls(world)
+    assert pr.find_marker(bot.body, "job") == first["id"]
+    command(world, "/fusebot explain", bot.number, 950)
+    [trace] = [c for c in world.fake.comments_on(REPO, bot.number) if "search trace" in c]
+    assert first["id"][:12] in trace and "seed: verified" in trace
+    command(world, "/fusebot rerun", bot.number, 951)
+    rerun = [j for j in world.jobs() if j.id != first["id"]]
+    assert len(rerun) == 1 and rerun[0].pr_number == 2 and rerun[0].spec.ref == "feature"
+    assert rerun[0].sha == world.shas["feature"] and rerun[0].state == "queued"
+    command(world, "/fusebot explain", 2, 952)  # not a fusebot PR: says where it works
+    assert any("fusebot's own pull requests" in c for c in world.fake.comments_on(REPO, 2))
