@@ -226,6 +226,19 @@ class Job(_Model):
     models: list[str] = Field(default_factory=list)
 
 
+class DropinCheck(_Model):
+    """The runner's own run of a generated drop-in and its test before it accepts a result (runner/results.py)."""
+
+    passed: bool
+    command: str
+    passed_tests: int = 0
+    failed_tests: int = 0
+    skipped_tests: int = 0
+    seconds: float = 0.0
+    reasons: list[str] = Field(default_factory=list)
+    output_tail: str = ""
+
+
 class TargetResult(_Model):
     target: str
     improved: bool
@@ -233,6 +246,9 @@ class TargetResult(_Model):
     message: str = ""  # e.g. "nothing beat torch.compile (0.51 ms)"
     files: dict[str, str] = Field(default_factory=dict)  # path relative to the kernels directory -> text
     trace_markdown: str = ""
+    dropin_check: DropinCheck | None = None
+    file: str | None = None  # the module's file in the repository, e.g. "models/blocks.py"
+    class_name: str | None = None
 
 
 class JobResult(_Model):

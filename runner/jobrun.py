@@ -7,12 +7,14 @@ import, its reference fails) is reported on that target and the others still run
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runner.contract import Job, JobResult, ProblemSpec, Progress, TargetResult, TargetSpec
 from runner.errors import ProblemError
+from runner.results import DEFAULT_KERNELS_DIR, Provenance, target_result
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +39,27 @@ def problem_spec(target: TargetSpec, source_dir: Path) -> ProblemSpec:
     )
 
 
-def _read_folder(out: Path, names: Sequence[str]) -> dict[str, str]:
-    return {n: (out / n).read_text() for n in names if (out / n).is_file()}
+def dropin_spec(spec: ProblemSpec) -> ProblemSpec:
+    """The same problem named as a module of the repository, so the drop-in subclasses the user's own class."""
+    if not (spec.path and spec.root) or not Path(spec.path).is_relative_to(spec.root):
+        return spec
+    module = Path(spec.path).relative_to(spec.root).with_suffix("").as_posix().replace("/", ".")
+    return spec.model_copy(update={"path": None, "module": module})
+
+
+def accepted_result(job: Job, target: TargetSpec, spec: ProblemSpec, outcome, source_dir: Path,
+                    workdir: Path | None, kernels_dir: str = DEFAULT_KERNELS_DIR) -> TargetResult:
+    """The target's files (kernel with provenance, drop-in, test, BENCHMARK.md), accepted only after the generated
+    test passed on a scratch copy of the source tree (runner/results.py)."""
+    from runner.report import trace_markdown
+
+    best = outcome.best
+    verdict = best.verdict if best else None
+    with tempfile.TemporaryDirectory(prefix="fusebot-check-", dir=workdir) as scratch:
+        shutil.copytree(source_dir, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
+        return target_result(dropin_spec(spec), outcome.improved, outcome.message, best.candidate if best else None,
+                             verdict, Provenance.for_verdict(target.name, verdict, repo=job.repo, commit=job.sha),
+                             trace_markdown(outcome), root=Path(scratch), kernels_dir=kernels_dir, file=target.file)
 
 
 def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,
@@ -62,13 +83,5 @@ def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *,
                 log.warning("target %s: %s", target.name, exc)
                 results.append(TargetResult(target=target.name, improved=False, message=f"problem: {exc}"))
                 continue
-            import json
-
-            summary = json.loads((out / "result.json").read_text())
-            best = outcome.best.verdict if outcome.best else None
-            results.append(TargetResult(
-                target=target.name, improved=outcome.improved, verdict=best, message=outcome.message,
-                files=_read_folder(out, summary.get("files", [])),
-                trace_markdown=(out / "report.md").read_text(),
-            ))
+            results.append(accepted_result(job, target, spec, outcome, Path(source_dir), workdir))
     return JobResult(job_id=job.id, ok=True, targets=results, environment=environment)

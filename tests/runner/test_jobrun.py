@@ -58,11 +58,13 @@ def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeyp
     chain, broken = result.targets
     assert chain.verdict is not None and chain.verdict.accepted, chain.message
     assert chain.verdict.timing.median_ms > 0 and chain.verdict.baselines.eager.median_ms > 0
-    assert "report.md" in chain.files and "result.json" in chain.files
-    if chain.improved:  # a kernel is written only when it beat the faster baseline
-        assert "kernel.cpp" in chain.files and "dropin.py" in chain.files
+    assert "### Round 1" in chain.trace_markdown
+    if chain.improved:  # a kernel is written only when it beat the faster baseline and its drop-in passed its test
+        assert "chain/kernel.cpp" in chain.files and "chain/dropin.py" in chain.files
+        assert "chain/BENCHMARK.md" in chain.files and chain.dropin_check.passed
+        assert "_ref = importlib.import_module('models.chain')" in chain.files["chain/dropin.py"]
     else:
-        assert "kernel.cpp" not in chain.files
+        assert not chain.files
     assert not broken.improved and broken.message.startswith("problem: import") and "no import for you" in broken.message
     assert seen, "progress was reported"
     assert result.environment is not None and result.environment.torch

@@ -53,6 +53,6 @@ def test_optimize_on_cuda_builds_verifies_times_and_repairs(tmp_path):
         gen = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=out,
                              env=env, capture_output=True, text=True, timeout=600)
         print(gen.stdout[-3000:])
-        assert gen.returncode == 0 and "6 passed" in gen.stdout
+        assert gen.returncode == 0 and "5 passed" in gen.stdout
     else:
         assert not (out / "dropin.py").exists() and result["message"].startswith("nothing beat")

@@ -1,0 +1,28 @@
+"""A `git apply`-able patch from file contents: pure (difflib), for fork PRs, which fusebot never pushes to."""
+
+from __future__ import annotations
+
+import difflib
+
+
+def unified_patch(old: dict[str, str | None], new: dict[str, str | None]) -> str:
+    """The patch turning `old` into `new` (path -> text; None or absent: no such file), files in path order."""
+    out: list[str] = []
+    for path in sorted(set(old) | set(new)):
+        a, b = old.get(path), new.get(path)
+        if a == b:
+            continue
+        a_lines = [] if a is None else a.splitlines(keepends=True)
+        b_lines = [] if b is None else b.splitlines(keepends=True)
+        out.append(f"diff --git a/{path} b/{path}\n")
+        if a is None:
+            out.append("new file mode 100644\n")
+        elif b is None:
+            out.append("deleted file mode 100644\n")
+        if not a_lines and not b_lines:
+            continue  # an empty file created or deleted: the header says it all
+        body = difflib.unified_diff(a_lines, b_lines, "/dev/null" if a is None else f"a/{path}",
+                                    "/dev/null" if b is None else f"b/{path}", n=3)
+        for line in body:
+            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)

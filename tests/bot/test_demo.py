@@ -1,0 +1,70 @@
+"""`fusebot demo` end to end, as a user runs it: the real CPU search (seed proposer, real harness, torch.compile
+baseline), the generated drop-ins checked, a local branch with the files, the PR body printed; and run twice: the
+same branch and the same PR, updated, never duplicated."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from bot import pr
+
+ROOT = Path(__file__).resolve().parents[2]
+BRANCH = "fusebot/main/examples"
+
+
+def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
+    env |= {"FUSEBOT_CACHE_DIR": str(tmp / "cache"), "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache")}
+    return subprocess.run([sys.executable, "-m", "bot.cli", "demo", "--workdir", str(workdir)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.slow
+def test_demo_twice_opens_then_updates_one_local_pr(tmp_path):
+    work = tmp_path / "demo"
+    first = run_demo(work, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "using the seed proposer" in first.stderr or "strategy catalog" in first.stderr
+    body = first.stdout
+    assert body.startswith(pr.marker("pr", "main/examples")), body[:500]
+    assert "| PyTorch eager |" in body and "| torch.compile |" in body and "| **fusebot** |" in body
+    assert "Drop-in test run by the runner" in body and "<details><summary>Search trace" in body
+    repo = git.Repo(work / "repo")
+    tree = repo.commit(BRANCH).tree
+    files = [b.path for b in tree.traverse() if b.type == "blob" and b.path.startswith("fusebot_kernels/")]
+    proposed = [f.split("/")[1] for f in files if f.endswith("/dropin.py")]
+    assert proposed, files
+    for target in proposed:
+        for name in ("kernel.cpp", "fusebot.h", "BENCHMARK.md", f"test_{target}.py"):
+            assert f"fusebot_kernels/{target}/{name}" in files
+        assert "fusebot kernel for" in (tree / f"fusebot_kernels/{target}/kernel.cpp").data_stream.read().decode()
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+
+    second = run_demo(work, tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "updated" in second.stderr and "local pull request #1" in second.stderr
+    assert [b.name for b in repo.branches] == sorted([BRANCH, "main"])
+    assert len(repo.git.rev_list(f"main..{BRANCH}").split()) == 1  # rebuilt on main, not stacked
+    state = json.loads((work / "repo" / ".git" / "fusebot" / "state.json").read_text())
+    assert len(state["pulls"]) == 1 and state["pulls"][0]["branch"] == BRANCH
+    assert [c["conclusion"] for c in state["check_runs"]] == ["success", "success"]
+    assert len(repo.git.rev_list("main").split()) == 1  # the examples were committed once
+
+
+def test_demo_refuses_a_bad_setting(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "m.py").write_text("x = 1\n")
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "demo", "--workdir", str(tmp_path / "w"), "--examples",
+                          str(tmp_path / "plain"), "--backend", "cpu"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "no marked targets" in out.stderr
+    bad = subprocess.run([sys.executable, "-m", "bot.cli", "demo", "--backend", "tpu"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "cuda or cpu" in bad.stderr

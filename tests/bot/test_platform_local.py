@@ -1,0 +1,110 @@
+"""The local platform and the publishing flow on a real git repository: one branch and one PR however often it runs,
+files updated in place, nothing committed when nothing changed, no PR when nothing improved, a patch comment (and no
+branch) for a fork, the working tree and checked-out branch never touched."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import git
+import pytest
+
+from bot import pr
+from bot.platform import LocalPlatform, PlatformError
+from bot.publish import branch_files, publish
+from tests.bot.test_pr_body import improved_result, plan_of, slow_result
+
+
+def make_repo(tmp: Path) -> git.Repo:
+    repo = git.Repo.init(tmp / "repo", initial_branch="main")
+    (tmp / "repo" / "examples").mkdir()
+    (tmp / "repo" / "examples" / "mlp_epilogue.py").write_text("# the user's module\n")
+    repo.index.add(["examples/mlp_epilogue.py"])
+    repo.index.commit("initial")
+    return repo
+
+
+def branch_commits(repo: git.Repo, branch: str) -> list[str]:
+    return repo.git.rev_list(f"main..{branch}").split()
+
+
+def test_a_rerun_updates_the_same_branch_and_pr(tmp_path):
+    repo = make_repo(tmp_path)
+    platform = LocalPlatform(Path(repo.working_tree_dir))
+    base = platform.head_sha("main")
+    plan = plan_of(improved_result(), slow_result())
+    run = platform.create_check_run(base, pr.CHECK_NAME, pr.check_queued(["ScaledBiasReLU", "Slow"]))
+    first = publish(platform, plan, base_sha=base, check_run_id=run, label_pr=7)
+    assert first.pull_request.created and first.branch.changed
+    assert branch_commits(repo, plan.branch) == [first.branch.sha]
+    tree = repo.commit(plan.branch).tree
+    for path, text in branch_files(plan).items():
+        assert (tree / path).data_stream.read().decode() == text
+    again = publish(platform, plan, base_sha=base, label_pr=7)
+    assert not again.pull_request.created and again.pull_request.number == first.pull_request.number
+    assert not again.branch.changed and again.branch.sha == first.branch.sha  # nothing new to commit
+    changed = plan_of(improved_result(trace="### Round 1\nanother search"), slow_result())
+    bench = next(p for p in changed.results[0].files if p.endswith("BENCHMARK.md"))
+    changed.results[0].files[bench] += "\nre-measured\n"
+    third = publish(platform, changed, base_sha=base, label_pr=7)
+    assert third.pull_request.number == first.pull_request.number and third.branch.changed
+    assert branch_commits(repo, plan.branch) == [third.branch.sha]  # rebuilt on the base, not stacked
+    pulls = platform.pulls()
+    assert len(pulls) == 1 and pulls[0].branch == "fusebot/main/examples"
+    assert "another search" in platform.pull_body(pulls[0].number)
+    assert "re-measured" in (repo.commit(plan.branch).tree / f"fusebot_kernels/{bench}").data_stream.read().decode()
+    assert [b.name for b in repo.branches if b.name.startswith("fusebot/")] == ["fusebot/main/examples"]
+    comments = platform.comments(7)
+    assert len(comments) == 1 and pr.find_marker(comments[0].body, "status") == "pr-7"
+    assert platform.check_runs()[0].conclusion == "success"
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+
+
+def test_the_base_moving_rebuilds_the_branch_on_it(tmp_path):
+    repo = make_repo(tmp_path)
+    platform = LocalPlatform(Path(repo.working_tree_dir))
+    plan = plan_of(improved_result())
+    publish(platform, plan, base_sha=platform.head_sha("main"))
+    (Path(repo.working_tree_dir) / "README.md").write_text("new\n")
+    repo.index.add(["README.md"])
+    repo.index.commit("base moves")
+    update = publish(platform, plan, base_sha=platform.head_sha("main")).branch
+    assert update.changed and repo.commit(plan.branch).parents[0].hexsha == platform.head_sha("main")
+    assert len(platform.pulls()) == 1
+
+
+def test_nothing_improved_opens_no_pr(tmp_path):
+    repo = make_repo(tmp_path)
+    platform = LocalPlatform(Path(repo.working_tree_dir))
+    base = platform.head_sha("main")
+    run = platform.create_check_run(base, pr.CHECK_NAME, pr.check_queued(["Slow"]))
+    out = publish(platform, plan_of(slow_result()), base_sha=base, check_run_id=run, label_pr=7)
+    assert out.pull_request is None and out.conclusion == "neutral"
+    assert platform.pulls() == [] and not [b for b in repo.branches if b.name.startswith("fusebot/")]
+    assert platform.check_runs()[0].conclusion == "neutral"
+    assert "no faster kernel" in platform.comments(7)[0].body
+
+
+def test_a_fork_gets_a_patch_comment_and_no_branch(tmp_path):
+    repo = make_repo(tmp_path)
+    platform = LocalPlatform(Path(repo.working_tree_dir))
+    base = platform.head_sha("main")
+    plan = plan_of(improved_result())
+    publish(platform, plan, base_sha=base, label_pr=7, fork=True)
+    publish(platform, plan, base_sha=base, label_pr=7, fork=True)
+    assert platform.pulls() == [] and not [b for b in repo.branches if b.name.startswith("fusebot/")]
+    [comment] = platform.comments(7)
+    patch = comment.body.split("```diff\n", 1)[1].split("\n```", 1)[0] + "\n"
+    (tmp_path / "fusebot.patch").write_text(patch)
+    subprocess.run(["git", "apply", "--check", str(tmp_path / "fusebot.patch")], cwd=repo.working_tree_dir,
+                   check=True)
+
+
+def test_refuses_to_move_a_checked_out_branch(tmp_path):
+    repo = make_repo(tmp_path)
+    platform = LocalPlatform(Path(repo.working_tree_dir))
+    with pytest.raises(PlatformError, match="checked out"):
+        platform.commit_files("main", platform.head_sha("main"), {"x.txt": "x"}, "m")
+    with pytest.raises(PlatformError, match="not a git repository"):
+        LocalPlatform(tmp_path / "nowhere")

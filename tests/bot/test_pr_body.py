@@ -1,0 +1,112 @@
+"""PR bodies, check-run texts and comments from real Verdicts (the CPU harness run once per session): numbers
+present as the harness measured them, markers present, GitHub's size limit kept with a huge trace."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bot import pr
+from runner.contract import Progress, TargetResult
+from runner.results import Provenance, target_files
+from tests.verdicts import SPEC, real_verdicts, seed_candidate
+
+
+def improved_result(trace: str = "### Round 1\n| candidate | verdict |\n| --- | --- |\n| fused | verified |") -> TargetResult:
+    v = real_verdicts()["fused"]
+    files = target_files(SPEC, seed_candidate(), v, Provenance.for_verdict(SPEC.name, v, "acme/models", "abc123"))
+    return TargetResult(target=SPEC.name, improved=True, verdict=v, message="faster", files=files,
+                        trace_markdown=trace, file="examples/mlp_epilogue.py", class_name=SPEC.class_name)
+
+
+def slow_result() -> TargetResult:
+    v = real_verdicts()["slow"]
+    return TargetResult(target="Slow", improved=False, verdict=v, class_name="Slow",
+                        message=f"nothing beat eager ({v.baselines.eager.median_ms:.4g} ms)", trace_markdown="r1")
+
+
+def plan_of(*results: TargetResult) -> pr.PullRequestPlan:
+    return pr.PullRequestPlan(repo="acme/models", base="main", group="examples", commit="abc123def4567890",
+                              results=list(results), environment=real_verdicts()["fused"].environment, source_pr=7)
+
+
+def row_numbers(t) -> str:
+    return f"| {t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n} |"
+
+
+def test_the_body_carries_the_verdicts_numbers_markers_and_adoption():
+    r = improved_result()
+    v = r.verdict
+    body = pr.pr_body(plan_of(r, slow_result()))
+    assert body.startswith("<!-- fusebot:pr key=main/examples -->")
+    assert pr.find_marker(body, "pr") == "main/examples"
+    for t in (v.baselines.eager, v.baselines.compile, v.timing):
+        assert row_numbers(t) in body
+    base = min(v.baselines.eager.median_ms, v.baselines.compile.median_ms)
+    assert f"**{base / v.timing.median_ms:.2f}x** faster" in body  # the verdict line
+    assert f"{v.speedup_vs_eager:.2f}x" in body and f"{v.speedup_vs_compile:.2f}x" in body
+    assert f"{100 * v.roofline.floor_ms / v.timing.median_ms:.0f}%" in body
+    passed = sum(t.passed for t in v.trials)
+    assert f"{passed}/{len(v.trials)} trials passed" in body
+    assert f"{max(t.max_abs_err for t in v.trials):.3g}" in body
+    e = v.environment
+    assert f"torch {e.torch}" in body and (e.cpu or e.gpu) in body and f"Python {e.python}" in body
+    assert "from fusebot_kernels.scaledbiasrelu.dropin import ScaledBiasReLU" in body
+    assert "```mermaid" in body and "<details><summary>Search trace: ScaledBiasReLU</summary>" in body
+    assert "Not proposed: nothing beat eager" in body  # the slow target is shown with why, not proposed
+    assert "/fusebot benchmark" in body and "#7" in body
+
+
+def test_a_huge_trace_is_truncated_never_the_tables():
+    huge = "\n".join(f"| r{i} | idea {i} | rejected at verify | mismatch {'x' * 80} |" for i in range(20_000))
+    r = improved_result(trace=huge)
+    body = pr.pr_body(plan_of(r, slow_result()))
+    assert len(body) <= pr.BODY_LIMIT < len(huge)
+    assert pr.target_table(r) in body and pr.target_table(slow_result()) in body
+    cut = re.search(r"trace truncated \((\d+) characters left out\)", body)
+    assert cut and int(cut.group(1)) > 0
+    assert pr.marker("pr", "main/examples") in body
+
+
+def test_nothing_faster_is_a_neutral_check_with_the_reason_and_no_pr_title():
+    plan = plan_of(slow_result())
+    assert plan.improved == []
+    out = pr.check_completed(plan)
+    assert out.conclusion == "neutral" and out.status == "completed"
+    assert "nothing beat eager" in out.summary and "No pull request is opened" in out.summary
+    assert row_numbers(real_verdicts()["slow"].timing) in out.text
+
+
+def test_check_run_stages():
+    q = pr.check_queued(["ScaledBiasReLU", "ScaledSoftmax"])
+    assert q.status == "queued" and "`ScaledSoftmax`" in q.summary
+    p = pr.check_in_progress(Progress(round=2, built=5, verified=3, rejected=2, best_speedup=1.375), rounds=3)
+    assert p.status == "in_progress" and "round 2/3" in p.summary and "3 verified" in p.summary
+    assert "1.38x" in p.title
+    done = pr.check_completed(plan_of(improved_result()), pr_url="https://example.test/pr/9")
+    assert done.conclusion == "success" and "https://example.test/pr/9" in done.summary
+    assert row_numbers(real_verdicts()["fused"].timing) in done.summary
+    failed = pr.check_completed(plan_of(improved_result()), error="runner lost")
+    assert failed.conclusion == "failure" and "runner lost" in failed.summary
+
+
+def test_status_comment_and_fork_comment():
+    plan = plan_of(improved_result(), slow_result())
+    c = pr.status_comment(7, "done", plan, pr_url="https://example.test/pr/9")
+    assert pr.find_marker(c, "status") == "pr-7" and "https://example.test/pr/9" in c
+    s = pr.speedup(real_verdicts()["fused"])
+    assert f"{s:.2f}x faster" in c
+    patch = "diff --git a/k.cpp b/k.cpp\n" + "+// line\n" * 20_000
+    f = pr.fork_comment(plan, patch)
+    assert len(f) <= pr.BODY_LIMIT and pr.find_marker(f, "fork") == "pr-7"
+    assert "git apply fusebot.patch" in f and "diff --git a/k.cpp" in f and "patch cut at" in f
+    assert pr.target_table(plan.results[0]) in f
+
+
+@pytest.mark.parametrize(("base", "group", "branch"), [("main", "examples", "fusebot/main/examples"),
+                                                        ("feature/x", "My Group!", "fusebot/feature/x/my-group")])
+def test_branch_names(base, group, branch):
+    assert pr.branch_name(base, group) == branch
+    with pytest.raises(ValueError):
+        pr.marker("pr", "a b")
