@@ -34,7 +34,7 @@ from bot.action_settings import ActionSettings, Skip, Trigger, trigger_of
 from bot.config import ConfigError, FusebotConfig, load_config
 from bot.discovery import discover
 from bot.logs import install_redaction, redact
-from bot.platform import Platform
+from bot.platform import Platform, PlatformError
 from bot.publish import publish
 from runner.contract import Job, JobResult, Progress, TargetResult, TargetSpec
 
@@ -58,9 +58,15 @@ def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> 
 
 
 def github_platform(settings: ActionSettings) -> Platform:
+    """bot/platform_github.py on the workflow's token (GITHUB_API_URL: GitHub Enterprise Server works too)."""
+    from github import Auth, Github
+
     from bot.platform_github import GitHubPlatform
 
-    return GitHubPlatform.from_token(settings.token.get_secret_value(), settings.repository, settings.api_url)
+    gh = Github(auth=Auth.Token(settings.token.get_secret_value()), base_url=settings.api_url, lazy=True,
+                seconds_between_requests=settings.request_interval_seconds or None,
+                seconds_between_writes=settings.write_interval_seconds or None)
+    return GitHubPlatform(gh, settings.repository)
 
 
 def changed_files(workspace: Path, base_sha: str, head_sha: str) -> list[str] | None:
@@ -114,9 +120,10 @@ def _job(settings: ActionSettings, cfg: FusebotConfig, trig: Trigger, targets: l
                models=settings.model_list or cfg.models)
 
 
-def run(settings: ActionSettings, run_job: RunJob = search,
-        platform_factory: PlatformFactory = github_platform) -> tuple[int, RunReport]:
+def run(settings: ActionSettings, run_job: RunJob | None = None,
+        platform_factory: PlatformFactory | None = None) -> tuple[int, RunReport]:
     """One run of the Action: (exit status, what happened). Raises only for a broken machine."""
+    run_job, platform_factory = run_job or search, platform_factory or github_platform
     try:
         cfg = _config(settings)
     except ConfigError as e:
@@ -148,9 +155,10 @@ def run(settings: ActionSettings, run_job: RunJob = search,
         log.exception("the search failed")
         result, error = None, f"{type(e).__name__}: {e}"
     if result is None or error is not None:
+        error = redact(error or "", [settings.token.get_secret_value()])
         plan = pr.PullRequestPlan(settings.repository, trig.base, SINGLE_GROUP, trig.base_sha, [])
-        platform.update_check_run(check_id, pr.check_completed(plan, error=redact(error or "")))
-        return 1, RunReport("the search failed", redact(error or ""))
+        platform.update_check_run(check_id, pr.check_completed(plan, error=error))
+        return 1, RunReport("the search failed", error)
     report = RunReport("done", f"Searched {len(targets)} target(s) at `{trig.base_sha[:12]}` ({where}).",
                        results=result.targets, environment=result.environment)
     for group, results in groups(result.targets, cfg.pr_grouping):
@@ -185,7 +193,11 @@ def action(
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.DEBUG if verbose else settings.log_level.upper(),
                         format="%(levelname)s %(name)s: %(message)s")
-    code, report = run(settings)
+    try:
+        code, report = run(settings)
+    except PlatformError as e:  # GitHub refused or could not be reached
+        typer.echo(f"::error title=fusebot::{redact(str(e), [settings.token.get_secret_value()])}", err=True)
+        raise typer.Exit(1) from None
     write_report(report, settings.step_summary, settings.output)
     typer.echo(f"fusebot: {report.title}. {report.detail}".strip())
     for number, url in report.pulls():

@@ -52,6 +52,11 @@ class ActionSettings(BaseSettings):
     budget_seconds: float | None = Field(default=None, gt=0, validation_alias=_env("FUSEBOT_BUDGET_SECONDS"))
     models: str = Field(default="", validation_alias=_env("FUSEBOT_MODELS"))
     log_level: str = Field(default="INFO", validation_alias=_env("FUSEBOT_LOG_LEVEL"))
+    # PyGithub's pacing of requests and of writes (GitHub's secondary rate limits); the App's defaults
+    request_interval_seconds: float = Field(default=0.25, ge=0,
+                                            validation_alias=_env("FUSEBOT_GITHUB_REQUEST_INTERVAL_SECONDS"))
+    write_interval_seconds: float = Field(default=1.0, ge=0,
+                                          validation_alias=_env("FUSEBOT_GITHUB_WRITE_INTERVAL_SECONDS"))
 
     @field_validator("token")
     @classmethod
