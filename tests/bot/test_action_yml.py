@@ -143,3 +143,37 @@ def test_the_fusebot_step_runs_for_real_on_a_labelled_pr(world: ActionWorld, tmp
     assert float(action_outputs["best-speedup"]) > 1
     assert f"#{pull.number}" in w.summary.read_text()
     assert TOKEN not in proc.stdout + proc.stderr + w.summary.read_text() + w.output.read_text()
+
+
+def _workflow(path: Path) -> dict[str, Any]:
+    d = yaml.safe_load(path.read_text())
+    d["on"] = d.pop(True, d.get("on"))  # YAML 1.1 reads the key `on` as true
+    return d
+
+
+@pytest.mark.parametrize("name,events", [("fusebot-label.yml", {"pull_request"}),
+                                         ("fusebot-nightly.yml", {"schedule", "workflow_dispatch"})])
+def test_example_workflows_use_the_action_on_a_gpu_runner_with_the_permissions_it_needs(name: str, events: set):
+    path = ROOT / ".github" / "examples" / name
+    wf = _workflow(path)
+    assert set(wf["on"]) == events
+    assert wf["permissions"] == {"contents": "write", "pull-requests": "write", "checks": "write"}
+    [job] = wf["jobs"].values()
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    [step] = [s for s in job["steps"] if s.get("uses", "").startswith("fusebot/fusebot@")]
+    assert set(step.get("with") or {}) <= DOCUMENTED_INPUTS
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["persist-credentials"] is False
+    if "pull_request" in events:
+        assert wf["on"]["pull_request"]["types"] == ["labeled"]
+        assert checkout["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
+        text = path.read_text()
+        assert "pull_request_target" in text and "fork" in text and "label" in text  # the safety spelled out
+
+
+def test_only_this_repositorys_ci_runs_here():
+    """Workflows under .github/workflows/ run as this repository's CI: the user examples must not be there."""
+    assert sorted(p.name for p in (ROOT / ".github" / "workflows").iterdir()) == ["ci.yml"]
+    ci = _workflow(ROOT / ".github" / "workflows" / "ci.yml")
+    [job] = ci["jobs"].values()
+    assert job["runs-on"] == "ubuntu-latest" and any(s.get("run") == "bash .ci/run" for s in job["steps"])
