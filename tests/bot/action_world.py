@@ -49,6 +49,7 @@ class ActionWorld:
     shas: dict[str, str]
     jobs: list[Job] = field(default_factory=list)
     environ_seen: dict[str, str] = field(default_factory=dict)
+    results: list[JobResult] = field(default_factory=list)
 
     @property
     def workspace(self) -> Path:

@@ -42,7 +42,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActionWor
             assert Path(source_dir) == w.workspace
             w.jobs.append(job)
             w.environ_seen = dict(os.environ)  # what a search (and every candidate it starts) would inherit
-            return fake_result(job, improved, slow)
+            w.results.append(fake_result(job, improved, slow))
+            return w.results[-1]
 
         monkeypatch.setattr(bot.action, "search", fake_run_job)
         yield w
@@ -74,7 +75,7 @@ def test_a_labelled_pr_gets_one_pr_into_its_branch_opened_then_updated(world: Ac
     assert (pull.head_ref, pull.base_ref) == ("fusebot/feature/attention", "feature")
     assert pr.find_marker(text["body"], "pr") == "feature/attention"
     files = w.fake.files_at(REPO, pull.head_ref)
-    result = fake_result(job, improved_result(), slow_result()).targets[0]
+    result = w.results[0].targets[0]
     for rel, content in result.files.items():
         assert files[f"fusebot_kernels/{rel}"] == content
     assert files["models/attn.py"] == (w.workspace / "models/attn.py").read_text()  # on the PR's own head
