@@ -10,6 +10,7 @@ import logging
 
 from bot import github
 from bot.context import Context
+from bot.deliver import deliver_job
 from bot.jobs import JobInfo
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def sync_check_runs(ctx: Context, limit: int = 20) -> int:
                 gh, job.repo, run_id, status=status, conclusion=conclusion, title=title, summary=summary,
                 actions=check_run_actions(status),
             )
+        if job.state == "succeeded" and job.result is not None:  # PRs, full tables, status comment (bot/deliver.py)
+            deliver_job(ctx, job, run_id)
         ctx.store.mark_notified(job.id, job.state, run_id)
         done += 1
     return done

@@ -15,7 +15,7 @@ from runner.contract import Environment, Progress, TargetResult, Timing, Verdict
 BODY_LIMIT = 65_536  # GitHub's limit on a PR body, an issue comment and a check run's summary or text
 CHECK_NAME = "fusebot"
 _MARKER = re.compile(r"<!-- fusebot:(?P<kind>[a-z-]+) key=(?P<key>[^ ]+) -->")
-COMMANDS = (("/fusebot rerun", "search again from this PR's base"),
+COMMANDS = (("/fusebot rerun", "search again from this PR's base branch as it is now"),
             ("/fusebot benchmark", "re-measure the kernels as they are on this branch (your edits included)"),
             ("/fusebot explain", "post the full search trace"))
 
@@ -159,6 +159,7 @@ class PullRequestPlan:
     kernels_dir: str = "fusebot_kernels"
     source_pr: int | None = None
     trigger: str = "label"
+    job_id: str | None = None  # the job whose results these are (`/fusebot explain` and `rerun` find it by marker)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -252,7 +253,7 @@ def fit_traces(fixed: str, results: list[TargetResult], limit: int = BODY_LIMIT)
 def pr_body(plan: PullRequestPlan, limit: int = BODY_LIMIT) -> str:
     """The PR body: verdict, tables, environment, adoption, files, commands, then the traces as space allows."""
     source = f" for #{plan.source_pr}" if plan.source_pr else ""
-    parts = [marker("pr", plan.key), verdict_line(plan.results), "",
+    parts = [marker("pr", plan.key) + (marker("job", plan.job_id) if plan.job_id else ""), verdict_line(plan.results), "",
              f"Searched `{plan.repo}` at `{plan.commit[:12]}`{source} ({plan.trigger}); base `{plan.base}`.", "",
              "### Benchmarks", ""]
     for r in plan.results:
@@ -356,3 +357,29 @@ def fork_comment(plan: PullRequestPlan, patch: str, limit: int = BODY_LIMIT) -> 
     shown = patch if len(patch) <= room else patch[:room]
     note = "" if shown is patch else f"\n*…patch cut at {room} of {len(patch)} characters: see the check run.*\n"
     return fixed + f"<details><summary>fusebot.patch</summary>\n\n```diff\n{shown}\n```\n{note}\n</details>\n"
+
+
+def explain_comments(job_id: str, results: list[TargetResult], limit: int = BODY_LIMIT) -> list[str]:
+    """`/fusebot explain`: every target's whole search trace, in as many comments as it takes."""
+    head = f"**fusebot search trace** (job `{job_id[:12]}`)\n\n"
+    blocks = [f"### {r.class_name or r.target}\n\n{r.trace_markdown or 'no trace recorded'}" for r in results]
+    out, current = [], head
+    for block in blocks or ["no targets"]:
+        while block:
+            room = limit - len(current) - 2
+            if len(block) <= room:
+                current += block + "\n\n"
+                block = ""
+            else:
+                cut = block.rfind("\n", 0, room)
+                cut = cut if cut > 0 else room
+                if cut <= 0 or room < 200:
+                    out.append(current)
+                    current = head
+                    continue
+                current += block[:cut]
+                block = block[cut:]
+                out.append(current)
+                current = head + "*(continued)*\n\n"
+    out.append(current)
+    return out

@@ -239,6 +239,11 @@ class DropinCheck(_Model):
     output_tail: str = ""
 
 
+# In TargetResult.files, this text means "delete the file" (nightly hygiene removing a stale kernel): NUL never occurs in
+# a source file.
+REMOVED_FILE = "\0fusebot:removed\0"
+
+
 class TargetResult(_Model):
     target: str
     improved: bool

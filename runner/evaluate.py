@@ -304,29 +304,8 @@ class Evaluator:
         if candidate.backend != self.backend:
             verdict.reasons.append(f"backend: a {candidate.backend} candidate cannot run on this {self.backend} harness")
             return verdict
-        _ = self.judge
-        library = None
-        if candidate.format == "fast":
-            out = _build or builder.build(candidate, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
-            verdict.build = out.info
-            if not out.info.ok:
-                verdict.reasons.append(f"build: {out.info.log.strip()[-3000:]}")
-                return self._finish(verdict, start)
-            library = out.library
-        else:
-            verdict.build = BuildInfo(ok=True, seconds=0.0, compiler="torch.utils.cpp_extension (inside the run)")
-        verdict.stage = "load"
-        self._mark("load")
-        reasons = static_checks(candidate)
-        if reasons:
-            verdict.reasons += reasons
-            return self._finish(verdict, start)
-        worker, reasons, confinement = self._start_contestant(candidate, library, tag="main")
-        verdict.environment = self.environment(confinement)
-        if reasons:
-            verdict.reasons += reasons
-            if worker:
-                worker.close()
+        worker, library = self._open(candidate, verdict, tag="main", build=_build)
+        if worker is None:
             return self._finish(verdict, start)
         try:
             verdict.stage = "verify"
@@ -345,6 +324,36 @@ class Evaluator:
             verdict.accepted = True
             verdict.stage = "done"
         return self._finish(verdict, start)
+
+    def _open(self, candidate: Candidate, verdict: Verdict, *, tag: str,
+              build: builder.BuildOutput | None = None) -> tuple[Worker | None, Path | None]:
+        """Build (fast format), refuse what static checks refuse, start the candidate's process and load it. On any
+        failure the verdict gets the reasons and no worker is returned."""
+        _ = self.judge
+        library = None
+        if candidate.format == "fast":
+            out = build or builder.build(candidate, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
+            verdict.build = out.info
+            if not out.info.ok:
+                verdict.reasons.append(f"build: {out.info.log.strip()[-3000:]}")
+                return None, None
+            library = out.library
+        else:
+            verdict.build = BuildInfo(ok=True, seconds=0.0, compiler="torch.utils.cpp_extension (inside the run)")
+        verdict.stage = "load"
+        self._mark("load")
+        reasons = static_checks(candidate)
+        if reasons:
+            verdict.reasons += reasons
+            return None, None
+        worker, reasons, confinement = self._start_contestant(candidate, library, tag=tag)
+        verdict.environment = self.environment(confinement)
+        if reasons:
+            verdict.reasons += reasons
+            if worker:
+                worker.close()
+            return None, None
+        return worker, library
 
     def _finish(self, verdict: Verdict, start: float) -> Verdict:
         verdict.harness_seconds = time.monotonic() - start
@@ -409,6 +418,7 @@ class Evaluator:
             result.reasons += rep.get("reasons", [])
             if "outputs" in rep:
                 check = self._ask_judge({"cmd": "check", "trial": p["trial"], "outputs": rep["outputs"],
+                                         "dir": str(worker.workdir),
                                          "structure": rep["structure"], "expected_structure": prep["structure"],
                                          "second_run": rep.get("second_run")}, self.config.trial_timeout_s, "check")
                 result.reasons += check["reasons"]
@@ -505,22 +515,11 @@ class Evaluator:
         (on the H100: 0.234 and 0.277 ms for the same source), so the fastest of a search is partly the luckiest.
         The returned verdict's timing and baselines pool every round's samples; `confirmation` keeps each round's
         medians and speedups so that a claim can require the kernel to win in every round."""
-        library = None
-        if candidate.format == "fast":
-            out = builder.build(candidate, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
-            if not out.info.ok:
-                return Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False, stage="build",
-                               reasons=[f"build: {out.info.log.strip()[-3000:]}"], build=out.info)
-            library = out.library
         start = time.monotonic()
-        self._marks = [("load", start)]
-        verdict = Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False, stage="load")
-        worker, reasons, confinement = self._start_contestant(candidate, library, tag="confirm")
-        verdict.environment = self.environment(confinement)
-        if reasons:
-            verdict.reasons += reasons
-            if worker:
-                worker.close()
+        self._marks = [("build", start)]
+        verdict = Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False, stage="build")
+        worker, _ = self._open(candidate, verdict, tag="confirm")
+        if worker is None:
             return self._finish(verdict, start)
         try:
             verdict.stage = "verify"

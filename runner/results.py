@@ -12,6 +12,8 @@ pytest run) and BENCHMARK.md; for a KernelBench-format file, the reference as re
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_KERNELS_DIR = "fusebot_kernels"
 BENCHMARK_FILE = "BENCHMARK.md"
+MANIFEST_FILE = "fusebot.json"
 HEADER_SOURCE = Path(__file__).parent / "csrc" / "fusebot.h"
 CHECK_TIMEOUT_S = 600.0
 
@@ -139,7 +142,6 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     folder = slug(spec.name)
     kernel_name = dropin.kernel_filename(candidate.backend)
     source = candidate.sources.get(kernel_name) or next(iter(candidate.sources.values()))
-    import hashlib
 
     digest = hashlib.sha256(source.encode()).hexdigest()
     built_for = provenance.device
@@ -156,12 +158,19 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check),
     }
+    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(manifest(spec, candidate, kernel_name), indent=1) + "\n"
     if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package
         files["__init__.py"] = ""
         files[f"{folder}/__init__.py"] = ""
     if spec.path and reference_text is not None:
         files[f"{folder}/{dropin.REFERENCE_FILE}"] = reference_text
     return files
+
+
+def manifest(spec: ProblemSpec, candidate: Candidate, kernel_name: str) -> dict:
+    """What re-verifying this kernel later needs (runner/reverify.py): the problem and how the kernel is built."""
+    return {"schema_version": 1, "problem": spec.model_dump(exclude={"path", "root"}), "kernel": kernel_name,
+            "backend": candidate.backend, "extra_cflags": list(candidate.extra_cflags), "candidate": candidate.id}
 
 
 def write_files(kernels_root: Path, files: dict[str, str]) -> list[Path]:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from bot import github
 from bot.context import Context
+from bot.handlers import bot_pr_commands
 from bot.routing import Router
 from bot.triggers import start_job
 from bot.webhooks import Event
@@ -23,6 +24,12 @@ HELP = """fusebot commands (from people with write access, in a comment on a pul
 - `/fusebot stop`: cancel this pull request's queued and running jobs
 - `/fusebot status`: list this pull request's jobs
 - `/fusebot help`: this message
+
+On fusebot's own pull requests:
+
+- `/fusebot explain`: post the whole search trace
+- `/fusebot rerun`: search again from the base branch as it is now (this PR is updated)
+- `/fusebot benchmark`: re-measure the kernels as they are on the branch (not available yet)
 """
 STATUS_MARKER = "<!-- fusebot:status -->"
 
@@ -45,7 +52,7 @@ def parse_command(body: str) -> Command | None:
             return Command("run", text)
         if args == ["run", "all"]:
             return Command("run-all", text)
-        if args in (["stop"], ["status"], ["help"]):
+        if args in (["stop"], ["status"], ["help"], ["rerun"], ["benchmark"], ["explain"]):
             return Command(args[0], text)
         return Command("unknown", text)
     return None
@@ -92,6 +99,8 @@ def comment_created(ev: Event, ctx: Context) -> None:
         github.post_comment(gh, repo, number, HELP)
     elif cmd.name == "status":
         github.post_comment(gh, repo, number, status_text(ctx, repo, number))
+    elif cmd.name in bot_pr_commands.COMMANDS:  # on fusebot's own PRs (issue 6)
+        bot_pr_commands.handle(ctx, ev, gh, repo, inst, number, cmd.name)
     elif cmd.name == "stop":
         n = len(ctx.store.cancel(repo, pr_number=number))
         github.post_comment(gh, repo, number, f"Cancelled {n} fusebot job(s) on this pull request.")

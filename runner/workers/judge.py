@@ -137,6 +137,16 @@ def prepare(st: State, msg: dict) -> dict:
             "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat)}
 
 
+def _inside(file: str | None, directory: str) -> Path:
+    """The candidate's process names its output files: only files in its own directory are read."""
+    if not file:
+        raise ValueError("no file was written for it")
+    path, root = Path(file).resolve(), Path(directory).resolve()
+    if not path.is_relative_to(root):
+        raise ValueError(f"{file} is outside the candidate's directory")
+    return path
+
+
 def check(st: State, msg: dict) -> dict:
     """Compare the candidate's outputs for `trial` (files + metadata its process wrote) with the reference."""
     ref = st.refs[msg["trial"]]
@@ -155,7 +165,7 @@ def check(st: State, msg: dict) -> dict:
             if any(m.startswith(("shape", "output-type", "dtype")) for m in meta_reasons):
                 continue
         try:
-            o = verify.read_tensor(Path(meta["file"]), meta, st.device)
+            o = verify.read_tensor(_inside(meta.get("file"), msg["dir"]), meta, st.device)
         except (OSError, ValueError, KeyError) as exc:
             reasons.append(f"output-type: output {i} could not be read: {exc}")
             continue
@@ -173,7 +183,7 @@ def check(st: State, msg: dict) -> dict:
     for j, meta in enumerate(msg.get("second_run") or []):
         if j < len(outs):
             try:
-                o2 = verify.read_tensor(Path(meta["file"]), meta, st.device)
+                o2 = verify.read_tensor(_inside(meta.get("file"), msg["dir"]), meta, st.device)
             except (OSError, ValueError, KeyError) as exc:
                 reasons.append(f"nondeterministic: second run's output {j} unreadable: {exc}")
                 continue

@@ -93,7 +93,8 @@ class StubSearch:
         with self.lock:
             self.ran.append(job.id)
         return JobResult(job_id=job.id, ok=True, targets=[
-            TargetResult(target=t.name, improved=True, message="1.70x faster than torch.compile")
+            TargetResult(target=t.name, improved=True, message="1.70x faster than torch.compile",
+                         files={f"{t.name}/kernel.cu": f"// {t.name}: stub kernel\n"}, class_name=t.class_name)
             for t in job.targets])
 
 
@@ -133,6 +134,14 @@ def test_label_comment_and_nightly_each_become_one_completed_job(live, caplog):
     runs = [r for r in w.fake.check_runs.values() if r["name"] == "fusebot"]
     assert len(runs) == 3 and {r["conclusion"] for r in runs} == {"success"}
     assert {r["head_sha"] for r in runs} == {sha["feature"], sha["main"]}
+    # PRs (issue 6): one per base branch and target, the label's and the comment's job on PR 2 updating the same ones
+    bot_pulls = [pr for pr in w.fake.pulls.values() if pr.user == "fusebot[bot]"]
+    targets = sorted(t.name for t in nightly.spec.targets)
+    assert sorted((pr.base_ref, pr.head_ref) for pr in bot_pulls) == sorted(
+        [(base, f"fusebot/{base}/{t.lower()}") for base in ("feature", "main") for t in targets])
+    assert all(pr.body and "<!-- fusebot:pr key=" in pr.body for pr in bot_pulls)
+    [status] = [c for c in w.fake.comments_on(REPO, 2) if "fusebot:status" in c]
+    assert "https://github.com/" in status
     # the next nightly slot is tomorrow, from the default branch's config (default: daily 03:00 UTC)
     [repo] = w.ctx.store.repos()
     assert repo.next_run_at is not None and repo.next_run_at > utcnow()

@@ -19,9 +19,11 @@ import functools
 import hashlib
 import itertools
 import json
+import os
 import re
 import secrets
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -127,9 +129,10 @@ class Spec:
         for template in spec["paths"]:
             rx = "^" + re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m.group(1)}>[^/]+)", template) + "$"
             self.routes.append((re.compile(rx), template))
-        # `{path}` in contents/{path} spans slashes
+        # `{path}` in contents/{path} and a trailing `{ref}` (git/ref/heads/a/b) span slashes
         self.routes = [
-            (re.compile(rx.pattern.replace("(?P<path>[^/]+)", "(?P<path>.+)")), t) for rx, t in self.routes
+            (re.compile(rx.pattern.replace("(?P<path>[^/]+)", "(?P<path>.+)").replace("(?P<ref>[^/]+)$", "(?P<ref>.+)$")),
+             t) for rx, t in self.routes
         ]
 
     def match(self, path: str) -> tuple[str, dict[str, str]] | None:
@@ -165,6 +168,8 @@ class Pull:
     labels: list[str] = field(default_factory=list)
     user: str = "contributor"
     updated_at: str = "2019-01-01T00:00:00Z"  # before the examples' comments
+    title: str = "A change"
+    body: str | None = None
 
 
 @dataclass
@@ -208,6 +213,18 @@ class FakeGitHub:
             ("POST", "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions"): self._create_reaction,
             ("POST", "/repos/{owner}/{repo}/check-runs"): self._create_check_run,
             ("PATCH", "/repos/{owner}/{repo}/check-runs/{check_run_id}"): self._update_check_run,
+            # what the PR publisher uses (issue 6): git data, pulls, comments found again and edited
+            ("GET", "/repos/{owner}/{repo}/git/ref/{ref}"): self._get_ref,
+            ("POST", "/repos/{owner}/{repo}/git/refs"): self._create_ref,
+            ("PATCH", "/repos/{owner}/{repo}/git/refs/{ref}"): self._update_ref,
+            ("GET", "/repos/{owner}/{repo}/git/commits/{commit_sha}"): self._get_commit,
+            ("POST", "/repos/{owner}/{repo}/git/trees"): self._create_tree,
+            ("POST", "/repos/{owner}/{repo}/git/commits"): self._create_commit,
+            ("GET", "/repos/{owner}/{repo}/pulls"): self._list_pulls,
+            ("POST", "/repos/{owner}/{repo}/pulls"): self._create_pull,
+            ("PATCH", "/repos/{owner}/{repo}/pulls/{pull_number}"): self._update_pull,
+            ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments"): self._list_comments,
+            ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}"): self._update_comment,
         }
 
     # ---- test set-up -----------------------------------------------------------------------------------------
@@ -445,7 +462,8 @@ class FakeGitHub:
 
         return {
             "url": f"{self.base_url}/repos/{pr.repo}/pulls/{pr.number}",
-            "number": pr.number, "state": pr.state, "id": pr.number + 10_000, "title": "A change",
+            "number": pr.number, "state": pr.state, "id": pr.number + 10_000, "title": pr.title, "body": pr.body,
+            "html_url": f"https://github.com/{pr.repo}/pull/{pr.number}",
             "updated_at": pr.updated_at,
             "user": self._user(pr.user),
             "labels": [{"name": n, "id": i + 1, "color": "ededed", "default": False} for i, n in enumerate(pr.labels)],
@@ -533,3 +551,144 @@ class FakeGitHub:
         if run.get("conclusion") is not None:
             run["status"] = "completed"
         return 200, self._check_run_json(run)
+
+    # ---- git data, pulls and comments (the PR publisher, issue 6) -----------------------------------------------
+
+    def _ref_json(self, repo: Repo, ref: str, sha: str) -> dict[str, Any]:
+        url = f"{self.base_url}/repos/{repo.full_name}"
+        return {"ref": ref, "node_id": "REF_" + sha[:8], "url": f"{url}/git/{ref}",
+                "object": {"type": "commit", "sha": sha, "url": f"{url}/git/commits/{sha}"}}
+
+    def _get_ref(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        try:
+            sha = self._git(repo, "rev-parse", "--verify", f"refs/{p['ref']}^{{commit}}").strip()
+        except subprocess.CalledProcessError:
+            return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        return 200, self._ref_json(repo, f"refs/{p['ref']}", sha)
+
+    def _create_ref(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        if subprocess.run(["git", "--git-dir", str(repo.bare), "rev-parse", "--verify", "-q", body["ref"]],
+                          capture_output=True).returncode == 0:
+            return 422, {"message": "Reference already exists", "documentation_url": "https://docs.github.com/rest"}
+        self._git(repo, "update-ref", body["ref"], body["sha"])
+        return 201, self._ref_json(repo, body["ref"], body["sha"])
+
+    def _update_ref(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        ref = f"refs/{p['ref']}"
+        old = self._git(repo, "rev-parse", ref).strip()
+        ahead = subprocess.run(["git", "--git-dir", str(repo.bare), "merge-base", "--is-ancestor", old, body["sha"]],
+                               capture_output=True).returncode == 0
+        if not ahead and not body.get("force"):
+            return 422, {"message": "Update is not a fast forward", "documentation_url": "https://docs.github.com/rest"}
+        self._git(repo, "update-ref", ref, body["sha"])
+        return 200, self._ref_json(repo, ref, body["sha"])
+
+    def _commit_json(self, repo: Repo, sha: str) -> dict[str, Any]:
+        raw = self._git(repo, "cat-file", "commit", sha)
+        head, _, message = raw.partition("\n\n")
+        fields = [line.split(" ", 1) for line in head.splitlines()]
+        tree = next(v for k, v in fields if k == "tree")
+        url = f"{self.base_url}/repos/{repo.full_name}/git"
+        person = {"name": "fusebot", "email": "fusebot@example.com", "date": NOW}
+        return {"sha": sha, "node_id": "C_" + sha[:8], "url": f"{url}/commits/{sha}",
+                "html_url": f"https://github.com/{repo.full_name}/commit/{sha}", "message": message,
+                "author": person, "committer": person, "tree": {"sha": tree, "url": f"{url}/trees/{tree}"},
+                "parents": [{"sha": v, "url": f"{url}/commits/{v}", "html_url": "https://github.com/x"}
+                            for k, v in fields if k == "parent"],
+                "verification": {"verified": False, "reason": "unsigned", "signature": None, "payload": None}}
+
+    def _get_commit(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        try:
+            return 200, self._commit_json(repo, p["commit_sha"])
+        except subprocess.CalledProcessError:
+            return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+
+    def _create_tree(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            git = lambda *a, stdin=None: subprocess.run(["git", "--git-dir", str(repo.bare), *a], env=env,  # noqa: E731
+                                                        input=stdin, check=True, capture_output=True).stdout
+            if body.get("base_tree"):
+                git("read-tree", body["base_tree"])
+            for e in body["tree"]:
+                if "content" in e:
+                    blob = git("hash-object", "-w", "--stdin", stdin=e["content"].encode()).decode().strip()
+                    git("update-index", "--add", "--cacheinfo", f"{e['mode']},{blob},{e['path']}")
+                elif e.get("sha") is None:
+                    git("update-index", "--force-remove", "--", e["path"])
+                else:
+                    git("update-index", "--add", "--cacheinfo", f"{e['mode']},{e['sha']},{e['path']}")
+            sha = git("write-tree").decode().strip()
+        return 201, {"sha": sha, "url": f"{self.base_url}/repos/{repo.full_name}/git/trees/{sha}", "truncated": False,
+                     "tree": []}
+
+    def _create_commit(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        env = {**os.environ, "GIT_AUTHOR_NAME": "fusebot[bot]", "GIT_AUTHOR_EMAIL": "bot@example.com",
+               "GIT_COMMITTER_NAME": "fusebot[bot]", "GIT_COMMITTER_EMAIL": "bot@example.com"}
+        parents = [a for sha in body.get("parents", []) for a in ("-p", sha)]
+        sha = subprocess.run(["git", "--git-dir", str(repo.bare), "commit-tree", body["tree"], *parents, "-m",
+                              body["message"]], env=env, check=True, capture_output=True, text=True).stdout.strip()
+        return 201, self._commit_json(repo, sha)
+
+    def _list_pulls(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        if int(q.get("page", "1")) > 1:
+            return 200, []
+        state, head, base = q.get("state", "open"), q.get("head"), q.get("base")
+        found = [pr for (name, _), pr in sorted(self.pulls.items()) if name == repo.full_name
+                 and (state == "all" or pr.state == state)
+                 and (head is None or f"{(pr.head_repo or '').split('/')[0]}:{pr.head_ref}" == head)
+                 and (base is None or pr.base_ref == base)]
+        return 200, [self._pull_json(pr) for pr in found]
+
+    def _create_pull(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        try:
+            head_sha = self._git(repo, "rev-parse", f"refs/heads/{body['head']}").strip()
+            base_sha = self._git(repo, "rev-parse", f"refs/heads/{body['base']}").strip()
+        except subprocess.CalledProcessError:
+            return 422, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest"}
+        if any(x.repo == repo.full_name and x.head_ref == body["head"] and x.state == "open" for x in self.pulls.values()):
+            return 422, {"message": "A pull request already exists", "documentation_url": "https://docs.github.com/rest"}
+        number = max([n for (name, n) in self.pulls if name == repo.full_name] + [0]) + 1
+        pr = self.add_pull(Pull(repo=repo.full_name, number=number, head_sha=head_sha, head_ref=body["head"],
+                                head_repo=repo.full_name, base_ref=body["base"], base_sha=base_sha,
+                                user="fusebot[bot]", title=body["title"], body=body.get("body")))
+        return 201, self._pull_json(pr)
+
+    def _update_pull(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        pr = self.pulls.get((self._repo(p).full_name, int(p["pull_number"])))
+        if pr is None:
+            return 404, {"message": "Not Found"}
+        for key in ("title", "body", "state"):
+            if key in body:
+                setattr(pr, key, body[key])
+        return 200, self._pull_json(pr)
+
+    def _comment_json(self, repo: str, cid: int, c: dict[str, Any]) -> dict[str, Any]:
+        return {"url": f"{self.base_url}/repos/{repo}/issues/comments/{cid}", "id": cid, "body": c["body"],
+                "user": self._user(c["user"], "Bot" if c["user"].endswith("[bot]") else "User"),
+                "created_at": NOW, "updated_at": NOW, "author_association": "NONE",
+                "html_url": f"https://github.com/{repo}/pull/{c['issue']}#issuecomment-{cid}",
+                "issue_url": f"https://api.github.com/repos/{repo}/issues/{c['issue']}"}
+
+    def _list_comments(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        if int(q.get("page", "1")) > 1:
+            return 200, []
+        return 200, [self._comment_json(repo.full_name, cid, c) for cid, c in sorted(self.comments.items())
+                     if c["repo"] == repo.full_name and c["issue"] == int(p["issue_number"])]
+
+    def _update_comment(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        c = self.comments.get(int(p["comment_id"]))
+        if c is None or c["repo"] != repo.full_name:
+            return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        c["body"] = body["body"]
+        return 200, self._comment_json(repo.full_name, int(p["comment_id"]), c)

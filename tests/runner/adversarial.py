@@ -121,6 +121,21 @@ torch.allclose = lambda *a, **k: True
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 '''), "global-state"),
+    "output_elsewhere": (kb("        return scale_relu(x, self.bias)\n", header="""
+import sys as _sys
+_main = _sys.modules["__main__"]  # the harness's own process code, which names the output files
+_orig_write = _main._write_outputs
+
+
+def _forged(st, out, tag):
+    metas, structure = _orig_write(st, out, tag)
+    for m in metas:
+        m["file"] = "/etc/hostname"  # have the judge read some other file
+    return metas, structure
+
+
+_main._write_outputs = _forged
+"""), "output-type"),
     "wrong_result": (kb('''        return scale_relu(x, self.bias) + 1e-2
 '''), "mismatch"),
 }

@@ -1,0 +1,66 @@
+"""Nightly hygiene, the bot's half: a PR that removes the merged fusebot kernels that no longer earn their place.
+
+The runner re-verifies and re-times each merged kernel (runner/reverify.py) and returns one TargetResult per kernel:
+`improved` true when it still holds; otherwise `message` says why (no longer correct, or no longer faster than the
+faster of eager and torch.compile on today's torch and device) and `files` holds the removal (REMOVED_FILE marks a
+deleted file; the drop-in becomes a shim re-exporting the original class, so imports keep working). The PR lives on
+`fusebot/<base>/hygiene`, found again by its marker and updated in place; with nothing stale, nothing is opened.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot import pr
+from bot.platform import Platform
+from bot.publish import Published
+from runner.contract import REMOVED_FILE, Environment, TargetResult
+
+log = logging.getLogger(__name__)
+
+GROUP = "hygiene"
+
+
+def removal_files(results: list[TargetResult], kernels_dir: str) -> dict[str, str | None]:
+    return {f"{kernels_dir}/{path}": (None if text == REMOVED_FILE else text)
+            for r in results if not r.improved for path, text in sorted(r.files.items())}
+
+
+def hygiene_body(results: list[TargetResult], *, base: str, commit: str, environment: Environment | None,
+                 kernels_dir: str) -> str:
+    stale = [r for r in results if not r.improved]
+    kept = [r for r in results if r.improved]
+    lines = [pr.marker("pr", pr.pr_key(base, GROUP)),
+             f"**fusebot re-verified {len(results)} merged kernel(s) at `{commit[:12]}`: {len(stale)} no longer earn "
+             "their place** and are removed here.", "", pr.environment_line(environment), ""]
+    for r in stale:
+        lines += [pr.target_table(r.model_copy(update={"message": "", "improved": True})), "",
+                  f"**Removed**: {r.message}", ""]
+    if kept:
+        lines += ["Still correct and faster (kept):", ""]
+        lines += [f"- `{r.class_name or r.target}`: {pr.speedup(r.verdict):.2f}x over the faster baseline"
+                  if pr.speedup(r.verdict) is not None else f"- `{r.class_name or r.target}`" for r in kept]
+        lines.append("")
+    removed = sorted(p for p, t in removal_files(results, kernels_dir).items() if t is None)
+    shims = sorted(p for p, t in removal_files(results, kernels_dir).items() if t is not None)
+    lines += ["### What changes", "", *[f"- removed `{p}`" for p in removed],
+              *[f"- `{p}` now re-exports the original class, so code importing it keeps working" for p in shims], "",
+              "Revert this PR to keep a kernel; `/fusebot benchmark` on it re-measures first."]
+    return "\n".join(lines)[: pr.BODY_LIMIT]
+
+
+def publish_hygiene(platform: Platform, results: list[TargetResult], *, base: str, base_sha: str,
+                    environment: Environment | None = None, kernels_dir: str = "fusebot_kernels") -> Published | None:
+    """Open or update the hygiene PR; None (and nothing opened) when every merged kernel still holds."""
+    stale = [r for r in results if not r.improved]
+    if not stale:
+        log.info("hygiene: all %d merged kernel(s) still hold", len(results))
+        return None
+    branch = pr.branch_name(base, GROUP)
+    files = removal_files(results, kernels_dir)
+    names = ", ".join(r.class_name or r.target for r in stale)
+    update = platform.commit_files(branch, base_sha, files, f"fusebot: remove stale kernels ({names})\n")
+    body = hygiene_body(results, base=base, commit=base_sha, environment=environment, kernels_dir=kernels_dir)
+    ref = platform.upsert_pull_request(branch=branch, base=base, title=f"fusebot: remove stale kernels ({names})"[:250],
+                                       body=body, key=pr.pr_key(base, GROUP))
+    return Published(ref, update, body, "success")
