@@ -6,9 +6,9 @@
 
 Settings come from the environment GitHub sets (bot/action_settings.py), validated before anything runs. Discovery
 reads the checked-out workspace; the search runs in this process (`runner.jobrun.run_job`, imported only when a
-search runs, so the bot side never imports torch at module level); results are published by bot/publish.py on the
-GitHub platform, the same code the App uses: one branch and PR per group, updated in place, and a fork's PR gets a
-comment with the patch, never a push. The job summary and the step outputs are written last.
+search runs, so the bot side never imports torch at module level); results are delivered by bot/deliver.py (bot/publish.py
+underneath) on the GitHub platform, the same code the App uses: one branch and PR per group, updated in place, and a
+fork's PR gets a comment with the patch, never a push. The job summary and the step outputs are written last.
 
 Label gating is the safety: a `pull_request_target` workflow, or any workflow on a self-hosted runner, must run
 a PR's code only after a maintainer has labelled it (GitHub lets only people with triage or write access add
@@ -32,11 +32,11 @@ from bot import pr
 from bot.action_report import RunReport, write_report
 from bot.action_settings import ActionSettings, Skip, Trigger, trigger_of
 from bot.config import ConfigError, FusebotConfig, load_config
+from bot.deliver import deliver
 from bot.discovery import discover
 from bot.logs import install_redaction, redact
 from bot.platform import Platform, PlatformError
-from bot.publish import publish
-from runner.contract import Job, JobResult, Progress, TargetResult, TargetSpec
+from runner.contract import Job, JobResult, Progress, TargetSpec
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ PlatformFactory = Callable[[ActionSettings], Platform]
 # Variables that carry the GitHub token into this process; removed once read, so nothing started later inherits it.
 TOKEN_VARIABLES = ("FUSEBOT_GITHUB_TOKEN", "GITHUB_TOKEN", "INPUT_GITHUB-TOKEN", "INPUT_GITHUB_TOKEN")
 PROGRESS_INTERVAL_SECONDS = 15.0
-SINGLE_GROUP = "kernels"
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 
@@ -78,14 +77,6 @@ def changed_files(workspace: Path, base_sha: str, head_sha: str) -> list[str] | 
                     "`fetch-depth: 0` to search only the changed ones", str(e).splitlines()[0][:200])
         return None
     return out.splitlines()
-
-
-def groups(results: list[TargetResult], grouping: str) -> list[tuple[str, list[TargetResult]]]:
-    """PR groups: one per improved target (`per-target`), or all in one (`single`, and when nothing improved)."""
-    improved = [r for r in results if r.improved]
-    if grouping == "single" or not improved:
-        return [(SINGLE_GROUP, results)]
-    return [(r.class_name or r.target, [r]) for r in improved]
 
 
 class _Progress:
@@ -156,17 +147,14 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
         result, error = None, f"{type(e).__name__}: {e}"
     if result is None or error is not None:
         error = redact(error or "", [settings.token.get_secret_value()])
-        plan = pr.PullRequestPlan(settings.repository, trig.base, SINGLE_GROUP, trig.base_sha, [])
+        plan = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
         platform.update_check_run(check_id, pr.check_completed(plan, error=error))
         return 1, RunReport("the search failed", error)
     report = RunReport("done", f"Searched {len(targets)} target(s) at `{trig.base_sha[:12]}` ({where}).",
                        results=result.targets, environment=result.environment)
-    for group, results in groups(result.targets, cfg.pr_grouping):
-        plan = pr.PullRequestPlan(settings.repository, trig.base, group, trig.base_sha, results,
-                                  environment=result.environment, kernels_dir=cfg.kernels_dir,
-                                  source_pr=trig.pr_number, trigger=f"action: {settings.event_name}")
-        report.published.append(publish(platform, plan, base_sha=trig.base_sha, check_run_id=check_id,
-                                        label_pr=trig.pr_number, fork=trig.fork))
+    report.published = deliver(platform, job, result, base=trig.base, base_sha=trig.base_sha, check_run_id=check_id,
+                               label_pr=trig.pr_number, fork=trig.fork, kernels_dir=cfg.kernels_dir,
+                               grouping=cfg.pr_grouping)
     return 0, report
 
 

@@ -71,15 +71,15 @@ def test_a_labelled_pr_gets_one_pr_into_its_branch_opened_then_updated(world: Ac
     [job] = w.jobs
     assert [t.name for t in job.targets] == ["models.attn.Attention"]  # only what the PR changed
     assert (job.sha, job.ref, job.trigger, job.pr_number) == (w.shas["feature"], "feature", "label", 2)
-    [(pull, text)] = bot_prs(w)
-    assert (pull.head_ref, pull.base_ref) == ("fusebot/feature/attention", "feature")
-    assert pr.find_marker(text["body"], "pr") == "feature/attention"
+    [pull] = bot_prs(w)
+    assert (pull.head_ref, pull.base_ref) == ("fusebot/feature/models.attn.attention", "feature")
+    assert pr.find_marker(pull.body, "pr") == "feature/models.attn.attention"
     files = w.fake.files_at(REPO, pull.head_ref)
     result = w.results[0].targets[0]
     for rel, content in result.files.items():
         assert files[f"fusebot_kernels/{rel}"] == content
     assert files["models/attn.py"] == (w.workspace / "models/attn.py").read_text()  # on the PR's own head
-    [run] = w.fake.check_runs.values()
+    [run] = w.fake.check_run_list()
     assert (run["head_sha"], run["status"], run["conclusion"]) == (w.shas["feature"], "completed", "success")
     [status] = w.fake.comments_on(REPO, 2)
     assert f"https://github.com/{REPO}/pull/{pull.number}" in status
@@ -100,11 +100,11 @@ def test_a_labelled_pr_gets_one_pr_into_its_branch_opened_then_updated(world: Ac
 def test_a_fork_pr_gets_the_patch_as_a_comment_and_nothing_is_pushed(world: ActionWorld):
     w = world
     w.checkout(w.shas["feature"])
-    refs_before = w.fake._git(w.fake.repos[REPO], "for-each-ref")
+    refs_before = w.fake.refs(REPO)
     res = run_action(w, w.event("pull_request_target", w.labeled(fork=True)))
     assert res.exit_code == 0, res.output
     assert len(w.jobs) == 1 and bot_prs(w) == []
-    assert w.fake._git(w.fake.repos[REPO], "for-each-ref") == refs_before  # no branch, no commit
+    assert w.fake.refs(REPO) == refs_before  # no branch, no commit
     assert w.fake.calls_to("POST", "/git/") == []
     [comment] = w.fake.comments_on(REPO, 2)
     assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
@@ -141,9 +141,9 @@ def test_schedule_searches_every_marked_target_on_the_default_branch(world: Acti
     assert sorted(t.name for t in job.targets) == ["models.attn.Attention", "models.mlp.MLP"]
     assert (job.sha, job.ref, job.trigger, job.pr_number, job.budget.wall_seconds) == (
         w.shas["main"], "main", "schedule", None, 120.0)
-    [(pull, text)] = bot_prs(w)  # per-target grouping: only the improved target gets a PR
-    assert (pull.base_ref, pull.head_ref) == ("main", "fusebot/main/attention")
-    assert "(action: schedule)" in text["body"]
+    [pull] = bot_prs(w)  # per-target grouping: only the improved target gets a PR
+    assert (pull.base_ref, pull.head_ref) == ("main", "fusebot/main/models.attn.attention")
+    assert "(schedule)" in pull.body
     assert w.fake.comments == {}  # no PR to comment on
 
 
@@ -157,7 +157,7 @@ def test_workflow_dispatch_follows_the_repository_config(world: ActionWorld):
     [job] = w.jobs
     assert [t.name for t in job.targets] == ["models.attn.Attention"]
     assert (job.trigger, job.budget.rounds, job.budget.wall_seconds) == ("dispatch", 2, 60.0)
-    [(pull, _)] = bot_prs(w)
+    [pull] = bot_prs(w)
     assert pull.head_ref == "fusebot/main/kernels"
 
 
@@ -203,7 +203,7 @@ def test_a_failed_search_fails_the_check_run_and_the_step(world: ActionWorld, mo
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("workflow_dispatch", dispatch_payload()))
     assert res.exit_code == 1
-    [run] = w.fake.check_runs.values()
+    [run] = w.fake.check_run_list()
     assert run["conclusion"] == "failure" and "CUDA error: no device" in run["output"]["summary"]
     assert TOKEN not in run["output"]["summary"] and TOKEN not in w.summary.read_text()
     assert bot_prs(w) == []

@@ -134,7 +134,7 @@ def test_the_fusebot_step_runs_for_real_on_a_labelled_pr(world: ActionWorld, tmp
                           env=step_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "job.json").exists()  # the search ran (the fake), on the job the step built
-    [(pull, _)] = w.fake.bot_pulls(REPO)
+    [pull] = w.fake.bot_pulls(REPO)
     outputs = w.outputs()
     context.update({f"steps.fusebot.outputs.{k}": v for k, v in outputs.items()})
     action_outputs = {name: resolve(out["value"], context) for name, out in ACTION["outputs"].items()}
