@@ -177,6 +177,7 @@ class Evaluator:
         self._digests: list[tuple[int, str, float]] = []
         self._cuda_arch: str | None = None
         self._siblings_now: tuple[Worker, ...] = ()
+        self._out_specs: dict[int, tuple[list, str]] = {}  # shape set -> the reference's output specs, structure
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -452,6 +453,7 @@ class Evaluator:
         digests: list[tuple[str, float]] = []
         for k, p in enumerate(plan):
             prep = self._ask_judge({"cmd": "prepare", **p}, self.config.trial_timeout_s, "reference")
+            self._out_specs.setdefault(p["shape_set"], (prep["outputs"], prep["structure"]))
             digests.append((prep["digest"], prep["value_range"]))
             profile = p["shape_set"] not in profiled
             profiled.add(p["shape_set"])
@@ -538,8 +540,9 @@ class Evaluator:
 
     def _measure(self, worker: Worker) -> tuple[Timing | None, list[str]]:
         try:
-            rep = self._ask(worker, {"cmd": "time", "seed": self._seed(f"time{self._counter}")},
-                            self.config.time_timeout_s)
+            specs, structure = self._out_specs[0]  # timing runs on the first shape, whatever the last trial was
+            rep = self._ask(worker, {"cmd": "time", "seed": self._seed(f"time{self._counter}"), "out_specs": specs,
+                                     "structure": structure}, self.config.time_timeout_s)
         except WorkerDied as exc:
             return None, [f"{_died_label(exc)} while timing: {exc}{_tail(exc.log_tail)}"]
         if not rep.get("ok"):
@@ -547,8 +550,13 @@ class Evaluator:
         if rep.get("reasons"):
             return None, rep["reasons"]
         timing = Timing(**rep["timing"])
-        # Cross-check with a clock the candidate cannot touch: the parent's, around back-to-back calls. The fastest of
-        # three such runs, so that a loaded machine (preemption inflates wall time) is not taken for an escape.
+        if self.device != "cuda":
+            # On the CPU both clocks measure wall time, and on a loaded machine the parent's loop absorbs preemption
+            # that the in-process median filters out (correct kernels were rejected so). The CPU ways out of a timer
+            # (threads still running after the call) are caught by the guards instead.
+            return timing, []
+        # Cross-check with a clock the candidate cannot touch: the parent's, around back-to-back calls (device work
+        # left running, or deferred into the next call, shows there). The fastest of three runs.
         calls = max(3, min(1000, math.ceil(self.config.wall_check_ms / max(timing.median_ms, 1e-3))))
         walls = []
         for _ in range(3):

@@ -253,6 +253,7 @@ def trial(st: State, msg: dict) -> dict:
 
 
 def time_(st: State, msg: dict) -> dict:
+    st.out_specs, st.structure = msg["out_specs"], msg["structure"]  # the first shape's, like the inputs below
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     st.inputs = inputs
     timer = timing.Timer(st.device, st.timer_cfg)

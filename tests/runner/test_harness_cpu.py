@@ -158,3 +158,17 @@ def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(tmp_pat
     assert by_id["hog"].reasons[0].startswith("memory"), by_id["hog"].reasons
     for v in verdicts:  # each candidate is charged its own stages, not the time it waited on the others
         assert v.harness_seconds == pytest.approx(sum(v.stage_seconds.values()))
+
+
+def test_timing_uses_the_first_shapes_outputs_after_a_smaller_second_shape(tmp_path):
+    # The last trial runs the (smaller) second shape; timing then runs the first shape with its own output buffers.
+    spec = scale_relu_spec().model_copy(update={"path": str(PROBLEMS / "scale_relu_small_second.py")})
+    strict = HONEST_FAST["kernel.cpp"].replace("int64_t rows = in[0].shape[0], cols = in[0].shape[1];",
+                                               "int64_t rows = in[0].shape[0], cols = in[0].shape[1];\n"
+                                               "  if (out[0].shape[0] != rows) return 9;")
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    with Evaluator(spec, backend="cpu", config=cfg) as ev:
+        v = ev.evaluate(cand("strict-shapes", {"kernel.cpp": strict}))
+    assert "if (out[0].shape[0] != rows) return 9;" in strict
+    assert v.accepted, v.reasons
+    assert {t.shape_set for t in v.trials} == {0, 1}
