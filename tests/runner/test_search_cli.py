@@ -98,7 +98,7 @@ def test_usage_errors_exit_2_with_a_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
     missing = subprocess.run([sys.executable, "-m", "runner.optimize_cli", str(tmp_path / "nope.py"), "--out",
                               str(tmp_path / "o")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 2 and "no such file" in missing.stdout + missing.stderr
+    assert missing.returncode == 2 and "no such file" in " ".join((missing.stdout + missing.stderr).split())
     # (with no LLM configured, optimize runs the builtin catalog: tests/runner/test_bench_cli.py)
     p = optimize(tmp_path / "o", env | {"FUSEBOT_LLM_BASE_URL": "ftp://x", "FUSEBOT_LLM_API_KEY": SECRET,
                                         "FUSEBOT_LLM_MODELS": "m"})
