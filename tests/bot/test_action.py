@@ -1,0 +1,209 @@
+"""`fusebot action` driven as GitHub Actions drives it: the real `pull_request.labeled` payload (and `schedule` and
+`workflow_dispatch` payloads written after GitHub's docs), the environment GitHub sets for each trigger, a checkout
+of a local bare repository as the workspace, and the fake GitHub (real HTTP, OpenAPI-validated) behind PyGithub.
+The search is replaced by a fake `run_job` that returns real Verdicts (the harness is tested elsewhere)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import bot.action
+from bot import cli, pr
+from runner.contract import Job, JobResult
+from tests.bot.action_fake import ActionGitHub
+from tests.bot.action_world import (
+    TOKEN,
+    ActionWorld,
+    dispatch_payload,
+    fake_result,
+    make_action_world,
+    schedule_payload,
+)
+from tests.bot.helpers import APP_ID, REPO, rsa_keys
+from tests.bot.test_pr_body import improved_result, slow_result
+
+FAST_GITHUB = {"FUSEBOT_GITHUB_REQUEST_INTERVAL_SECONDS": "0", "FUSEBOT_GITHUB_WRITE_INTERVAL_SECONDS": "0"}
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActionWorld]:
+    fake = ActionGitHub(APP_ID, rsa_keys()[1], tmp_path / "git")
+    with fake.running():
+        w = make_action_world(tmp_path, fake)
+        improved, slow = improved_result(), slow_result()
+
+        def fake_run_job(job: Job, source_dir: Path, progress) -> JobResult:
+            assert Path(source_dir) == w.workspace
+            w.jobs.append(job)
+            w.environ_seen = dict(os.environ)  # what a search (and every candidate it starts) would inherit
+            w.results.append(fake_result(job, improved, slow))
+            return w.results[-1]
+
+        monkeypatch.setattr(bot.action, "search", fake_run_job)
+        yield w
+    assert fake.errors == [], "requests or responses outside GitHub's OpenAPI description"
+
+
+def run_action(w: ActionWorld, env: dict[str, str], **inputs: str):
+    """One workflow run: fresh summary and output files, the action step's environment, `fusebot action`."""
+    for f in (w.summary, w.output):
+        f.unlink(missing_ok=True)
+    step_env = {**env, "FUSEBOT_GITHUB_TOKEN": TOKEN, "FUSEBOT_LABEL": "", **FAST_GITHUB, **inputs}
+    return CliRunner().invoke(cli.app, ["action"], env=step_env, catch_exceptions=False)
+
+
+def bot_prs(w: ActionWorld):
+    return w.fake.bot_pulls(REPO)
+
+
+def test_a_labelled_pr_gets_one_pr_into_its_branch_opened_then_updated(world: ActionWorld):
+    w = world
+    w.checkout(w.shas["feature"])
+    env = w.event("pull_request", w.labeled())
+    first = run_action(w, env)
+    assert first.exit_code == 0, first.output
+    [job] = w.jobs
+    assert [t.name for t in job.targets] == ["models.attn.Attention"]  # only what the PR changed
+    assert (job.sha, job.ref, job.trigger, job.pr_number) == (w.shas["feature"], "feature", "label", 2)
+    [pull] = bot_prs(w)
+    assert (pull.head_ref, pull.base_ref) == ("fusebot/feature/models.attn.attention", "feature")
+    assert pr.find_marker(pull.body, "pr") == "feature/models.attn.attention"
+    files = w.fake.files_at(REPO, pull.head_ref)
+    result = w.results[0].targets[0]
+    for rel, content in result.files.items():
+        assert files[f"fusebot_kernels/{rel}"] == content
+    assert files["models/attn.py"] == (w.workspace / "models/attn.py").read_text()  # on the PR's own head
+    [run] = w.fake.check_run_list()
+    assert (run["head_sha"], run["status"], run["conclusion"]) == (w.shas["feature"], "completed", "success")
+    [status] = w.fake.comments_on(REPO, 2)
+    assert f"https://github.com/{REPO}/pull/{pull.number}" in status
+    out = w.outputs()
+    speedup = pr.speedup(result.verdict)
+    assert out == {"pr-number": str(pull.number), "pr-url": f"https://github.com/{REPO}/pull/{pull.number}",
+                   "best-speedup": f"{speedup:.4g}"}
+    summary = w.summary.read_text()
+    assert f"Pull request [#{pull.number}]" in summary and pr.target_table(result) in summary
+
+    again = run_action(w, env)
+    assert again.exit_code == 0, again.output
+    assert len(bot_prs(w)) == 1 and w.outputs()["pr-number"] == str(pull.number)  # updated, not duplicated
+    assert len(w.fake.comments_on(REPO, 2)) == 1  # the status comment edited in place
+    assert w.fake.calls_to("PATCH", f"/pulls/{pull.number}")
+
+
+def test_a_fork_pr_gets_the_patch_as_a_comment_and_nothing_is_pushed(world: ActionWorld):
+    w = world
+    w.checkout(w.shas["feature"])
+    refs_before = w.fake.refs(REPO)
+    res = run_action(w, w.event("pull_request_target", w.labeled(fork=True)))
+    assert res.exit_code == 0, res.output
+    assert len(w.jobs) == 1 and bot_prs(w) == []
+    assert w.fake.refs(REPO) == refs_before  # no branch, no commit
+    assert w.fake.calls_to("POST", "/git/") == []
+    [comment] = w.fake.comments_on(REPO, 2)
+    assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
+    out = w.outputs()
+    assert (out["pr-number"], out["pr-url"]) == ("", "") and float(out["best-speedup"]) > 1
+    assert "a fork: nothing pushed" in w.summary.read_text()
+
+
+@pytest.mark.parametrize("label", ["bug", "Optimize-Kernels"])
+def test_another_label_does_nothing(world: ActionWorld, label: str):
+    w = world
+    w.checkout(w.shas["feature"])
+    res = run_action(w, w.event("pull_request", w.labeled(label=label)))
+    assert res.exit_code == 0, res.output
+    assert w.jobs == [] and w.fake.calls == []  # not one request to GitHub
+    assert "nothing to do" in w.summary.read_text() and f"label `{label}` added" in w.summary.read_text()
+    assert w.outputs() == {"pr-number": "", "pr-url": "", "best-speedup": ""}
+
+
+def test_the_label_input_replaces_the_default(world: ActionWorld):
+    w = world
+    w.checkout(w.shas["feature"])
+    res = run_action(w, w.event("pull_request", w.labeled(label="fuse-me")), FUSEBOT_LABEL="fuse-me")
+    assert res.exit_code == 0, res.output
+    assert len(w.jobs) == 1 and len(bot_prs(w)) == 1
+
+
+def test_schedule_searches_every_marked_target_on_the_default_branch(world: ActionWorld):
+    w = world
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("schedule", schedule_payload()), FUSEBOT_BUDGET_SECONDS="120")
+    assert res.exit_code == 0, res.output
+    [job] = w.jobs
+    assert sorted(t.name for t in job.targets) == ["models.attn.Attention", "models.mlp.MLP"]
+    assert (job.sha, job.ref, job.trigger, job.pr_number, job.budget.wall_seconds) == (
+        w.shas["main"], "main", "schedule", None, 120.0)
+    [pull] = bot_prs(w)  # per-target grouping: only the improved target gets a PR
+    assert (pull.base_ref, pull.head_ref) == ("main", "fusebot/main/models.attn.attention")
+    assert "(schedule)" in pull.body
+    assert w.fake.comments == {}  # no PR to comment on
+
+
+def test_workflow_dispatch_follows_the_repository_config(world: ActionWorld):
+    w = world
+    config = "pr_grouping: single\nbudget: {rounds: 2, wall_seconds: 60}\nignore: ['models/mlp.py']\n"
+    w.shas["main"] = w.repo.commit({".github/fusebot.yml": config}, "configure fusebot")
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("workflow_dispatch", dispatch_payload()))
+    assert res.exit_code == 0, res.output
+    [job] = w.jobs
+    assert [t.name for t in job.targets] == ["models.attn.Attention"]
+    assert (job.trigger, job.budget.rounds, job.budget.wall_seconds) == ("dispatch", 2, 60.0)
+    [pull] = bot_prs(w)
+    assert pull.head_ref == "fusebot/main/kernels"
+
+
+def test_the_token_is_never_logged_written_or_inherited(world: ActionWorld, caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.DEBUG)
+    w = world
+    w.checkout(w.shas["feature"])
+    res = run_action(w, w.event("pull_request", w.labeled()), FUSEBOT_LOG_LEVEL="DEBUG")
+    assert res.exit_code == 0 and len(bot_prs(w)) == 1, res.output
+    assert any("api" in r.name or "github" in r.name or "urllib3" in r.name for r in caplog.records)
+    assert TOKEN not in caplog.text and TOKEN not in res.output
+    assert TOKEN not in w.summary.read_text() and TOKEN not in w.output.read_text()
+    assert TOKEN not in w.environ_seen.values()  # the search, and every process it starts, never has it
+
+
+def test_a_config_error_is_annotated_at_its_line_and_fails_the_step(world: ActionWorld):
+    w = world
+    w.shas["main"] = w.repo.commit({".github/fusebot.yml": "version: 1\npr_grouping: sometimes\n"}, "bad config")
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("schedule", schedule_payload()))
+    assert res.exit_code == 1
+    assert "::error file=.github/fusebot.yml,line=2::pr_grouping" in res.output
+    assert w.jobs == [] and "configuration error" in w.summary.read_text()
+
+
+def test_missing_settings_refuse_to_start_naming_the_variable(world: ActionWorld):
+    w = world
+    env = w.event("schedule", schedule_payload())
+    del env["GITHUB_SHA"]
+    res = CliRunner().invoke(cli.app, ["action"], env={**env, "FUSEBOT_GITHUB_TOKEN": ""})
+    assert res.exit_code == 2
+    assert "GITHUB_SHA" in res.output and "token is empty" in res.output
+    assert w.jobs == [] and w.fake.calls == []
+
+
+def test_a_failed_search_fails_the_check_run_and_the_step(world: ActionWorld, monkeypatch: pytest.MonkeyPatch):
+    w = world
+
+    def broken(job: Job, source_dir: Path, progress) -> JobResult:
+        raise RuntimeError(f"CUDA error: no device (token {TOKEN})")
+
+    monkeypatch.setattr(bot.action, "search", broken)
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("workflow_dispatch", dispatch_payload()))
+    assert res.exit_code == 1
+    [run] = w.fake.check_run_list()
+    assert run["conclusion"] == "failure" and "CUDA error: no device" in run["output"]["summary"]
+    assert TOKEN not in run["output"]["summary"] and TOKEN not in w.summary.read_text()
+    assert bot_prs(w) == []
