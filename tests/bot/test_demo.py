@@ -41,7 +41,7 @@ def test_demo_twice_opens_then_updates_one_local_pr(tmp_path):
     work = tmp_path / "demo"
     first = run_demo(work, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "using the seed proposer" in first.stderr or "strategy catalog" in first.stderr
+    assert "proposers: " in first.stderr and "seed" in first.stderr
     body = first.stdout
     assert body.startswith(pr.marker("pr", "main/examples")), body[:500]
     assert "| PyTorch eager |" in body and "| torch.compile |" in body and "| **fusebot** |" in body
