@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.demo import discover  # noqa: E402
+from bot.markers import discover  # noqa: E402
 from runner.contract import ProblemSpec  # noqa: E402
 from runner.proposer import History, Idea, ProblemContext  # noqa: E402
 from runner.proposers.seed import SeedProposer  # noqa: E402
@@ -113,7 +113,8 @@ def main() -> int:
         v, c, p = r.get("verdict") or {}, r.get("check") or {}, r.get("probe") or {}
         good = bool(c.get("passed")) and bool(p.get("ok"))
         failed |= not good
-        lines.append(f"| {r['target']} | {v.get('median_ms')} | {v.get('eager_ms')} | {v.get('compile_ms')} | "
+        ms = lambda x: f"{x:.4g}" if isinstance(x, float) else "n/a"  # noqa: E731
+        lines.append(f"| {r['target']} | {ms(v.get('median_ms'))} | {ms(v.get('eager_ms'))} | {ms(v.get('compile_ms'))} | "
                      f"{v.get('trials_passed')}/{v.get('trials')} | {c.get('passed_tests')} passed, "
                      f"{c.get('failed_tests')} failed | {'ok' if p.get('ok') else 'FAILED'} |")
     (args.out / "dropins.md").write_text("\n".join(lines) + "\n")
