@@ -68,6 +68,8 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
 
 def _confirmed_outcome(problem: str, result: SearchResult, best: Attempt, v: Verdict,
                        roofline: Roofline | None) -> Outcome:
+    if best.verdict is not None:  # the search's trials (every shape and distribution), then the confirmation's
+        v = v.model_copy(update={"trials": [*best.verdict.trials, *v.trials]})
     best = best.model_copy(update={"verdict": v})
     c = v.confirmation
     if not v.accepted or c is None or v.timing is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runner.contract import Baselines, Candidate, Roofline, Verdict
+from runner.contract import Baselines, Candidate, Roofline, TrialResult, Verdict
 from runner.proposer import Attempt, History, Idea
 from runner.report import benchmark_table, outcome, report_markdown, result_json
 from runner.search import SearchResult
@@ -84,5 +84,14 @@ def test_a_confirmed_win_must_hold_in_every_round():
                           gpu_seconds=0.0, wall_seconds=0.0, candidates=1)
     wins = outcome("p", result, None, None, confirmed=_confirmed([1.0, 1.0, 1.0], [1.2, 1.3, 1.1]))
     assert wins.improved and "1.10-1.30x over 3 alternating rounds" in wins.message
+    searched = Attempt(round=1, proposer="x", idea="i", candidate=None,
+                       verdict=Verdict(candidate_id="c", problem="p", accepted=True,
+                                       trials=[TrialResult(index=i, shape_set=i // 5, distribution="factory", passed=True)
+                                               for i in range(7)]))
+    result.beam = [searched]
+    confirmed = _confirmed([1.0, 1.0], [1.2, 1.3])
+    confirmed.trials = [TrialResult(index=0, shape_set=0, distribution="factory", passed=True)]
+    both = outcome("p", result, None, None, confirmed=confirmed)
+    assert len(both.verdict.trials) == 8  # the search's seven, then the confirmation's one
     loses_once = outcome("p", result, None, None, confirmed=_confirmed([1.0, 1.0, 1.0], [1.2, 0.95, 1.3]))
     assert not loses_once.improved and loses_once.message.startswith("nothing beat eager in every round")
