@@ -78,6 +78,7 @@ EXPECTED = {
     "linear_epilogue": ("epilogue", (64, 96), (), set(), "linear stays on torch"),
     "log_softmax": ("row", (32, 777), (1,), {"lse"}, "log_softmax"),
     "logsumexp_max": ("row", (40, 200), (1,), {"lse", "max"}, "lse"),
+    "matmul_t_rowsum": ("epilogue", (48, 80), (1,), {"sum"}, "matmul stays on torch"),
     "mingpt_gelu": ("elementwise", (128, 512), (), set(), "minGPT"),
     "mse_loss": ("row", (128, 64), (0, 1), {"mean"}, "mean over dims [0, 1]"),
     "prod_dim": ("row", (32, 64), (1,), {"prod"}, "prod over dims [1]"),
@@ -133,6 +134,12 @@ def test_epilogue_keeps_the_linear_on_torch(patterns):
     assert pat.heavy.op == "linear" and pat.heavy.module == "fc" and pat.heavy.args_abi[0] == 0
     heavy_inputs = [inp for inp in pat.program.inputs if inp.abi == -1]
     assert len(heavy_inputs) == 1 and heavy_inputs[0].shape == (64, 96)
+
+
+def test_a_transposed_weight_goes_to_the_gemm(patterns):
+    pat = patterns["matmul_t_rowsum"][1]
+    assert pat.heavy.op == "matmul" and pat.heavy.call_args == [{"abi": 0}, {"abi": 1, "t": True}]
+    assert pat.program.level(pat.program.out) == "row"
 
 
 def test_rmsnorm_divides_by_a_per_row_value(patterns):

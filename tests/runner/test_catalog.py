@@ -105,12 +105,15 @@ def test_a_wrong_template_is_rejected_by_the_harness(patterns, tmp_path):
 
 
 @pytest.mark.slow
-def test_epilogue_candidate_runs_torch_linear_and_a_fused_cpu_extension(patterns, tmp_path):
+@pytest.mark.parametrize("problem", ["linear_epilogue", "matmul_t_rowsum"])
+def test_epilogue_candidate_runs_torch_for_the_gemm_and_a_fused_cpu_extension(patterns, problem, tmp_path):
     prop = CatalogProposer()
-    pat = patterns["linear_epilogue"]
-    c = prop.candidate(ctx("linear_epilogue"), pat, cpu.CpuParams("flat", threads="one"))
-    assert c.format == "kernelbench" and "get_submodule('fc')" in c.sources["candidate.py"]
-    (v,) = _verify("linear_epilogue", [c], tmp_path)
+    pat = patterns[problem]
+    params = cpu.CpuParams("flat" if pat.program.split()[1] == 1 and not pat.program.is_row else "rows", threads="one")
+    c = prop.candidate(ctx(problem), pat, params)
+    src = c.sources["candidate.py"]
+    assert c.format == "kernelbench" and ("get_submodule('fc')" in src or "torch.matmul(t[0], t[1].T)" in src)
+    (v,) = _verify(problem, [c], tmp_path)
     assert v.accepted, v.reasons
 
 
