@@ -25,6 +25,7 @@ from runner.proposer import History, Idea, ProblemContext, Session
 log = logging.getLogger(__name__)
 
 MARK = "fusebot catalog: "
+CHUNK = 2  # parameter sets per idea beyond the first of a strategy (the search's default implementations per idea)
 
 _PATTERNS: dict[str, Pattern] = {}  # sha256 of a reference's source -> its pattern (a capture costs seconds)
 
@@ -133,12 +134,21 @@ class CatalogProposer:
                         f"template one step away in one parameter at a time ({', '.join(p.label() for p in near[:4])}"
                         f"{', ...' if len(near) > 4 else ''}).")
                 out.append(self._register(text, near))
-        for s in strats:
-            left = [p for p in s.params if p.label() not in tried]
+        lefts = [(s, [p for p in s.params if p.label() not in tried]) for s in strats]
+        for s, left in lefts:
             if left:
                 out.append(self._register(lead + s.text, left))
             if len(out) >= n:
                 break
+        # few strategies (a reduction over a middle dim has one): more of a strategy's parameter sets as their own
+        # ideas, CHUNK at a time, so a round still explores as widely as it was asked to
+        for s, left in lefts:
+            for k in range(CHUNK, len(left), CHUNK):
+                if len(out) >= n:
+                    return out
+                rest = left[k:]
+                text = f"{lead}{s.text} Variants: {', '.join(p.label() for p in rest[:CHUNK])}."
+                out.append(self._register(text, rest))
         return out[:n]
 
     def implement(self, ctx: ProblemContext, idea: Idea, history: History, n: int) -> list[Candidate]:

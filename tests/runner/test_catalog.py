@@ -274,6 +274,16 @@ def test_ideas_are_deterministic_distinct_and_never_repeat_a_parameter_set(patte
     assert len(seen) >= 8
 
 
+def test_a_family_with_one_strategy_still_fills_a_round(patterns):
+    c = ctx("rmsnorm", "cuda")  # a middle-dim reduction: one strategy (columns)
+    prop = CatalogProposer()
+    assert len(prop.strategies(c)) == 1
+    ideas = prop.ideas(c, History(), 4)
+    assert len(ideas) == 4
+    labels = [label_of(x) for i in ideas for x in prop.implement(c, i, History(), 2)]
+    assert len(labels) == 8 and len(set(labels)) == 8
+
+
 def test_later_rounds_refine_around_the_fastest_kernel(patterns):
     c = ctx("softmax", "cuda")
     prop = CatalogProposer()
