@@ -140,15 +140,17 @@ class _Loads:
 
     def __init__(self, p: Program, vec_inputs: set[int]):
         self.p, self.vec = p, vec_inputs
+        self.used: set[int] = set()  # vector inputs the code emitted since the last clear() reads
 
     def __call__(self, k: int) -> str:
         if k in self.vec:
+            self.used.add(k)
             return f"fb_f(v{k}.v[j])"
         return f"fb_f(((const {_ctype(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}])"
 
     def vector_decls(self, base: str, V: int) -> str:
         out = []
-        for k in sorted(self.vec):
+        for k in sorted(self.vec & self.used):
             t = _ctype(self.p.inputs[k].dtype)
             out.append(f"const FbVec<{t}, {V}> v{k} = *(const FbVec<{t}, {V}>*)((const {t}*)a.in[{k}] + {base});")
         return "\n        ".join(out)
@@ -208,6 +210,7 @@ def _flat(p: Program, params: CudaParams, out_t: str) -> str:
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, vec_in if v > 1 else set())
+        loads.used.clear()
         em = Emitter(loads)
         res = em(p.out)
         lines = "\n          ".join(em.lines)
@@ -289,6 +292,7 @@ def _rows(p: Program, params: CudaParams, out_t: str) -> str:
         parts = []
         for pno in range(1, plan.passes + 1):
             accs = [x for x in plan.accs if x.pass_no == pno]
+            loads.used.clear()
             em = Emitter(loads)
             adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
             body = "\n          ".join(em.lines + adds)
@@ -306,6 +310,7 @@ def _rows(p: Program, params: CudaParams, out_t: str) -> str:
     }}
     {red}
     {_value_decls(plan, pno)}""")
+        loads.used.clear()
         em = Emitter(loads)
         assert plan.out is not None
         if full_output(p):
@@ -372,6 +377,7 @@ def _columns(p: Program, params: CudaParams, out_t: str) -> str:
     parts = []
     for pno in range(1, plan.passes + 1):
         accs = [x for x in plan.accs if x.pass_no == pno]
+        loads.used.clear()
         em = Emitter(loads)
         adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
         body = "\n        ".join(em.lines + adds)
@@ -396,6 +402,7 @@ def _columns(p: Program, params: CudaParams, out_t: str) -> str:
     }}
     {merge}
     {_value_decls(plan, pno)}""")
+    loads.used.clear()
     em = Emitter(loads)
     assert plan.out is not None
     if full_output(p):
@@ -475,6 +482,7 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
         loads = _Loads(p, vec_in if v > 1 else set())
         for pno in range(1, plan.passes + 2):
             mine = [x for x in accs if x.pass_no == pno]
+            loads.used.clear()
             em = Emitter(loads)
             last = pno == plan.passes + 1
             if not last:
@@ -578,7 +586,7 @@ def _cluster(p: Program, params: CudaParams, out_t: str) -> str:
 
     def decls(v: int) -> str:
         out = []
-        for k in cached:
+        for k in sorted(loads.used):
             out.append(f"const FbVec<{ctype[k]}, {v}> v{k} = *(const FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo));")
         return "\n        ".join(out)
 
@@ -597,6 +605,7 @@ def _cluster(p: Program, params: CudaParams, out_t: str) -> str:
         parts = []
         for pno in range(1, plan.passes + 1):
             accs = [x for x in plan.accs if x.pass_no == pno]
+            loads.used.clear()
             em = Emitter(loads)
             adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
             body = "\n          ".join(em.lines + adds)
@@ -621,6 +630,7 @@ def _cluster(p: Program, params: CudaParams, out_t: str) -> str:
     cl.sync();
     {gather}
     {_value_decls(plan, pno)}""")
+        loads.used.clear()
         em = Emitter(loads)
         assert plan.out is not None
         if full_output(p):
