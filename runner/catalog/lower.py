@@ -114,18 +114,22 @@ class _Lower:
         shape = x.shape
         if not dims:
             dims = tuple(range(len(shape)))
+        out_shape = tuple(1 if d in dims else s for d, s in enumerate(shape)) if keepdim else \
+            tuple(s for d, s in enumerate(shape) if d not in dims)
+        if prod(shape[d] for d in dims) == 1:  # nothing to reduce, whatever came before (a per-row value too)
+            what = "zero" if kind in ("argmax", "argmin", "var") else "the identity"
+            self.notes.append(f"{kind} over dims of size 1 is {what}")
+            if kind in ("argmax", "argmin", "var"):
+                return _Val(Const(0.0), out_shape)
+            if keepdim or reductions(x.expr) or len(out_shape) == len(shape):
+                return _Val(x.expr, out_shape)
+            return _Val(self.reshape_loads(x.expr, out_shape), out_shape)
         if self.F is None:
             self.F, self.axes = shape, dims
         elif (self.F, self.axes) != (shape, dims):
             raise Unsupported(f"reductions over different spaces: {self.F} along {self.axes} and {shape} along {dims}")
-        out_shape = tuple(1 if d in dims else s for d, s in enumerate(shape)) if keepdim else \
-            tuple(s for d, s in enumerate(shape) if d not in dims)
         self.row_shapes.add(out_shape)
         self.notes.append(f"{kind} over dims {list(dims)}")
-        if prod(shape[d] for d in dims) == 1:
-            what = "zero" if kind in ("argmax", "argmin", "var") else "the identity"
-            self.notes.append(f"{kind} over dims of size 1 is {what}")
-            return _Val(Const(0.0) if kind in ("argmax", "argmin", "var") else x.expr, out_shape)
         return _Val(Red(kind, x.expr), out_shape)
 
     # ---- ops ---------------------------------------------------------------------------------------------------
@@ -557,11 +561,17 @@ class _Lower:
         expr = v.expr
         if not reductions(expr):
             axes = ()  # every reduction folded away (dims of size 1): an elementwise program over F
+            if prod(F or (1,)) != prod(out_shape or (1,)):
+                F = out_shape  # ... or over the output, when what is left is per row (a constant, say)
         expr, inputs = prune(expr, self.inputs)
         notes = self.notes + describe(expr)
         prog = Program(inputs=inputs, out=expr, shape=tuple(F), axes=tuple(axes), out_dtype=out_dtype,
                        out_shape=out_shape, notes=list(dict.fromkeys(notes)))
         check_program(prog, self)
+        if self.heavy is not None and all(i.abi != -1 for i in inputs):
+            prog.notes.append(f"the {self.heavy.op}'s result does not reach the output: no {self.heavy.op} needed")
+            return Pattern("row" if prog.is_row and reductions(expr) else "elementwise", program=prog,
+                           notes=prog.notes)
         if self.heavy is not None:
             if isinstance(expr, Load) and inputs[expr.k].abi == -1:
                 return Pattern("unsupported", reason="the heavy op has no epilogue to fuse", notes=prog.notes)

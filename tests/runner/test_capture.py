@@ -70,6 +70,7 @@ EXPECTED = {
     "diag_matmul": ("elementwise", (256, 80), (), set(), "diag(a) @ B is a broadcast multiply"),
     "ew_broadcast": ("elementwise", (48, 96), (), set(), ""),
     "frobenius": ("row", (16, 32, 20), (0, 1, 2), {"sum"}, "Frobenius"),
+    "gemm_to_constant": ("elementwise", (16, 1), (), set(), "no linear needed"),
     "groupnorm": ("row", (4, 3, 4, 63), (2, 3), {"mean", "var"}, "group norm (3 groups)"),
     "huber_loss": ("row", (96, 64), (0, 1), {"sum"}, "smooth_l1_loss"),
     "identity_softmax": ("elementwise", (256, 1, 32), (), set(), "the identity"),
@@ -84,6 +85,7 @@ EXPECTED = {
     "prod_dim": ("row", (32, 64), (1,), {"prod"}, "prod over dims [1]"),
     "rmsnorm": ("row", (4, 24, 10, 12), (1,), {"mean"}, "RMS norm"),
     "softmax": ("row", (64, 1000), (1,), {"lse"}, "softmax"),
+    "rowsum_identities": ("row", (32, 100), (1,), {"sum"}, "lse over dims of size 1 is the identity"),
     "sum_dim": ("row", (8, 96, 40), (1,), {"sum"}, "sum over dims [1]"),
 }
 
@@ -121,6 +123,11 @@ def test_layernorm_weights_index_along_the_row(patterns):
 def test_identity_shortcuts_fold_to_a_constant(patterns):
     prog = patterns["identity_softmax"][1].program
     assert prog.out == Const(1.0) and prog.inputs == []  # softmax over a dim of size 1, dropout off, x * 1.0
+
+
+def test_a_gemm_that_cancels_leaves_a_constant(patterns):
+    prog = patterns["gemm_to_constant"][1].program
+    assert prog.out == Const(0.0) and prog.inputs == []
 
 
 def test_diag_matmul_reads_the_vector_as_a_column(patterns):

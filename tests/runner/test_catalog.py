@@ -58,6 +58,7 @@ def ctx(name: str, backend: str = "cpu") -> ProblemContext:
 VERIFY = {
     "ew_broadcast": [cpu.CpuParams("flat", threads="one")],
     "channel_affine": [cpu.CpuParams("flat", threads="one")],
+    "gemm_to_constant": [cpu.CpuParams("flat", threads="one")],  # a GEMM folded away: a kernel with no inputs
     "prod_dim": [cpu.CpuParams("rows", "online", "one")],
     "mingpt_gelu": [cpu.CpuParams("flat", threads="one", fast_math=True)],
     "softmax": [cpu.CpuParams("rows", "online", "one"), cpu.CpuParams("rows", "twopass", "one")],
