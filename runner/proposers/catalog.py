@@ -86,6 +86,7 @@ class CatalogProposer:
         self._patterns: dict[str, Pattern] = {}
         self._ideas: dict[str, list] = {}  # idea text -> parameter sets, in order
         self._by_label: dict[str, object] = {}
+        self._issued: set[str] = set()  # labels implemented since the last ideas() call (one round)
 
     def bind(self, session: Session) -> None:
         self.session = session
@@ -118,6 +119,7 @@ class CatalogProposer:
         strats = self.strategies(ctx)
         if not strats:
             return []
+        self._issued = set()
         tried = self._tried(history)
         pat = self.pattern(ctx)
         lead = f"[{pat.family}: {'; '.join(pat.notes[:3])}] " if pat.notes else f"[{pat.family}] "
@@ -156,7 +158,7 @@ class CatalogProposer:
         if params is None:  # an idea from an earlier run (a resumed search): find its strategy again
             self.ideas(ctx, history, 64)
             params = self._ideas.get(idea.text, [])
-        tried = self._tried(history)
+        tried = self._tried(history) | self._issued  # nor twice in one round (two ideas may share a parameter set)
         pat = self.pattern(ctx)
         out: list[Candidate] = []
         for p in params:
@@ -169,6 +171,7 @@ class CatalogProposer:
             except NotExpressible as e:
                 log.info("catalog: %s cannot express this program: %s", p.label(), e)
             tried.add(p.label())
+            self._issued.add(p.label())
         return out
 
     def repair(self, ctx: ProblemContext, candidate: Candidate, verdict: Verdict) -> Candidate | None:
