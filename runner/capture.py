@@ -158,6 +158,13 @@ def _encode(arg, values: dict[str, Any]) -> Any:
     return {"opaque": type(arg).__name__}
 
 
+def _value(gm, target: str) -> float:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj.item()
+
+
 def _record(gm, args: list) -> dict[str, Any]:
     """Run the graph once and record each node's result (tensors: shape/dtype; numbers: the value)."""
     import torch.fx as fx
@@ -176,6 +183,8 @@ def _record(gm, args: list) -> dict[str, Any]:
 
 def graph_from_fx(gm, model, args: list, tracer: str = "fx") -> CGraph:
     """The captured graph of an fx GraphModule (from symbolic_trace) run on `args` (fake or real tensors)."""
+    import torch
+
     results = _record(gm, args)
     state = list(model.state_dict().keys()) if hasattr(model, "state_dict") else []
     g = CGraph(n_inputs=len(args), params=state, tracer=tracer,
@@ -211,11 +220,19 @@ def graph_from_fx(gm, model, args: list, tracer: str = "fx") -> CGraph:
             if const is not None or val is None:
                 consts[n.name] = const
                 continue
+            if isinstance(val, torch.device | torch.dtype):  # x.device, x.dtype: arguments of torch.tensor(...)
+                consts[n.name] = str(val)
+                continue
         args = _encode(list(n.args), consts)
         kwargs = _encode(dict(n.kwargs), consts)
         if n.op == "get_attr":
-            ref = param_node(str(n.target))
-            g.nodes.append(CNode(name=n.name, op="identity", args=[ref], shape=shape, dtype=dtype))
+            if str(n.target) not in state and isinstance(val, torch.Tensor) and val.numel() == 1:
+                # a constant folded in by the tracer (torch.tensor(0.5) in forward): its value, not an input
+                g.nodes.append(CNode(name=n.name, op="const", args=[float(_value(gm, str(n.target)))], shape=shape,
+                                     dtype=dtype))
+            else:
+                ref = param_node(str(n.target))
+                g.nodes.append(CNode(name=n.name, op="identity", args=[ref], shape=shape, dtype=dtype))
         elif n.op == "call_function":
             target = n.target
             op = _OPERATORS.get(target) or _canon(getattr(target, "__name__", str(target)))

@@ -167,7 +167,9 @@ class ModelNew(nn.Module):
 
 def _heavy_call(h: Heavy) -> str:
     def arg(a) -> str:
-        return f"t[{a['abi']}]" if isinstance(a, dict) and "abi" in a else repr(a)
+        if isinstance(a, dict) and "abi" in a:
+            return f"t[{a['abi']}]" + (".T" if a.get("t") else "")
+        return repr(a)
 
     if h.module:
         return f"self.ref.get_submodule({h.module!r})({', '.join(arg(a) for a in h.call_args)})"

@@ -217,7 +217,13 @@ def _fold(name: str, v: list[float], attrs: tuple[float, ...]) -> float | None:
              "div": lambda: v[0] / v[1] if v[1] else None, "neg": lambda: -v[0], "sqrt": lambda: math.sqrt(v[0]),
              "exp": lambda: math.exp(v[0]), "log": lambda: math.log(v[0]) if v[0] > 0 else None,
              "powc": lambda: v[0] ** attrs[0], "recip": lambda: 1.0 / v[0] if v[0] else None,
-             "tanh": lambda: math.tanh(v[0])}
+             "tanh": lambda: math.tanh(v[0]), "relu": lambda: max(v[0], 0.0), "abs": lambda: abs(v[0]),
+             "square": lambda: v[0] * v[0], "cube": lambda: v[0] ** 3,
+             "gelu": lambda: 0.5 * v[0] * (1.0 + math.erf(v[0] / math.sqrt(2.0))),
+             "sigmoid": lambda: 1.0 / (1.0 + math.exp(-v[0])), "silu": lambda: v[0] / (1.0 + math.exp(-v[0])),
+             "maximum": lambda: max(v[0], v[1]), "minimum": lambda: min(v[0], v[1]),
+             "clamp_min": lambda: max(v[0], attrs[0]), "clamp_max": lambda: min(v[0], attrs[0]),
+             "leaky_relu": lambda: v[0] if v[0] > 0 else v[0] * attrs[0]}
     fn = table.get(name)
     try:
         return fn() if fn else None

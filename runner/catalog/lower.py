@@ -114,18 +114,22 @@ class _Lower:
         shape = x.shape
         if not dims:
             dims = tuple(range(len(shape)))
+        out_shape = tuple(1 if d in dims else s for d, s in enumerate(shape)) if keepdim else \
+            tuple(s for d, s in enumerate(shape) if d not in dims)
+        if prod(shape[d] for d in dims) == 1:  # nothing to reduce, whatever came before (a per-row value too)
+            what = "zero" if kind in ("argmax", "argmin", "var") else "the identity"
+            self.notes.append(f"{kind} over dims of size 1 is {what}")
+            if kind in ("argmax", "argmin", "var"):
+                return _Val(Const(0.0), out_shape)
+            if keepdim or reductions(x.expr) or len(out_shape) == len(shape):
+                return _Val(x.expr, out_shape)
+            return _Val(self.reshape_loads(x.expr, out_shape), out_shape)
         if self.F is None:
             self.F, self.axes = shape, dims
         elif (self.F, self.axes) != (shape, dims):
             raise Unsupported(f"reductions over different spaces: {self.F} along {self.axes} and {shape} along {dims}")
-        out_shape = tuple(1 if d in dims else s for d, s in enumerate(shape)) if keepdim else \
-            tuple(s for d, s in enumerate(shape) if d not in dims)
         self.row_shapes.add(out_shape)
         self.notes.append(f"{kind} over dims {list(dims)}")
-        if prod(shape[d] for d in dims) == 1:
-            what = "zero" if kind in ("argmax", "argmin", "var") else "the identity"
-            self.notes.append(f"{kind} over dims of size 1 is {what}")
-            return _Val(Const(0.0) if kind in ("argmax", "argmin", "var") else x.expr, out_shape)
         return _Val(Red(kind, x.expr), out_shape)
 
     # ---- ops ---------------------------------------------------------------------------------------------------
@@ -164,6 +168,12 @@ class _Lower:
         a = lambda i, name, d=None: self.arg(n, i, name, d)  # noqa: E731
         if o in ("input", "param"):
             return _Val(self.load(int(n.index), n.shape or (), n.dtype or "float32"), tuple(n.shape or ()))
+        if o == "const" or (o == "tensor" and isinstance(a(0, "data"), int | float)):
+            return _Val(Const(float(n.args[0])), tuple(n.shape or ()))
+        if o == "getattr":
+            return self.lower_getattr(n)
+        if o in ("t", "transpose", "permute") and isinstance(self.env.get(_ref(n.args[0])), _LazyLoad):
+            return self.lower_transpose(n)
         if o in IDENTITY or (o == "to" and n.dtype == self.val(a(0, "input")).expr and False):
             return self.env[n.args[0]["ref"]] if isinstance(n.args[0], dict) else self.val(n.args[0])
         if o in HEAVY:
@@ -250,6 +260,22 @@ class _Lower:
         if o in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
             return self.lower_loss(n)
         raise Unsupported(f"op {o!r} is not in the catalog")
+
+    def lower_getattr(self, n: CNode) -> Any:
+        src, attr = self.env.get(_ref(n.args[0])), n.args[1]
+        if isinstance(src, tuple) and attr in ("values", "indices"):
+            return src[0 if attr == "values" else 1]
+        if attr in ("T", "mT") and isinstance(src, _LazyLoad) and len(src._n.shape or ()) == 2:
+            return _Transposed(src._n)
+        raise Unsupported(f"attribute {attr!r} of a value")
+
+    def lower_transpose(self, n: CNode) -> Any:
+        src = self.env[_ref(n.args[0])]
+        dims = [a for a in n.args[1:] if isinstance(a, int)]
+        if len(src._n.shape or ()) == 2 and (n.op == "t" or sorted(dims) == [0, 1] or dims == [-1, -2]
+                                              or dims == [-2, -1]):
+            return _Transposed(src._n)
+        raise Unsupported(f"{n.op} of an input")
 
     def lower_view(self, n: CNode) -> _Val:
         x = self.val(n.args[0])
@@ -385,13 +411,19 @@ class _Lower:
         module = "module" in n.kwargs
         groups = int(n.kwargs["num_groups"] if module else self.arg(n, 1, "num_groups"))
         eps = float(n.kwargs.get("eps", 1e-5) if module else self.arg(n, 4, "eps", 1e-5))
-        if not isinstance(x.expr, Load) or len(x.shape) < 2 or x.shape[1] % groups or self.F is not None:
-            raise Unsupported("group norm of a computed tensor, or after another reduction")
+        if len(x.shape) < 2 or x.shape[1] % groups or self.F is not None or reductions(x.expr):
+            raise Unsupported("group norm after another reduction")
         nb, c = x.shape[0], x.shape[1]
         s = prod(x.shape[2:])
         grouped = (nb, groups, c // groups, s)
-        inp = self.inputs[x.expr.k]
-        xv = _Val(self.load(inp.abi, grouped, inp.dtype, viewed=True), grouped)
+        mapping: dict[Expr, Expr] = {}
+        for ld in {e for e in walk(x.expr) if isinstance(e, Load)}:
+            inp = self.inputs[ld.k]
+            if prod(inp.shape) == prod(x.shape):  # a full-size tensor: the grouped view of the same memory
+                mapping[ld] = self.load(inp.abi, grouped, inp.dtype, viewed=True)
+            elif prod(inp.shape) != 1:
+                raise Unsupported("group norm of an expression over broadcast tensors (a per-channel bias...)")
+        xv = _Val(substitute(x.expr, mapping), grouped)
         w = b = None
         refs = n.args[1:3] if module else [self.arg(n, 2, "weight"), self.arg(n, 3, "bias")]
         if module and not n.kwargs.get("affine", True):
@@ -468,7 +500,11 @@ class _Lower:
             raise Unsupported("more than one heavy op, or work before the heavy op")
         abis, call_args = [], []
         for a in n.args:
-            if isinstance(a, dict) and "ref" in a:
+            if isinstance(a, dict) and isinstance(self.env.get(a["ref"]), _Transposed):
+                tn = self.env[a["ref"]].node
+                abis.append(int(tn.index))
+                call_args.append({"abi": int(tn.index), "t": True})
+            elif isinstance(a, dict) and "ref" in a:
                 src = self.g.node(a["ref"])
                 if src.op not in ("input", "param"):
                     raise Unsupported("the heavy op's operands are computed (a prologue before the GEMM/conv)")
@@ -525,16 +561,33 @@ class _Lower:
         expr = v.expr
         if not reductions(expr):
             axes = ()  # every reduction folded away (dims of size 1): an elementwise program over F
+            if prod(F or (1,)) != prod(out_shape or (1,)):
+                F = out_shape  # ... or over the output, when what is left is per row (a constant, say)
         expr, inputs = prune(expr, self.inputs)
         notes = self.notes + describe(expr)
         prog = Program(inputs=inputs, out=expr, shape=tuple(F), axes=tuple(axes), out_dtype=out_dtype,
                        out_shape=out_shape, notes=list(dict.fromkeys(notes)))
         check_program(prog, self)
+        if self.heavy is not None and all(i.abi != -1 for i in inputs):
+            prog.notes.append(f"the {self.heavy.op}'s result does not reach the output: no {self.heavy.op} needed")
+            return Pattern("row" if prog.is_row and reductions(expr) else "elementwise", program=prog,
+                           notes=prog.notes)
         if self.heavy is not None:
             if isinstance(expr, Load) and inputs[expr.k].abi == -1:
                 return Pattern("unsupported", reason="the heavy op has no epilogue to fuse", notes=prog.notes)
             return Pattern("epilogue", program=prog, heavy=self.heavy, notes=prog.notes)
         return Pattern("row" if prog.is_row and reductions(expr) else "elementwise", program=prog, notes=prog.notes)
+
+
+@dataclass
+class _Transposed:
+    """A 2-D input or weight read transposed: only a GEMM may take it (as torch would)."""
+
+    node: CNode
+
+
+def _ref(a) -> str:
+    return a["ref"] if isinstance(a, dict) and "ref" in a else ""
 
 
 class _LazyLoad(_Val):

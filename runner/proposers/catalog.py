@@ -25,6 +25,7 @@ from runner.proposer import History, Idea, ProblemContext, Session
 log = logging.getLogger(__name__)
 
 MARK = "fusebot catalog: "
+CHUNK = 2  # parameter sets per idea beyond the first of a strategy (the search's default implementations per idea)
 
 _PATTERNS: dict[str, Pattern] = {}  # sha256 of a reference's source -> its pattern (a capture costs seconds)
 
@@ -85,6 +86,7 @@ class CatalogProposer:
         self._patterns: dict[str, Pattern] = {}
         self._ideas: dict[str, list] = {}  # idea text -> parameter sets, in order
         self._by_label: dict[str, object] = {}
+        self._issued: set[str] = set()  # labels implemented since the last ideas() call (one round)
 
     def bind(self, session: Session) -> None:
         self.session = session
@@ -117,6 +119,7 @@ class CatalogProposer:
         strats = self.strategies(ctx)
         if not strats:
             return []
+        self._issued = set()
         tried = self._tried(history)
         pat = self.pattern(ctx)
         lead = f"[{pat.family}: {'; '.join(pat.notes[:3])}] " if pat.notes else f"[{pat.family}] "
@@ -133,12 +136,21 @@ class CatalogProposer:
                         f"template one step away in one parameter at a time ({', '.join(p.label() for p in near[:4])}"
                         f"{', ...' if len(near) > 4 else ''}).")
                 out.append(self._register(text, near))
-        for s in strats:
-            left = [p for p in s.params if p.label() not in tried]
+        lefts = [(s, [p for p in s.params if p.label() not in tried]) for s in strats]
+        for s, left in lefts:
             if left:
                 out.append(self._register(lead + s.text, left))
             if len(out) >= n:
                 break
+        # few strategies (a reduction over a middle dim has one): more of a strategy's parameter sets as their own
+        # ideas, CHUNK at a time, so a round still explores as widely as it was asked to
+        for s, left in lefts:
+            for k in range(CHUNK, len(left), CHUNK):
+                if len(out) >= n:
+                    return out
+                rest = left[k:]
+                text = f"{lead}{s.text} Variants: {', '.join(p.label() for p in rest[:CHUNK])}."
+                out.append(self._register(text, rest))
         return out[:n]
 
     def implement(self, ctx: ProblemContext, idea: Idea, history: History, n: int) -> list[Candidate]:
@@ -146,7 +158,7 @@ class CatalogProposer:
         if params is None:  # an idea from an earlier run (a resumed search): find its strategy again
             self.ideas(ctx, history, 64)
             params = self._ideas.get(idea.text, [])
-        tried = self._tried(history)
+        tried = self._tried(history) | self._issued  # nor twice in one round (two ideas may share a parameter set)
         pat = self.pattern(ctx)
         out: list[Candidate] = []
         for p in params:
@@ -159,6 +171,7 @@ class CatalogProposer:
             except NotExpressible as e:
                 log.info("catalog: %s cannot express this program: %s", p.label(), e)
             tried.add(p.label())
+            self._issued.add(p.label())
         return out
 
     def repair(self, ctx: ProblemContext, candidate: Candidate, verdict: Verdict) -> Candidate | None:

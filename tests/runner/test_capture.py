@@ -70,6 +70,7 @@ EXPECTED = {
     "diag_matmul": ("elementwise", (256, 80), (), set(), "diag(a) @ B is a broadcast multiply"),
     "ew_broadcast": ("elementwise", (48, 96), (), set(), ""),
     "frobenius": ("row", (16, 32, 20), (0, 1, 2), {"sum"}, "Frobenius"),
+    "gemm_to_constant": ("elementwise", (16, 1), (), set(), "no linear needed"),
     "groupnorm": ("row", (4, 3, 4, 63), (2, 3), {"mean", "var"}, "group norm (3 groups)"),
     "huber_loss": ("row", (96, 64), (0, 1), {"sum"}, "smooth_l1_loss"),
     "identity_softmax": ("elementwise", (256, 1, 32), (), set(), "the identity"),
@@ -78,11 +79,13 @@ EXPECTED = {
     "linear_epilogue": ("epilogue", (64, 96), (), set(), "linear stays on torch"),
     "log_softmax": ("row", (32, 777), (1,), {"lse"}, "log_softmax"),
     "logsumexp_max": ("row", (40, 200), (1,), {"lse", "max"}, "lse"),
+    "matmul_t_rowsum": ("epilogue", (48, 80), (1,), {"sum"}, "matmul stays on torch"),
     "mingpt_gelu": ("elementwise", (128, 512), (), set(), "minGPT"),
     "mse_loss": ("row", (128, 64), (0, 1), {"mean"}, "mean over dims [0, 1]"),
     "prod_dim": ("row", (32, 64), (1,), {"prod"}, "prod over dims [1]"),
     "rmsnorm": ("row", (4, 24, 10, 12), (1,), {"mean"}, "RMS norm"),
     "softmax": ("row", (64, 1000), (1,), {"lse"}, "softmax"),
+    "rowsum_identities": ("row", (32, 100), (1,), {"sum"}, "lse over dims of size 1 is the identity"),
     "sum_dim": ("row", (8, 96, 40), (1,), {"sum"}, "sum over dims [1]"),
 }
 
@@ -122,6 +125,11 @@ def test_identity_shortcuts_fold_to_a_constant(patterns):
     assert prog.out == Const(1.0) and prog.inputs == []  # softmax over a dim of size 1, dropout off, x * 1.0
 
 
+def test_a_gemm_that_cancels_leaves_a_constant(patterns):
+    prog = patterns["gemm_to_constant"][1].program
+    assert prog.out == Const(0.0) and prog.inputs == []
+
+
 def test_diag_matmul_reads_the_vector_as_a_column(patterns):
     prog = patterns["diag_matmul"][1].program
     assert isinstance(prog.out, Op) and prog.out.name == "mul"
@@ -133,6 +141,12 @@ def test_epilogue_keeps_the_linear_on_torch(patterns):
     assert pat.heavy.op == "linear" and pat.heavy.module == "fc" and pat.heavy.args_abi[0] == 0
     heavy_inputs = [inp for inp in pat.program.inputs if inp.abi == -1]
     assert len(heavy_inputs) == 1 and heavy_inputs[0].shape == (64, 96)
+
+
+def test_a_transposed_weight_goes_to_the_gemm(patterns):
+    pat = patterns["matmul_t_rowsum"][1]
+    assert pat.heavy.op == "matmul" and pat.heavy.call_args == [{"abi": 0}, {"abi": 1, "t": True}]
+    assert pat.program.level(pat.program.out) == "row"
 
 
 def test_rmsnorm_divides_by_a_per_row_value(patterns):

@@ -1,0 +1,16 @@
+# One batch of the catalog's H100 bench (issue 4, item 4), for a device run (at most 10 minutes a command).
+#
+# Here, once:   python bench/make_kb_suite.py --kernelbench PATH/TO/KernelBench     (fills out/kb-suite, git-ignored)
+# On the device, carrying .whl, out/kb-suite and out/h100-catalog (the table and traces so far), one batch a command:
+#   bash bench/run_catalog_bench.sh 'level1_2*'          # then 'level1_3*', 'level1_4*', ..., 'level2_*'
+# The table and each problem's folder accumulate in out/h100-catalog (a cut-off batch resumes from its traces; the
+# table keeps every batch's rows) and are copied to $OUT; bring them back to bench/results/h100-catalog/ and commit
+# README.md and results.json.
+set -u
+BATCH=${1:?a glob over out/kb-suite without .py, e.g. "level1_2*"}
+BUDGET=${BUDGET:-90}          # search seconds per problem (the issue allows 300; one device command allows 600)
+source bench/gpu_setup.sh || exit 1
+python3 -m bot.cli bench out/kb-suite --out out/h100-catalog --backend cuda --bandwidth 3.01e12 \
+  --budget-seconds "$BUDGET" --rounds 2 --ideas 2 --implementations 2 --pattern "$BATCH.py" 2>&1 | tail -40
+if [ -n "${OUT:-}" ]; then cp -r out/h100-catalog "$OUT/"; fi
+cat out/h100-catalog/README.md

@@ -1,0 +1,289 @@
+"""CUDA templates for few long rows: `split` (several blocks per row, partials through a workspace) and `cluster`
+(a row held on chip across a thread-block cluster, partials through distributed shared memory)."""
+
+from __future__ import annotations
+
+from runner.catalog.cgen import Emitter, NotExpressible, full_output, plan_passes
+from runner.catalog.cuda import (
+    CudaParams,
+    _align_check,
+    _ctype,
+    _forward,
+    _Loads,
+    _row_result,
+    _value_decls,
+    _vec_inputs,
+)
+from runner.catalog.ir import Program
+
+# ---- split: several blocks per row ------------------------------------------------------------------------------
+
+
+def render_split(p: Program, params: CudaParams, out_t: str) -> str:
+    """Pass k: grid (rows x S) blocks each merge their slice into ws[pass][row][slice]; the next kernel first merges
+    the S partials of every earlier accumulator of its row (cheap: S values), then does its own slice."""
+    if not p.is_row:
+        raise NotExpressible("split is for row programs")
+    V, T, S = params.vec, params.threads, params.slices
+    plan = plan_passes(p, params.mode)
+    vec_in = _vec_inputs(p, ("full", "rowvec"))
+    accs = plan.accs
+    ws_decl = f"""static void* fb_ws = 0;
+static size_t fb_ws_bytes = 0;
+struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in accs) or 'int unused;'} }};
+static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
+  size_t need = (size_t)rows * {S} * sizeof(FbWs);
+  if (need > fb_ws_bytes) {{
+    if (fb_ws) cudaFreeAsync(fb_ws, s);
+    if (cudaMallocAsync(&fb_ws, need, s) != cudaSuccess) return 0;
+    fb_ws_bytes = need;
+  }}
+  return (FbWs*)fb_ws;
+}}
+"""
+
+    def gather(upto: int) -> str:
+        """Merge the S partials of accumulators from passes < upto, then compute their values."""
+        out = []
+        for x in accs:
+            if x.pass_no < upto:
+                out.append(f"{x.kind} {x.name}; {x.name}.init(); "
+                           f"for (int q = 0; q < {S}; ++q) {x.name}.merge(ws[row * {S} + q].{x.name});")
+        for pno in range(1, upto):
+            out.append(_value_decls(plan, pno))
+        return "\n    ".join(out)
+
+    kernels = []
+    for v in sorted({1, V}):
+        loads = _Loads(p, vec_in if v > 1 else set())
+        for pno in range(1, plan.passes + 2):
+            mine = [x for x in accs if x.pass_no == pno]
+            loads.used.clear()
+            em = Emitter(loads)
+            last = pno == plan.passes + 1
+            if not last:
+                adds = [f"{x.name}.add({em(x.arg)}, r);" for x in mine]
+                body = "\n          ".join(em.lines + adds)
+                decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in mine)
+                red = "\n    ".join(f"fb_block_reduce<{x.kind}, {T}>({x.name});" for x in mine)
+                store = "\n      ".join(f"ws[row * {S} + slice].{x.name} = {x.name};" for x in mine)
+                tail = f"""    {red}
+    if (threadIdx.x == 0) {{
+      {store}
+    }}"""
+            elif full_output(p):
+                assert plan.out is not None
+                res = em(plan.out)
+                body = "\n          ".join(em.lines) + f"\n          ov.v[j] = fb_to<{out_t}>({res});"
+                decl = ""
+                tail = ""
+            else:
+                continue  # a per-row output is written by the finishing kernel below
+            store_out = ""
+            if last:
+                store_out = f"""
+        if ({v} == 1) (({out_t}*)a.out)[o * a.R + r0] = ov.v[0];
+        else *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;"""
+            kernels.append(f"""
+__global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) {{
+  const long long row = blockIdx.x / {S}, o = row, i = 0;
+  const int slice = blockIdx.x % {S};
+  const long long chunk = ((a.R + {S} - 1) / {S} + {v} - 1) / {v} * {v};
+  const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+  {gather(pno)}
+  {decl}
+  for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {loads.vector_decls("(o * a.R + r0)", v) if v > 1 else ""}
+        {f"FbVec<{out_t}, {v}> ov;" if last else ""}
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {body}
+        }}{store_out}
+  }}
+{tail}
+}}
+""")
+    if not full_output(p):
+        em = Emitter(_Loads(p, set()))
+        assert plan.out is not None
+        res = _row_result(p, plan, em)
+        lines = "\n    ".join(em.lines)
+        kernels.append(f"""
+__global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
+  const long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x, o = row, i = 0;
+  if (row >= a.O) return;
+  const long long r = 0, flat = o * a.R; (void)r; (void)flat;
+  {gather(plan.passes + 1)}
+  {lines}
+  (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+}}
+""")
+    ok = _align_check(p, vec_in, out_t, V, f"a.R % {V} == 0")
+    steps = []
+    for pno in range(1, plan.passes + 1):
+        steps.append(f"    if (wide) fb_split_p{pno}_v{V}<<<grid, {T}, 0, s>>>(a, ws); "
+                     f"else fb_split_p{pno}_v1<<<grid, {T}, 0, s>>>(a, ws);")
+    if full_output(p):
+        last = plan.passes + 1
+        steps.append(f"    if (wide) fb_split_p{last}_v{V}<<<grid, {T}, 0, s>>>(a, ws); "
+                     f"else fb_split_p{last}_v1<<<grid, {T}, 0, s>>>(a, ws);")
+    else:
+        steps.append("    fb_split_finish<<<(unsigned)((a.O + 127) / 128), 128, 0, s>>>(a, ws);")
+    launch = f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "split needs the reduced dims innermost"); return 1; }}
+  if (a.O == 0) return 0;
+  FbWs* ws = fb_workspace(a.O, s);
+  if (!ws) {{ snprintf(fb_err, sizeof fb_err, "workspace allocation failed"); return 3; }}
+  const unsigned grid = (unsigned)(a.O * {S});
+  const bool wide = {V} > 1 && ({ok});
+  {{
+{chr(10).join(steps)}
+  }}"""
+    return ws_decl + "".join(kernels) + _forward(launch)
+
+
+# ---- cluster: a row held on chip across a thread-block cluster --------------------------------------------------
+
+
+def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
+    """Each row is cut into C slices held in the shared memory of the C blocks of one cluster (sm_90): the row is
+    read from memory once and written once whatever the number of passes; each pass merges the blocks' partials
+    through distributed shared memory. C = 1 is a row cached in one block's shared memory."""
+    if not p.is_row:
+        raise NotExpressible("cluster is for row programs")
+    V, T, C = params.vec, params.threads, params.slices
+    if C not in (1, 2, 4, 8, 16):
+        raise NotExpressible(f"cluster of {C} blocks")
+    plan = plan_passes(p, params.mode)
+    cached = sorted(_vec_inputs(p, ("full",)))
+    if not cached:
+        raise NotExpressible("nothing to keep on chip")
+    ctype = {k: _ctype(p.inputs[k].dtype) for k in cached}
+
+    def decls(v: int) -> str:
+        out = []
+        for k in sorted(loads.used):
+            out.append(f"const FbVec<{ctype[k]}, {v}> v{k} = *(const FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo));")
+        return "\n        ".join(out)
+
+    slots = "\n  ".join(f"__shared__ {x.kind} part_{x.name};" for x in plan.accs)
+    kernels = []
+    for v in sorted({1, V}):
+        loads = _Loads(p, set(cached))
+        smem = []
+        off = "0"
+        for k in cached:
+            smem.append(f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + {off});")
+            off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
+        fill = "\n        ".join(
+            f"*(FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo)) = "
+            f"*(const FbVec<{ctype[k]}, {v}>*)((const {ctype[k]}*)a.in[{k}] + o * a.R + r0);" for k in cached)
+        parts = []
+        for pno in range(1, plan.passes + 1):
+            accs = [x for x in plan.accs if x.pass_no == pno]
+            loads.used.clear()
+            em = Emitter(loads)
+            adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
+            body = "\n          ".join(em.lines + adds)
+            decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
+            merge = "\n    ".join(
+                f"""fb_block_reduce<{x.kind}, {T}>({x.name});
+    if (threadIdx.x == 0) part_{x.name} = {x.name};""" for x in accs)
+            gather = "\n    ".join(
+                f"""{{ {x.kind} t; t.init();
+      for (int q = 0; q < {C}; ++q) t.merge(*cl.map_shared_rank(&part_{x.name}, q));
+      {x.name} = t; }}""" for x in accs)
+            parts.append(f"""    {decl}
+    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {decls(v)}
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {body}
+        }}
+    }}
+    {merge}
+    cl.sync();
+    {gather}
+    {_value_decls(plan, pno)}""")
+        loads.used.clear()
+        em = Emitter(loads)
+        assert plan.out is not None
+        if full_output(p):
+            res = em(plan.out)
+            lines = "\n          ".join(em.lines)
+            out = f"""    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {decls(v)}
+        FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;
+    }}"""
+        else:
+            em = Emitter(_Loads(p, set()))
+            res = _row_result(p, plan, em)
+            lines = "\n      ".join(em.lines)
+            out = f"""    if (rank == 0 && threadIdx.x == 0) {{
+      const long long r = 0, flat = o * a.R; (void)r; (void)flat;
+      {lines}
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+    }}"""
+        passes = "\n".join(parts)
+        kernels.append(f"""
+__global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk) {{
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = (int)cl.block_rank();
+  extern __shared__ __align__(16) unsigned char fb_smem[];
+  {slots}
+  {chr(10).join("  " + x for x in smem)}
+  const long long clusters = gridDim.x / {C};
+  for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
+    const long long o = row, i = 0; (void)i;
+    const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {fill}
+    }}
+    __syncthreads();
+{passes}
+{out}
+    cl.sync();  // the partial slots and slices are reused by the next row
+  }}
+}}
+""")
+    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)
+    ok = _align_check(p, set(cached), out_t, V, f"a.R % {V} == 0")
+    launch = f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "cluster needs the reduced dims innermost"); return 1; }}
+  if (a.O == 0) return 0;
+  const bool wide = {V} > 1 && ({ok});
+  const int v = wide ? {V} : 1;
+  const long long chunk = ((a.R + {C} - 1) / {C} + v - 1) / v * v;
+  const long long smem = {sizes};
+  if (smem > 227 * 1024) {{
+    snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);
+    return 4;
+  }}
+  void (*kern)(FbArgs, long long) = wide ? fb_cluster_v{V} : fb_cluster_v1;
+  cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if ({C} > 8) cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaLaunchConfig_t cfg = {{}};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = {C};
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3({T});
+  cfg.dynamicSmemBytes = (size_t)smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int active = 0;
+  cfg.gridDim = dim3({C});
+  if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) active = 1;
+  long long clusters = a.O < (long long)active ? a.O : (long long)active;
+  cfg.gridDim = dim3((unsigned)(clusters * {C}));
+  cudaLaunchKernelEx(&cfg, kern, a, chunk);"""
+    return "".join(kernels) + _forward(launch)
