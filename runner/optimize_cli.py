@@ -69,9 +69,33 @@ def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
 
 # ---- the run ---------------------------------------------------------------------------------------------------
 
+def kernelbench_aliases(spec: ProblemSpec) -> str:
+    """Lines that give a repository target KernelBench's names (Model, get_inputs, get_init_inputs), so that every
+    proposer reads one convention whatever the module calls its class and factories."""
+    lines = []
+    kwargs = dict(spec.init_kwargs)
+    if spec.class_name != "Model" or kwargs:
+        lines.append(f"Model = {spec.class_name}" if not kwargs else
+                     f"def Model(*args):\n    return {spec.class_name}(*args, **{kwargs!r})")
+    if spec.input_shapes:
+        dtype = spec.dtype or "float32"
+        lines.append(f"def get_inputs():\n    import torch\n    return [torch.rand(s, dtype=torch.{dtype}) for s in "
+                     f"{[list(x) for x in spec.input_shapes]!r}]")
+    elif spec.inputs != "get_inputs" and ":" not in spec.inputs:
+        lines.append(f"get_inputs = {spec.inputs}")
+    if spec.init_args:
+        lines.append(f"def get_init_inputs():\n    return {list(spec.init_args)!r}")
+    elif spec.init_inputs and spec.init_inputs != "get_init_inputs" and ":" not in spec.init_inputs:
+        lines.append(f"get_init_inputs = {spec.init_inputs}")
+    elif not spec.init_inputs:
+        lines.append("def get_init_inputs():\n    return []")
+    return ("\n\n\n# fusebot: this target under KernelBench's names\n" + "\n\n\n".join(lines) + "\n") if lines else ""
+
+
 def problem_context(spec: ProblemSpec, evaluator, backend: Backend) -> ProblemContext:
     """What the proposers may know, from the harness: reference, baselines, roofline, device."""
     source, baselines = evaluator.reference_source(), evaluator.baselines()  # (this order starts the judge first)
+    source += kernelbench_aliases(spec)
     roofline = evaluator.roofline()
     env = evaluator.environment()
     specs = ""

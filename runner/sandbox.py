@@ -160,6 +160,9 @@ def confined_env(workdir: Path, base: dict[str, str] | None = None) -> dict[str,
         if any(s in key.upper() for s in ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "PRIVATE_KEY")):
             del env[key]
     wd = str(workdir)
+    # Workers import the same fusebot as the parent (not whichever one is installed for their directory).
+    here = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([here, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     env.update(
         HOME=wd,
         TMPDIR=wd,

@@ -124,12 +124,15 @@ def prepare(st: State, msg: dict) -> dict:
                                                f"forward returned a {type(t).__name__}, not tensors"))
         specs.append({"shape": list(t.shape), "dtype": str(t.dtype)})
         digest.update(_fingerprint(t))
-        if t.is_floating_point() and t.numel():
+        if t.numel() and t.dtype != torch.bool:
             # On the same evenly spaced sample as the fingerprint: a mask over a 7.5 GB output would need tens of GB.
+            # Integer outputs (argmax, indices) count too: they are not constant just because they are not floats.
             sample = t.detach().reshape(-1)[:: max(1, t.numel() // 4096)].double()
             finite = sample[torch.isfinite(sample)]
             if finite.numel():
                 value_range = max(value_range, float(finite.max() - finite.min()))
+        elif t.numel():
+            value_range = max(value_range, float(t.any()) - float(t.all()))
     if st.refs:
         st.prev_ref = st.refs.pop(max(st.refs))
     st.refs = {msg["trial"]: flat}
