@@ -35,7 +35,9 @@ from bot.config import ConfigError, FusebotConfig, load_config
 from bot.deliver import deliver
 from bot.discovery import discover
 from bot.logs import install_redaction, redact
+from bot.patch import unified_patch
 from bot.platform import Platform, PlatformError
+from bot.publish import branch_files
 from runner.contract import Job, JobResult, Progress, TargetSpec
 
 log = logging.getLogger(__name__)
@@ -82,13 +84,14 @@ def changed_files(workspace: Path, base_sha: str, head_sha: str) -> list[str] | 
 class _Progress:
     """Check-run updates from the search's progress, at most one per interval (GitHub's secondary rate limits)."""
 
-    def __init__(self, platform: Platform, check_id: int, rounds: int, interval: float = PROGRESS_INTERVAL_SECONDS):
+    def __init__(self, platform: Platform, check_id: int | None, rounds: int,
+                 interval: float = PROGRESS_INTERVAL_SECONDS):
         self.platform, self.check_id, self.rounds, self.interval = platform, check_id, rounds, interval
         self.last = 0.0
 
     def __call__(self, p: Progress) -> None:
         now = time.monotonic()
-        if now - self.last < self.interval:
+        if self.check_id is None or now - self.last < self.interval:
             return
         self.last = now
         try:
@@ -135,7 +138,7 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
         return 0, RunReport("nothing to do", f"No marked targets {what} {where} (`# fusebot: optimize` above a "
                                              f"class, or `targets:` in `{settings.config_path}`).")
     platform = platform_factory(settings)
-    check_id = platform.create_check_run(trig.base_sha, pr.CHECK_NAME, pr.check_queued([t.name for t in targets]))
+    check_id = _create_check(platform, trig, [t.name for t in targets])
     job = _job(settings, cfg, trig, targets)
     log.info("searching %d target(s) at %s (%s): %s", len(targets), trig.base_sha[:12], where,
              ", ".join(t.name for t in targets))
@@ -148,14 +151,45 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
     if result is None or error is not None:
         error = redact(error or "", [settings.token.get_secret_value()])
         plan = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
-        platform.update_check_run(check_id, pr.check_completed(plan, error=error))
+        if check_id is not None:
+            platform.update_check_run(check_id, pr.check_completed(plan, error=error))
         return 1, RunReport("the search failed", error)
     report = RunReport("done", f"Searched {len(targets)} target(s) at `{trig.base_sha[:12]}` ({where}).",
                        results=result.targets, environment=result.environment)
-    report.published = deliver(platform, job, result, base=trig.base, base_sha=trig.base_sha, check_run_id=check_id,
-                               label_pr=trig.pr_number, fork=trig.fork, kernels_dir=cfg.kernels_dir,
-                               grouping=cfg.pr_grouping)
+    try:
+        report.published = deliver(platform, job, result, base=trig.base, base_sha=trig.base_sha,
+                                   check_run_id=check_id, label_pr=trig.pr_number, fork=trig.fork,
+                                   kernels_dir=cfg.kernels_dir, grouping=cfg.pr_grouping)
+    except PlatformError as e:
+        if not trig.fork:
+            raise
+        # a fork's `pull_request` run gets a read-only token: the results and the patch go to the job summary
+        log.warning("could not comment on the fork's PR: %s", e)
+        report.problems.append(f"Could not comment on PR #{trig.pr_number} ({e}). On `pull_request`, GitHub gives a "
+                               "fork's run a read-only token; use `pull_request_target` to have fusebot comment "
+                               "(see the security notes in the README). The results and the patch are below.")
+        report.attachment = fork_results(settings.workspace, settings.repository, trig, cfg, result)
     return 0, report
+
+
+def _create_check(platform: Platform, trig: Trigger, names: list[str]) -> int | None:
+    try:
+        return platform.create_check_run(trig.base_sha, pr.CHECK_NAME, pr.check_queued(names))
+    except PlatformError as e:
+        if not trig.fork:
+            raise
+        log.warning("no check run (a fork's pull_request run has a read-only token): %s", e)
+        return None
+
+
+def fork_results(workspace: Path, repo: str, trig: Trigger, cfg: FusebotConfig, result: JobResult) -> str:
+    """The comment fusebot would have posted on the fork's PR, with the patch against the checked-out head."""
+    plan = pr.PullRequestPlan(repo, trig.base, "kernels", trig.base_sha, result.targets,
+                              environment=result.environment, kernels_dir=cfg.kernels_dir, source_pr=trig.pr_number,
+                              trigger=trig.kind)
+    files = branch_files(plan)
+    old = {p: (workspace / p).read_text() if (workspace / p).is_file() else None for p in files}
+    return pr.fork_comment(plan, unified_patch(old, files))
 
 
 def load_settings() -> ActionSettings:

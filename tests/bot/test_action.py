@@ -207,3 +207,22 @@ def test_a_failed_search_fails_the_check_run_and_the_step(world: ActionWorld, mo
     assert run["conclusion"] == "failure" and "CUDA error: no device" in run["output"]["summary"]
     assert TOKEN not in run["output"]["summary"] and TOKEN not in w.summary.read_text()
     assert bot_prs(w) == []
+
+
+def test_a_fork_on_plain_pull_request_gets_results_and_patch_in_the_summary(world: ActionWorld):
+    """On `pull_request` GitHub gives a fork's run a read-only token: writes answer 403. The step still succeeds,
+    with the fork's results and patch in the job summary, and nothing is written to the repository."""
+    w = world
+    w.checkout(w.shas["feature"])
+    refs_before = w.fake.refs(REPO)
+    w.fake.fail_next.update({"POST /repos/{owner}/{repo}/check-runs": 403,
+                             "POST /repos/{owner}/{repo}/issues/{issue_number}/comments": 403})
+    res = run_action(w, w.event("pull_request", w.labeled(fork=True)))
+    assert res.exit_code == 0, res.output
+    assert len(w.jobs) == 1 and w.fake.fail_next == {}  # both writes were tried, and refused
+    assert w.fake.refs(REPO) == refs_before and bot_prs(w) == [] and w.fake.comments == {}
+    summary = w.summary.read_text()
+    assert "read-only token" in summary and "pull_request_target" in summary
+    assert "git apply fusebot.patch" in summary and "new file mode 100644" in summary
+    kernel = next(p for p in w.results[0].targets[0].files if p.endswith(".cu") or p.endswith(".cpp"))
+    assert f"+++ b/fusebot_kernels/{kernel}" in summary
