@@ -226,3 +226,12 @@ def test_a_fork_on_plain_pull_request_gets_results_and_patch_in_the_summary(worl
     assert "git apply fusebot.patch" in summary and "new file mode 100644" in summary
     kernel = next(p for p in w.results[0].targets[0].files if p.endswith(".cu") or p.endswith(".cpp"))
     assert f"+++ b/fusebot_kernels/{kernel}" in summary
+
+
+def test_the_action_module_never_imports_torch_or_the_search():
+    from tests.bot.test_layout import modules_after_import
+
+    loaded = modules_after_import("bot.action", "bot.action_settings", "bot.action_report", "bot.config_docs")
+    assert "bot.action" in loaded and "github" not in loaded  # PyGithub too is imported only when a search ran
+    assert not any(m == "torch" or m.startswith("torch.") for m in loaded)
+    assert {m for m in loaded if m.startswith("runner.")} <= {"runner.contract"}
