@@ -137,9 +137,15 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
         what = "changed by" if changed is not None else "in"
         return 0, RunReport("nothing to do", f"No marked targets {what} {where} (`# fusebot: optimize` above a "
                                              f"class, or `targets:` in `{settings.config_path}`).")
+    job = _job(settings, cfg, trig, targets)
+    problems = llm_problems(job.models)
+    if problems:
+        for problem in problems:
+            typer.echo(f"::error title=fusebot LLM settings::{problem}")
+        return 2, RunReport("LLM settings are invalid", "Set the inputs `llm-base-url`, `llm-api-key` and `models` "
+                            "together, or none of them (the builtin catalog).", problems=problems)
     platform = platform_factory(settings)
     check_id = _create_check(platform, trig, [t.name for t in targets])
-    job = _job(settings, cfg, trig, targets)
     log.info("searching %d target(s) at %s (%s): %s", len(targets), trig.base_sha[:12], where,
              ", ".join(t.name for t in targets))
     try:
@@ -170,6 +176,19 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
                                "(see the security notes in the README). The results and the patch are below.")
         report.attachment = fork_results(settings.workspace, settings.repository, trig, cfg, result)
     return 0, report
+
+
+def llm_problems(models: list[str]) -> list[str]:
+    """The LLM endpoint's settings (FUSEBOT_LLM_*, which the search reads) checked before anything starts."""
+    if not (models or os.environ.get("FUSEBOT_LLM_BASE_URL")):
+        return []  # the builtin catalog: no endpoint, no key
+    from runner.proposers.llm import LLMSettings
+
+    try:
+        LLMSettings(**({"models": ",".join(models)} if models else {}))  # type: ignore[arg-type]
+    except ValidationError as e:
+        return [f"FUSEBOT_LLM_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors()]
+    return []
 
 
 def _create_check(platform: Platform, trig: Trigger, names: list[str]) -> int | None:

@@ -235,3 +235,14 @@ def test_the_action_module_never_imports_torch_or_the_search():
     assert "bot.action" in loaded and "github" not in loaded  # PyGithub too is imported only when a search ran
     assert not any(m == "torch" or m.startswith("torch.") for m in loaded)
     assert {m for m in loaded if m.startswith("runner.")} <= {"runner.contract"}
+
+
+def test_models_without_an_endpoint_stop_before_anything_starts(world: ActionWorld):
+    w = world
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("workflow_dispatch", dispatch_payload()), FUSEBOT_MODELS="gpt-x",
+                     FUSEBOT_LLM_BASE_URL="", FUSEBOT_LLM_API_KEY="")
+    assert res.exit_code == 2, res.output
+    assert "::error title=fusebot LLM settings::FUSEBOT_LLM_BASE_URL" in res.output
+    assert w.jobs == [] and w.fake.calls == []  # no check run, no search
+    assert "LLM settings are invalid" in w.summary.read_text()
