@@ -17,6 +17,7 @@ labels). Every other `pull_request` action is ignored here, whatever the workflo
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import time
@@ -46,16 +47,23 @@ RunJob = Callable[[Job, Path, Callable[[Progress], None]], JobResult]
 PlatformFactory = Callable[[ActionSettings], Platform]
 # Variables that carry the GitHub token into this process; removed once read, so nothing started later inherits it.
 TOKEN_VARIABLES = ("FUSEBOT_GITHUB_TOKEN", "GITHUB_TOKEN", "INPUT_GITHUB-TOKEN", "INPUT_GITHUB_TOKEN")
+LLM_KEY_VARIABLE = "FUSEBOT_LLM_API_KEY"
 PROGRESS_INTERVAL_SECONDS = 15.0
+_PR_SET_DUMPABLE = 4
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 
 
 def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> JobResult:
-    """The real search (torch and the harness are imported here, not before)."""
+    """The real search (torch and the harness are imported here, not before). The proposers are made first, then
+    the LLM key leaves the environment: the processes the search starts (compilers, candidates, the generated
+    drop-in's test, all of which run the repository's code) never inherit it."""
     from runner.jobrun import run_job
+    from runner.optimize_cli import make_proposers
 
-    return run_job(job, source_dir, progress)
+    proposers = make_proposers(job.models)
+    os.environ.pop(LLM_KEY_VARIABLE, None)
+    return run_job(job, source_dir, progress, proposers=proposers)
 
 
 def github_platform(settings: ActionSettings) -> Platform:
@@ -216,8 +224,18 @@ def load_settings() -> ActionSettings:
     settings = ActionSettings()  # type: ignore[call-arg]  (from the environment)
     for name in TOKEN_VARIABLES:
         os.environ.pop(name, None)
-    install_redaction([settings.token.get_secret_value(), os.environ.get("FUSEBOT_LLM_API_KEY", "")])
+    install_redaction([settings.token.get_secret_value(), os.environ.get(LLM_KEY_VARIABLE, "")])
     return settings
+
+
+def non_dumpable() -> bool:
+    """Linux: other processes of this user can no longer read this one's memory or its initial environment
+    (/proc/PID/environ still holds the token after os.environ forgets it). Children are not affected."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
 
 
 @app.command()
@@ -234,6 +252,8 @@ def action(
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.DEBUG if verbose else settings.log_level.upper(),
                         format="%(levelname)s %(name)s: %(message)s")
+    if not non_dumpable():
+        log.warning("could not make this process non-dumpable: same-user processes may read its environment")
     try:
         code, report = run(settings)
     except PlatformError as e:  # GitHub refused or could not be reached

@@ -28,6 +28,8 @@ from tests.bot.action_world import (
 from tests.bot.helpers import APP_ID, REPO, rsa_keys
 from tests.bot.test_pr_body import improved_result, slow_result
 
+REAL_SEARCH = bot.action.search
+LLM_KEY = "sk-test-llm-key-0123456789abcdef"
 FAST_GITHUB = {"FUSEBOT_GITHUB_REQUEST_INTERVAL_SECONDS": "0", "FUSEBOT_GITHUB_WRITE_INTERVAL_SECONDS": "0"}
 
 
@@ -246,3 +248,26 @@ def test_models_without_an_endpoint_stop_before_anything_starts(world: ActionWor
     assert "::error title=fusebot LLM settings::FUSEBOT_LLM_BASE_URL" in res.output
     assert w.jobs == [] and w.fake.calls == []  # no check run, no search
     assert "LLM settings are invalid" in w.summary.read_text()
+
+
+def test_the_search_gets_llm_proposers_and_its_processes_never_the_llm_key(world: ActionWorld,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    import runner.jobrun
+
+    w = world
+    seen: dict = {}
+
+    def fake_run_job(job: Job, source_dir: Path, progress, *, proposers=None) -> JobResult:
+        seen.update(environ=dict(os.environ), proposers=proposers)
+        w.jobs.append(job)
+        return fake_result(job, improved_result(), slow_result())
+
+    monkeypatch.setattr(bot.action, "search", REAL_SEARCH)
+    monkeypatch.setattr(runner.jobrun, "run_job", fake_run_job)
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("workflow_dispatch", dispatch_payload()), FUSEBOT_MODELS="model-a,model-b",
+                     FUSEBOT_LLM_BASE_URL="http://127.0.0.1:9/v1", FUSEBOT_LLM_API_KEY=LLM_KEY)
+    assert res.exit_code == 0, res.output
+    assert [p.model for p, _ in seen["proposers"]] == ["model-a", "model-b"]
+    assert LLM_KEY not in seen["environ"].values() and TOKEN not in seen["environ"].values()
+    assert len(bot_prs(w)) == 1
