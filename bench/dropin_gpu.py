@@ -113,7 +113,8 @@ def main() -> int:
         v, c, p = r.get("verdict") or {}, r.get("check") or {}, r.get("probe") or {}
         good = bool(c.get("passed")) and bool(p.get("ok"))
         failed |= not good
-        lines.append(f"| {r['target']} | {v.get('median_ms')} | {v.get('eager_ms')} | {v.get('compile_ms')} | "
+        ms = lambda x: f"{x:.4g}" if isinstance(x, float) else "n/a"  # noqa: E731
+        lines.append(f"| {r['target']} | {ms(v.get('median_ms'))} | {ms(v.get('eager_ms'))} | {ms(v.get('compile_ms'))} | "
                      f"{v.get('trials_passed')}/{v.get('trials')} | {c.get('passed_tests')} passed, "
                      f"{c.get('failed_tests')} failed | {'ok' if p.get('ok') else 'FAILED'} |")
     (args.out / "dropins.md").write_text("\n".join(lines) + "\n")

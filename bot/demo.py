@@ -90,15 +90,17 @@ def discover(root: Path) -> list[TargetSpec]:
 # ---- one target ------------------------------------------------------------------------------------------------
 
 def _proposers():
-    """The builtin strategy catalog when it is installed, else the seed proposer (simple elementwise targets)."""
+    """The builtin strategy catalog beside the seed proposer (simple elementwise and softmax targets: the catalog
+    recognises KernelBench `Model` classes only, for now); the seed proposer alone when the catalog is missing."""
+    from runner.proposers.seed import seed_proposers
+
+    seed = list(seed_proposers())
     try:
         from runner.proposers.catalog import catalog_proposers
     except ImportError:
-        from runner.proposers.seed import seed_proposers
-
         log.warning("the builtin strategy catalog is not installed: using the seed proposer")
-        return list(seed_proposers()), "seed (builtin fallback: fuses simple elementwise and softmax targets)"
-    return list(catalog_proposers()), "builtin strategy catalog"
+        return seed, "seed (builtin fallback: fuses simple elementwise and softmax targets)"
+    return [(p, 1.0) for p in catalog_proposers()] + seed, "builtin strategy catalog + seed"
 
 
 def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudget, backend: str,

@@ -16,7 +16,7 @@ class ScaledBiasReLU(nn.Module):
         return torch.relu(x * self.scale + self.bias)
 
 
-batch, features = 128, 2048
+batch, features = 256, 4096
 
 
 def get_inputs():

@@ -16,7 +16,7 @@ class SwishBias(nn.Module):
         return x * torch.sigmoid(x * self.beta) + self.bias
 
 
-batch, tokens, features = 8, 64, 512
+batch, tokens, features = 16, 128, 512
 
 
 def get_inputs():

@@ -135,4 +135,5 @@ def main(
 
 
 # `fusebot optimize` lives in its own module; re-exported here so the dispatcher finds every runner command in one place.
+from runner.bench_cli import bench_app  # noqa: E402,F401
 from runner.optimize_cli import optimize_app  # noqa: E402,F401

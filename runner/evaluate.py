@@ -11,6 +11,7 @@ Verdict with reasons; a broken problem raises ProblemError; a broken machine rai
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import hmac
 import json
@@ -127,6 +128,30 @@ def kernel_checks(candidate: Candidate, reply: dict, reference_kernels: list[str
     return reasons
 
 
+@dataclass
+class _Run:
+    """One candidate on its way through the harness."""
+
+    candidate: Candidate
+    verdict: Verdict
+    worker: Worker | None = None
+    library: Path | None = None
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            secs = self.verdict.stage_seconds
+            secs[name] = secs.get(name, 0.0) + time.monotonic() - t0
+
+    def finish(self) -> Verdict:
+        """harness_seconds: the time spent on this candidate alone (its stages), not time it waited on others."""
+        self.verdict.harness_seconds = sum(self.verdict.stage_seconds.values())
+        return self.verdict
+
+
 class Evaluator:
     def __init__(self, problem: ProblemSpec, *, backend: str | None = None, compile_baseline: bool = True,
                  workdir: Path | None = None, config: HarnessConfig | None = None):
@@ -151,7 +176,7 @@ class Evaluator:
         self._reference_kernels: list[str] | None = None
         self._digests: list[tuple[int, str, float]] = []
         self._cuda_arch: str | None = None
-        self._marks: list[tuple[str, float]] = []
+        self._siblings_now: tuple[Worker, ...] = ()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -294,79 +319,95 @@ class Evaluator:
         return plan
 
     def evaluate_many(self, candidates: list[Candidate]) -> list[Verdict]:
+        """Build every candidate in parallel, start and load every candidate's process in parallel, and only when
+        all are loaded verify and time them one at a time: no process start, import or CUDA warm-up overlaps a
+        measurement, and the process start (most of the harness's time per candidate) is paid once per batch."""
         builds = builder.build_many(candidates, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
-        return [self.evaluate(c, _build=builds.get(c.id)) for c in candidates]
+        runs = [self._begin(c, builds.get(c.id), tag="main") for c in candidates]
+        for r in runs:
+            self._loaded(r, runs)
+        return [self._complete(r, runs) for r in runs]
 
     def evaluate(self, candidate: Candidate, _build: builder.BuildOutput | None = None) -> Verdict:
-        start = time.monotonic()
-        self._marks = [("build", start)]
-        verdict = Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False, stage="build")
+        r = self._begin(candidate, _build, tag="main")
+        self._loaded(r)
+        return self._complete(r)
+
+    def _begin(self, candidate: Candidate, build: builder.BuildOutput | None, tag: str) -> _Run:
+        """Build (fast format), refuse what static checks refuse, and start the candidate's process with its load
+        request in flight. On failure the run's verdict holds the reasons and it has no worker."""
+        r = _Run(candidate, Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False,
+                                    stage="build"))
+        v = r.verdict
         if candidate.backend != self.backend:
-            verdict.reasons.append(f"backend: a {candidate.backend} candidate cannot run on this {self.backend} harness")
-            return verdict
-        worker, library = self._open(candidate, verdict, tag="main", build=_build)
-        if worker is None:
-            return self._finish(verdict, start)
-        try:
-            verdict.stage = "verify"
-            self._mark("verify")
-            trials, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/{self._counter}"))
-            verdict.trials = trials
-            if reasons:
-                verdict.reasons += reasons
-                return self._finish(verdict, start)
-            verdict.stage = "time"
-            self._mark("time")
-            self._time(worker, candidate, library, verdict)
-        finally:
-            worker.close()
-        if not verdict.reasons:
-            verdict.accepted = True
-            verdict.stage = "done"
-        return self._finish(verdict, start)
-
-    def _open(self, candidate: Candidate, verdict: Verdict, *, tag: str,
-              build: builder.BuildOutput | None = None) -> tuple[Worker | None, Path | None]:
-        """Build (fast format), refuse what static checks refuse, start the candidate's process and load it. On any
-        failure the verdict gets the reasons and no worker is returned."""
+            v.reasons.append(f"backend: a {candidate.backend} candidate cannot run on this {self.backend} harness")
+            return r
         _ = self.judge
-        library = None
-        if candidate.format == "fast":
-            out = build or builder.build(candidate, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
-            verdict.build = out.info
-            if not out.info.ok:
-                verdict.reasons.append(f"build: {out.info.log.strip()[-3000:]}")
-                return None, None
-            library = out.library
-        else:
-            verdict.build = BuildInfo(ok=True, seconds=0.0, compiler="torch.utils.cpp_extension (inside the run)")
-        verdict.stage = "load"
-        self._mark("load")
-        reasons = static_checks(candidate)
+        with r.stage("build"):
+            if candidate.format == "fast":
+                out = build or builder.build(candidate, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
+                v.build = out.info
+                if not out.info.ok:
+                    v.reasons.append(f"build: {out.info.log.strip()[-3000:]}")
+                    return r
+                r.library = out.library
+            else:
+                v.build = BuildInfo(ok=True, seconds=0.0, compiler="torch.utils.cpp_extension (inside the run)")
+        v.stage = "load"
+        with r.stage("load"):
+            v.reasons += static_checks(candidate)
+            if not v.reasons:
+                r.worker = self._spawn(candidate, r.library, tag)
+        return r
+
+    def _loaded(self, r: _Run, others: list[_Run] = ()) -> None:
+        """Wait for the run's process to load its candidate (enforcing every live worker's memory cap meanwhile)."""
+        if r.worker is None:
+            return
+        with r.stage("load"):
+            worker, reasons, confinement = self._await_load(r.worker, self._siblings(r, others))
+        r.verdict.environment = self.environment(confinement)
         if reasons:
-            verdict.reasons += reasons
-            return None, None
-        worker, reasons, confinement = self._start_contestant(candidate, library, tag=tag)
-        verdict.environment = self.environment(confinement)
-        if reasons:
-            verdict.reasons += reasons
-            if worker:
+            r.verdict.reasons += reasons
+            if worker is not None:
                 worker.close()
-            return None, None
-        return worker, library
+            r.worker = None
 
-    def _finish(self, verdict: Verdict, start: float) -> Verdict:
-        verdict.harness_seconds = time.monotonic() - start
-        marks = self._marks
-        for (name, t0), (_, t1) in zip(marks, [*marks[1:], ("end", time.monotonic())], strict=False):
-            verdict.stage_seconds[name] = verdict.stage_seconds.get(name, 0.0) + (t1 - t0)
-        self._marks = []
-        return verdict
+    def _complete(self, r: _Run, others: list[_Run] = ()) -> Verdict:
+        """Verify and time a loaded candidate; close its process."""
+        v = r.verdict
+        if r.worker is None:
+            return r.finish()
+        self._siblings_now = self._siblings(r, others)
+        try:
+            v.stage = "verify"
+            with r.stage("verify"):
+                v.trials, reasons = self._verify(r.worker, r.candidate, self._plan(f"{r.candidate.id}/{self._counter}"))
+            if reasons:
+                v.reasons += reasons
+                return r.finish()
+            v.stage = "time"
+            with r.stage("time"):
+                self._time(r.worker, r.candidate, r.library, v)
+        finally:
+            r.worker.close()
+            r.worker = None
+            self._siblings_now = ()
+        if not v.reasons:
+            v.accepted, v.stage = True, "done"
+        return r.finish()
 
-    def _mark(self, stage: str) -> None:
-        self._marks.append((stage, time.monotonic()))
+    @staticmethod
+    def _siblings(r: _Run, others) -> tuple[Worker, ...]:
+        return tuple(o.worker for o in others if o is not r and o.worker is not None)
 
-    def _start_contestant(self, candidate: Candidate, library: Path | None, tag: str):
+    def _ask(self, worker: Worker, msg: dict, timeout_s: float) -> dict:
+        """A request to a candidate's process; other live candidates' memory caps are enforced while it runs."""
+        worker.send(msg)
+        return worker.receive(msg.get("cmd", "?"), timeout_s, self._siblings_now)
+
+    def _spawn(self, candidate: Candidate, library: Path | None, tag: str) -> Worker:
+        self._counter += 1
         safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in candidate.id)[:60]
         wd = self.workdir / f"cand-{safe_id}-{tag}-{self._counter}"
         wd.mkdir(parents=True, exist_ok=True)
@@ -386,13 +427,24 @@ class Evaluator:
                "init_seed": self._seed("init"), "timer": self.config.timer, "extra_write": extra,
                "address_space_bytes": self.config.cpu_address_space_bytes if self.device == "cpu" else None}
         try:
-            reply = worker.request(msg, self.config.init_timeout_s)
+            worker.send(msg)
+        except WorkerDied:
+            pass  # reported by _await_load
+        return worker
+
+    def _await_load(self, worker: Worker, siblings: tuple[Worker, ...] = ()):
+        try:
+            reply = worker.receive("init", self.config.init_timeout_s, siblings)
         except WorkerDied as exc:
+            worker.close()
             return None, [f"{_died_label(exc)} while loading: {exc}{_tail(exc.log_tail)}"], {}
         if not reply.get("ok"):
             worker.close()
             raise MachineError(f"candidate process failed to start: {reply.get('error')}\n{reply.get('traceback', '')}")
         return worker, list(reply.get("reasons", [])), reply.get("confinement", {})
+
+    def _start_contestant(self, candidate: Candidate, library: Path | None, tag: str):
+        return self._await_load(self._spawn(candidate, library, tag))
 
     def _verify(self, worker: Worker, candidate: Candidate, plan: list[dict]) -> tuple[list[TrialResult], list[str]]:
         results: list[TrialResult] = []
@@ -409,7 +461,7 @@ class Evaluator:
             result = TrialResult(index=k, shape_set=p["shape_set"], distribution=label, passed=False)
             results.append(result)
             try:
-                rep = worker.request(msg, self.config.trial_timeout_s)
+                rep = self._ask(worker, msg, self.config.trial_timeout_s)
             except WorkerDied as exc:
                 result.reasons.append(f"{_died_label(exc)}: {exc}{_tail(exc.log_tail)}")
                 return results, result.reasons
@@ -486,8 +538,8 @@ class Evaluator:
 
     def _measure(self, worker: Worker) -> tuple[Timing | None, list[str]]:
         try:
-            rep = worker.request({"cmd": "time", "seed": self._seed(f"time{self._counter}")},
-                                 self.config.time_timeout_s)
+            rep = self._ask(worker, {"cmd": "time", "seed": self._seed(f"time{self._counter}")},
+                            self.config.time_timeout_s)
         except WorkerDied as exc:
             return None, [f"{_died_label(exc)} while timing: {exc}{_tail(exc.log_tail)}"]
         if not rep.get("ok"):
@@ -495,17 +547,22 @@ class Evaluator:
         if rep.get("reasons"):
             return None, rep["reasons"]
         timing = Timing(**rep["timing"])
-        # Cross-check with a clock the candidate cannot touch: the parent's, around back-to-back calls.
+        # Cross-check with a clock the candidate cannot touch: the parent's, around back-to-back calls. The fastest of
+        # three such runs, so that a loaded machine (preemption inflates wall time) is not taken for an escape.
         calls = max(3, min(1000, math.ceil(self.config.wall_check_ms / max(timing.median_ms, 1e-3))))
-        t0 = time.perf_counter()
-        try:
-            worker.request({"cmd": "wall", "calls": calls}, self.config.time_timeout_s)
-        except WorkerDied as exc:
-            return None, [f"{_died_label(exc)} while timing: {exc}{_tail(exc.log_tail)}"]
-        wall_ms = (time.perf_counter() - t0) * 1e3 / calls
+        walls = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            try:
+                self._ask(worker, {"cmd": "wall", "calls": calls}, self.config.time_timeout_s)
+            except WorkerDied as exc:
+                return None, [f"{_died_label(exc)} while timing: {exc}{_tail(exc.log_tail)}"]
+            walls.append((time.perf_counter() - t0) * 1e3 / calls)
+        wall_ms = min(walls)
         if wall_ms > 0.2 and timing.median_ms < 0.5 * wall_ms:
             return None, [f"timer-escape: the timer saw {timing.median_ms:.4g} ms per call, but {calls} back-to-back "
-                          f"calls took {wall_ms:.4g} ms each by the parent's clock: work escaped the timed region"]
+                          f"calls took at best {wall_ms:.4g} ms each by the parent's clock: work escaped the timed "
+                          "region"]
         return timing, []
 
     def confirm(self, candidate: Candidate, rounds: int = 5) -> Verdict:
@@ -515,27 +572,26 @@ class Evaluator:
         (on the H100: 0.234 and 0.277 ms for the same source), so the fastest of a search is partly the luckiest.
         The returned verdict's timing and baselines pool every round's samples; `confirmation` keeps each round's
         medians and speedups so that a claim can require the kernel to win in every round."""
-        start = time.monotonic()
-        self._marks = [("build", start)]
-        verdict = Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False, stage="build")
-        worker, _ = self._open(candidate, verdict, tag="confirm")
+        run = self._begin(candidate, None, tag="confirm")
+        self._loaded(run)
+        verdict, worker = run.verdict, run.worker
         if worker is None:
-            return self._finish(verdict, start)
+            return run.finish()
         try:
             verdict.stage = "verify"
-            self._mark("verify")
-            verdict.trials, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/confirm")[:1])
+            with run.stage("verify"):
+                verdict.trials, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/confirm")[:1])
             if reasons:
                 verdict.reasons += reasons
-                return self._finish(verdict, start)
+                return run.finish()
             verdict.stage = "time"
-            self._mark("time")
             cand, eager, comp = [], [], []
             for r in range(rounds):
-                timing, reasons = self._measure(worker)
+                with run.stage("time"):
+                    timing, reasons = self._measure(worker)
                 if reasons:
                     verdict.reasons += reasons
-                    return self._finish(verdict, start)
+                    return run.finish()
                 cand.append(timing)
                 reply = self._ask_judge({"cmd": "baselines", "seed": self._seed(f"confirm{r}"),
                                          "compile": self.config.compile_baseline}, self.config.time_timeout_s + 600,
@@ -568,7 +624,7 @@ class Evaluator:
             verdict.degenerate = True
             verdict.warnings.append(f"degenerate: {why}; no speedup on it is reported as real")
         verdict.accepted, verdict.stage = True, "done"
-        return self._finish(verdict, start)
+        return run.finish()
 
     def _remeasure(self, candidate: Candidate, library: Path | None) -> tuple[Timing | None, list[str]]:
         worker, reasons, _ = self._start_contestant(candidate, library, tag="remeasure")

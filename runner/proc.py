@@ -74,6 +74,7 @@ class Worker:
         self._rep_fd = rep_r
         self._buf = b""
         self.peak_rss_bytes = 0
+        self._memory_error: WorkerDied | None = None
 
     def log_tail(self, n_bytes: int = 4000) -> str:
         try:
@@ -91,31 +92,51 @@ class Worker:
 
     def request(self, payload: dict, timeout_s: float) -> dict:
         """Send one request and wait for its reply. Raises WorkerDied on crash, timeout or memory cap."""
+        self.send(payload)
+        return self.receive(payload.get("cmd", "?"), timeout_s)
+
+    def send(self, payload: dict) -> None:
+        """Send a request without waiting: several workers can work on theirs at once (see `receive`)."""
         try:
             self._req.write(json.dumps(payload) + "\n")
             self._req.flush()
         except (BrokenPipeError, OSError):
             self._raise_dead(payload.get("cmd", "?"))
+
+    def check_memory(self) -> None:
+        """Kill the worker if it is over its memory cap; the next receive() then reports why."""
+        if self._memory_error is not None or self.proc.poll() is not None:
+            return
+        rss = self._rss()
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        if rss > self.limits.memory_bytes:
+            self.kill()
+            self._memory_error = WorkerDied(
+                "memory",
+                f"resident memory {rss / 2**30:.1f} GiB over the cap of {self.limits.memory_bytes / 2**30:.1f} GiB",
+                self.log_tail(),
+            )
+
+    def receive(self, cmd: str, timeout_s: float, siblings: tuple[Worker, ...] = ()) -> dict:
+        """Wait for the reply to the last request. While waiting, the memory cap of this worker and of `siblings`
+        (workers with requests of their own in flight) is enforced."""
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
+            if self._memory_error is not None:
+                raise self._memory_error
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
-                raise WorkerDied("timeout", f"no answer to {payload.get('cmd')!r} within {timeout_s:.0f} s", self.log_tail())
+                raise WorkerDied("timeout", f"no answer to {cmd!r} within {timeout_s:.0f} s", self.log_tail())
             ready, _, _ = select.select([self._rep_fd], [], [], min(remaining, self.limits.poll_seconds))
-            rss = self._rss()
-            self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-            if rss > self.limits.memory_bytes:
-                self.kill()
-                raise WorkerDied(
-                    "memory",
-                    f"resident memory {rss / 2**30:.1f} GiB over the cap of {self.limits.memory_bytes / 2**30:.1f} GiB",
-                    self.log_tail(),
-                )
+            for w in (self, *siblings):
+                w.check_memory()
+            if self._memory_error is not None:
+                raise self._memory_error
             if ready:
                 chunk = os.read(self._rep_fd, 1 << 20)
                 if not chunk:
-                    self._raise_dead(payload.get("cmd", "?"))
+                    self._raise_dead(cmd)
                 self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         try:
@@ -129,6 +150,8 @@ class Worker:
         return reply
 
     def _raise_dead(self, cmd: str) -> None:
+        if self._memory_error is not None:
+            raise self._memory_error
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -139,3 +139,22 @@ def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cp
     assert conf.speedup_vs_eager == [e / k for e, k in zip(conf.eager_ms, conf.candidate_ms, strict=True)]
     assert min(conf.candidate_ms) <= c.timing.median_ms <= max(conf.candidate_ms)  # pooled samples
     assert c.timing.n >= 3 * 5 and len(c.trials) == 1 and c.trials[0].passed
+
+
+def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(tmp_path):
+    hog_at_import = {"candidate.py": "import torch\nHOG = torch.ones(3 << 28)  # 3 GiB of float32 at import\n"
+                                     + HONEST_KB["candidate.py"].split("import torch\n", 1)[1]}
+    batch = [cand("a", HONEST_FAST), cand("segv", FAST_HACKS["segfault"][0]), cand("b", HONEST_KB),
+             cand("bad-build", FAST_HACKS["build_error"][0]), cand("hog", hog_at_import),
+             cand("c", {"kernel.cpp": HONEST_FAST["kernel.cpp"] + "\n// variant c\n"})]
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path, memory_bytes=int(1.5 * 2**30))
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        verdicts = ev.evaluate_many(batch)
+    by_id = {v.candidate_id: v for v in verdicts}
+    assert [v.candidate_id for v in verdicts] == [c.id for c in batch]
+    assert by_id["a"].accepted and by_id["b"].accepted and by_id["c"].accepted, [v.reasons for v in verdicts]
+    assert any("SIGSEGV" in r for r in by_id["segv"].reasons)
+    assert by_id["bad-build"].stage == "build" and by_id["bad-build"].reasons[0].startswith("build")
+    assert by_id["hog"].reasons[0].startswith("memory"), by_id["hog"].reasons
+    for v in verdicts:  # each candidate is charged its own stages, not the time it waited on the others
+        assert v.harness_seconds == pytest.approx(sum(v.stage_seconds.values()))

@@ -1,0 +1,430 @@
+"""C code shared by the CUDA and C++ templates: the argument block, its set-up from the fast ABI, scalar math for
+every op, reduction accumulators and the plan of passes over a row.
+
+A row program's reductions run in passes: all accumulators whose arguments need only earlier passes share one
+loop over the row. `online` turns log-sum-exp into one pass (running max and rescaled sum) and mean+variance into one
+pass (Welford); `twopass` computes the max (or mean) first and the sum of exp(x - max) (or of squares of x - mean)
+in a second pass: exact and cheap when the row stays in cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from runner.catalog.ir import Const, Dim, Expr, Load, Op, Program, Red, reductions, walk
+
+CTYPE_CUDA = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
+              "int64": "long long", "int32": "int", "bool": "bool", "uint8": "unsigned char", "int8": "signed char"}
+CTYPE_CPU = {"float32": "float", "float64": "double", "int64": "long long", "int32": "int", "bool": "bool",
+             "uint8": "unsigned char", "int8": "signed char"}
+DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "int32": 4, "int64": 5, "bool": 6, "uint8": 7,
+              "int8": 8}
+
+
+class NotExpressible(Exception):  # noqa: N818 - this template cannot express this program
+    pass
+
+
+@dataclass(frozen=True)
+class AccRef(Expr):
+    """The value of a finished reduction (a per-row scalar), by its C variable name."""
+
+    name: str
+
+
+@dataclass
+class Acc:
+    name: str
+    kind: str  # AccSum AccMax AccMin AccArgMax AccArgMin AccLse AccWelford
+    arg: Expr  # full-level, may hold AccRefs of earlier passes
+    pass_no: int
+
+
+@dataclass
+class Value:
+    name: str
+    code: str  # C expression over accumulators
+    pass_no: int
+    is_int: bool = False
+
+
+@dataclass
+class Plan:
+    accs: list[Acc] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+    out: Expr | None = None  # the output with every Red replaced by an AccRef
+    passes: int = 0
+
+
+def plan_passes(p: Program, mode: str) -> Plan:
+    """Accumulators and finished values, pass by pass (mode: 'online' or 'twopass')."""
+    plan = Plan()
+    done: dict[Red, Expr] = {}
+    keyed: dict[tuple, Acc] = {}
+    pass_of: dict[str, int] = {}
+
+    def acc(kind: str, arg: Expr) -> Acc:
+        key = (kind, arg)
+        if key not in keyed:
+            refs = [x for x in walk(arg) if isinstance(x, AccRef)]
+            pno = 1 + max((pass_of[r.name] for r in refs), default=0)
+            a = Acc(f"acc{len(plan.accs)}", kind, arg, pno)
+            keyed[key] = a
+            plan.accs.append(a)
+        return keyed[key]
+
+    def value(code: str, pno: int, is_int: bool = False) -> AccRef:
+        v = Value(f"rv{len(plan.values)}", code, pno, is_int)
+        plan.values.append(v)
+        pass_of[v.name] = pno
+        return AccRef(v.name)
+
+    for red in reductions(p.out):
+        arg = replace_reds(red.arg, done)
+        k = red.kind
+        if k in ("sum", "mean"):
+            a = acc("AccSum", arg)
+            done[red] = value(f"(float){a.name}.s" + (" / (float)a.R" if k == "mean" else ""), a.pass_no)
+        elif k == "prod":
+            a = acc("AccProd", arg)
+            done[red] = value(f"(float){a.name}.p", a.pass_no)
+        elif k in ("max", "min"):
+            a = acc("AccMax" if k == "max" else "AccMin", arg)
+            done[red] = value(f"{a.name}.m", a.pass_no)
+        elif k in ("argmax", "argmin"):
+            a = acc("AccArgMax" if k == "argmax" else "AccArgMin", arg)
+            done[red] = value(f"{a.name}.i", a.pass_no, is_int=True)
+        elif k == "lse" and mode == "online":
+            a = acc("AccLse", arg)
+            done[red] = value(f"({a.name}.m + logf((float){a.name}.s))", a.pass_no)
+        elif k == "lse":
+            m = acc("AccMax", arg)
+            mv = value(f"{m.name}.m", m.pass_no)
+            s = acc("AccSum", Op("exp", (Op("sub", (arg, mv)),)))
+            done[red] = value(f"({mv.name} + logf((float){s.name}.s))", s.pass_no)
+        elif k == "var" and mode == "online":
+            a = acc("AccWelford", arg)
+            done[red] = value(f"(float)({a.name}.m2 / {a.name}.n)", a.pass_no)
+        elif k == "var":
+            m = acc("AccSum", arg)
+            mv = value(f"(float){m.name}.s / (float)a.R", m.pass_no)
+            s = acc("AccSum", Op("square", (Op("sub", (arg, mv)),)))
+            done[red] = value(f"(float){s.name}.s / (float)a.R", s.pass_no)
+        else:
+            raise NotExpressible(f"reduction {k}")
+    # in online mode a mean over the same argument as a variance reads the Welford accumulator's own mean
+    plan.out = replace_reds(p.out, done)
+    plan.passes = max((a.pass_no for a in plan.accs), default=0)
+    return plan
+
+
+def replace_reds(e: Expr, done: dict[Red, Expr]) -> Expr:
+    if isinstance(e, Red):
+        return done[e]
+    if isinstance(e, Op):
+        return Op(e.name, tuple(replace_reds(a, done) for a in e.args), e.attrs)
+    return e
+
+
+# ---- scalar code ---------------------------------------------------------------------------------------------
+
+
+def _f(v: float) -> str:
+    if v != v:
+        return "NAN"
+    if v in (float("inf"), float("-inf")):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"{float(v)!r}f".replace("inff", "INFINITY")
+
+
+def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
+    x = a[0] if a else ""
+    y = a[1] if len(a) > 1 else ""
+    table = {
+        "add": f"({x} + {y})", "sub": f"({x} - {y})", "mul": f"({x} * {y})", "div": f"fb_div({x}, {y})",
+        "maximum": f"fmaxf({x}, {y})", "minimum": f"fminf({x}, {y})", "pow": f"powf({x}, {y})",
+        "neg": f"(-{x})", "relu": f"({x} > 0.0f ? {x} : 0.0f)", "sigmoid": f"fb_sigmoid({x})",
+        "tanh": f"fb_tanh({x})", "silu": f"({x} * fb_sigmoid({x}))", "exp": f"fb_exp({x})", "log": f"fb_log({x})",
+        "abs": f"fabsf({x})", "sqrt": f"sqrtf({x})", "rsqrt": f"fb_rsqrt({x})", "erf": f"erff({x})",
+        "gelu": f"(0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f)))",
+        "gelu_tanh": f"(0.5f * {x} * (1.0f + fb_tanh(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))",
+        "square": f"({x} * {x})", "cube": f"({x} * {x} * {x})", "recip": f"fb_div(1.0f, {x})",
+        "log1p": f"log1pf({x})", "sign": f"(float)(({x} > 0.0f) - ({x} < 0.0f))",
+        "softsign": f"fb_div({x}, 1.0f + fabsf({x}))",
+        "selu": f"(1.0507009873554805f * ({x} > 0.0f ? {x} : 1.6732632423543772f * (fb_exp({x}) - 1.0f)))",
+        "hardsigmoid": f"fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f)",
+        "hardswish": f"({x} * fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))",
+        "mish": f"({x} * fb_tanh({x} > 20.0f ? {x} : log1pf(fb_exp({x}))))",
+        "where_lt": f"({x} < {y} ? {a[2] if len(a) > 2 else ''} : {a[3] if len(a) > 3 else ''})",
+        "xlogy_minus": f"(({x} > 0.0f ? {x} * fb_log({x}) : 0.0f) - {x} * {y})",
+    }
+    if name in table:
+        return table[name]
+    c = attrs
+    if name == "powc":
+        return f"powf({x}, {_f(c[0])})"
+    if name == "leaky_relu":
+        return f"({x} > 0.0f ? {x} : {x} * {_f(c[0])})"
+    if name == "clamp_min":
+        return f"fmaxf({x}, {_f(c[0])})"
+    if name == "clamp_max":
+        return f"fminf({x}, {_f(c[0])})"
+    if name == "elu":
+        return f"({x} > 0.0f ? {x} : {_f(c[0])} * (fb_exp({x}) - 1.0f))"
+    if name == "softplus":
+        beta, th = c
+        return f"({x} * {_f(beta)} > {_f(th)} ? {x} : log1pf(fb_exp({x} * {_f(beta)})) / {_f(beta)})"
+    raise NotExpressible(f"op {name}")
+
+
+class Emitter:
+    """Emits `const float tN = ...;` lines for an expression; equal sub-trees are computed once."""
+
+    def __init__(self, load, ref=lambda name: name, prefix: str = "t"):
+        self.load, self.ref, self.prefix = load, ref, prefix
+        self.lines: list[str] = []
+        self.memo: dict[Expr, str] = {}
+
+    def __call__(self, e: Expr) -> str:
+        if e in self.memo:
+            return self.memo[e]
+        if isinstance(e, Const):
+            return _f(e.value)
+        if isinstance(e, AccRef):
+            return self.ref(e.name)
+        if isinstance(e, Dim):
+            code = "(float)a.R" if e.name == "R" else f"(float)a.F[{int(e.name[1:])}]"
+            return code
+        if isinstance(e, Load):
+            code = self.load(e.k)
+        elif isinstance(e, Op):
+            code = op_code(e.name, [self(x) for x in e.args], e.attrs)
+        else:
+            raise NotExpressible(f"{type(e).__name__} in an element expression")
+        name = f"{self.prefix}{len(self.memo)}"
+        self.lines.append(f"const float {name} = {code};")
+        self.memo[e] = name
+        return name
+
+
+def index_code(p: Program, k: int) -> str:
+    """The element index of input k at (o, r, i, flat)."""
+    kind = p.access(k)
+    return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
+
+
+# ---- the argument block and its set-up ---------------------------------------------------------------------
+
+
+def args_struct(p: Program) -> str:
+    nin, nd = max(len(p.inputs), 1), max(p.ndim, 1)
+    return f"""#define FB_NIN {len(p.inputs)}
+#define FB_ND {p.ndim}
+struct FbArgs {{
+  const void* in[{nin}];
+  void* out;
+  long long O, R, I, N;
+  long long F[{nd}];
+  long long st[{nin}][{nd}];
+  int gnd[{nin}];            // a general input's index: its dims merged and listed innermost first
+  long long gF[{nin}][{nd}];
+  long long gst[{nin}][{nd}];
+  int small;                 // every flat index fits in 32 bits: cheaper divisions
+}};
+"""
+
+
+def setup_code(p: Program, abi_offset: int = 0) -> str:
+    """`static int fb_setup(...)`: checks the ABI tensors and fills FbArgs (F from the inputs' run-time shapes)."""
+    nd = p.ndim
+    lines = ["static char fb_err[512];",
+             'FB_EXPORT const char* fusebot_last_error(void) { return fb_err; }',
+             "static int fb_fail(const char* msg) { snprintf(fb_err, sizeof fb_err, \"%s\", msg); return 1; }",
+             "static int fb_setup(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, FbArgs* ap) {",
+             "  FbArgs& a = *ap;",
+             '  if (n_out != 1) return fb_fail("expected one output");',
+             f"  long long shp[{max(len(p.inputs), 1)}][{max(nd, 1)}];"]
+    for k, inp in enumerate(p.inputs):
+        pos = inp.abi + abi_offset
+        lines.append(f"  if (n_in <= {pos}) return fb_fail(\"too few inputs\");")
+        lines.append(f"  if (in[{pos}].dtype != {DTYPE_CODE.get(inp.dtype, -1)}) return fb_fail(\"input {pos}: "
+                     f"expected {inp.dtype}\");")
+        lines.append(f"  {{ const fb_tensor& t = in[{pos}]; long long want = 1;")
+        lines.append("    for (int d = t.ndim - 1; d >= 0; --d) { if (t.shape[d] != 1 && t.strides[d] != want) "
+                     f"return fb_fail(\"input {pos} is not contiguous\"); want *= t.shape[d]; }}")
+        if inp.viewed:
+            numel = 1
+            for s in inp.shape:
+                numel *= s
+            lines.append(f"    if (want != {numel}LL) return fb_fail(\"input {pos}: size differs from the captured "
+                         "view\");")
+            padded = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
+            for d in range(nd):
+                lines.append(f"    shp[{k}][{d}] = {padded[d]}LL;")
+        else:
+            lines.append(f"    if (t.ndim > {nd}) return fb_fail(\"input {pos}: too many dims\");")
+            lines.append(f"    for (int d = 0; d < {nd}; ++d) {{ int s = d - ({nd} - t.ndim); "
+                         f"shp[{k}][d] = s >= 0 ? t.shape[s] : 1; }}")
+        lines.append(f"    a.in[{k}] = t.data; }}")
+    if p.inputs:
+        lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1;")
+        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (shp[k][d] != 1) {{ "
+                     "if (f != 1 && f != shp[k][d]) return fb_fail(\"inputs do not broadcast\"); f = shp[k][d]; }")
+        lines.append("    a.F[d] = f; }")
+    else:
+        for d in range(nd):
+            lines.append(f"  a.F[{d}] = {p.shape[d]}LL;")
+    ax = p.axes
+    a0, a1 = (ax[0], ax[-1] + 1) if ax else (nd, nd)
+    lines.append("  a.O = 1; a.R = 1; a.I = 1;")
+    lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ if (d < {a0}) a.O *= a.F[d]; else if (d < {a1}) a.R *= a.F[d]; "
+                 "else a.I *= a.F[d]; }")
+    lines.append("  a.N = a.O * a.R * a.I;")
+    for k in range(len(p.inputs)):
+        lines.append(f"  {{ long long s = 1; for (int d = {nd} - 1; d >= 0; --d) {{ "
+                     f"a.st[{k}][d] = shp[{k}][d] == 1 ? 0 : s; s *= shp[{k}][d]; }} }}")
+        kind = p.access(k)
+        if kind == "full":
+            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != a.F[d]) "
+                         f"return fb_fail(\"input {k}: expected the full shape\");")
+        elif kind == "scalar":
+            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != 1) "
+                         f"return fb_fail(\"input {k}: expected a single element\");")
+        elif kind in ("rowvec", "outer"):
+            inside = f"(d >= {a0} && d < {a1})"
+            cond = inside if kind == "rowvec" else f"!{inside}"
+            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != ({cond} ? a.F[d] : 1)) "
+                         f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
+    lines.append("  a.small = a.N < 0x7fffffffLL;")
+    lines.append(f"  for (int k = 0; k < {len(p.inputs)}; ++k) {{  /* merge dims that index like one; stop at broadcast */")
+    lines.append("    int n = 0; long long run_sz = 1, run_st = -1;")
+    lines.append(f"    for (int d = {nd} - 1; d >= 0; --d) {{")
+    lines.append("      long long sz = a.F[d], st = a.st[k][d];")
+    lines.append("      if (sz == 1) continue;")
+    lines.append("      if (run_st >= 0 && st == run_st * run_sz) { run_sz *= sz; continue; }")
+    lines.append("      if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
+    lines.append("      run_sz = sz; run_st = st;")
+    lines.append("    }")
+    lines.append("    if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
+    lines.append("    while (n > 0 && a.gst[k][n - 1] == 0) --n;  /* outer broadcast dims change nothing */")
+    lines.append("    a.gnd[k] = n;")
+    lines.append("  }")
+    full_out = not p.is_row or p.level(p.out) == "full"
+    want = "a.N" if full_out else "(a.O * a.I)"
+    lines.append("  { long long n = 1; for (int d = 0; d < out[0].ndim; ++d) n *= out[0].shape[d];")
+    lines.append(f"    if (n != {want}) return fb_fail(\"output size differs from the program's\"); }}")
+    lines.append(f"  if (out[0].dtype != {DTYPE_CODE.get(p.out_dtype, -1)}) return fb_fail(\"output dtype\");")
+    lines.append("  a.out = out[0].data;")
+    lines.append("  return 0;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+ACCUMULATORS = r"""
+struct AccSum { fb_acc s;
+  FB_M void init() { s = 0; }
+  FB_M void add(float x, long long) { s += x; }
+  FB_M void merge(const AccSum& o) { s += o.s; } };
+struct AccProd { fb_acc p;
+  FB_M void init() { p = 1; }
+  FB_M void add(float x, long long) { p *= x; }
+  FB_M void merge(const AccProd& o) { p *= o.p; } };
+struct AccMax { float m;
+  FB_M void init() { m = -INFINITY; }
+  FB_M void add(float x, long long) { m = (x > m || x != x) ? x : m; }
+  FB_M void merge(const AccMax& o) { add(o.m, 0); } };
+struct AccMin { float m;
+  FB_M void init() { m = INFINITY; }
+  FB_M void add(float x, long long) { m = (x < m || x != x) ? x : m; }
+  FB_M void merge(const AccMin& o) { add(o.m, 0); } };
+struct AccArgMax { float v; long long i;
+  FB_M void init() { v = -INFINITY; i = 0x7fffffffffffffffLL; }
+  FB_M void add(float x, long long j) { if (x > v || (x == v && j < i) || (x != x && v == v)) { v = x; i = j; } }
+  FB_M void merge(const AccArgMax& o) { add(o.v, o.i); } };
+struct AccArgMin { float v; long long i;
+  FB_M void init() { v = INFINITY; i = 0x7fffffffffffffffLL; }
+  FB_M void add(float x, long long j) { if (x < v || (x == v && j < i) || (x != x && v == v)) { v = x; i = j; } }
+  FB_M void merge(const AccArgMin& o) { add(o.v, o.i); } };
+struct AccLse { float m; fb_acc s;
+  FB_M void init() { m = -INFINITY; s = 0; }
+  FB_M void add(float x, long long) {
+    if (x > m) { s = s * (fb_acc)fb_exp(m - x) + 1; m = x; } else { s += (fb_acc)fb_exp(x - m); } }
+  FB_M void merge(const AccLse& o) {
+    if (o.m == -INFINITY) return;
+    if (o.m > m) { s = s * (fb_acc)fb_exp(m - o.m) + o.s; m = o.m; } else { s += o.s * (fb_acc)fb_exp(o.m - m); } } };
+struct AccWelford { fb_acc n, mean, m2;
+  FB_M void init() { n = 0; mean = 0; m2 = 0; }
+  FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += d / n; m2 += d * (x - mean); }
+  FB_M void merge(const AccWelford& o) {
+    if (o.n == 0) return;
+    if (n == 0) { n = o.n; mean = o.mean; m2 = o.m2; return; }
+    fb_acc t = n + o.n, d = o.mean - mean;
+    mean += d * o.n / t; m2 += o.m2 + d * d * n * o.n / t; n = t; } };
+"""
+
+MATH = r"""
+#ifdef FB_FAST
+FB_HD float fb_exp(float x) { return FB_FAST_EXP(x); }
+FB_HD float fb_div(float x, float y) { return FB_FAST_DIV(x, y); }
+FB_HD float fb_tanh(float x) { return 1.0f - fb_div(2.0f, fb_exp(2.0f * x) + 1.0f); }
+FB_HD float fb_log(float x) { return FB_FAST_LOG(x); }
+#else
+FB_HD float fb_exp(float x) { return expf(x); }
+FB_HD float fb_div(float x, float y) { return x / y; }
+FB_HD float fb_tanh(float x) { return tanhf(x); }
+FB_HD float fb_log(float x) { return logf(x); }
+#endif
+FB_HD float fb_sigmoid(float x) { return fb_div(1.0f, 1.0f + fb_exp(-x)); }
+#ifdef __CUDACC__
+FB_HD float fb_rsqrt(float x) { return rsqrtf(x); }
+#else
+FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
+#endif
+"""
+
+
+def general_index_fn() -> str:
+    """The element index of a broadcast input: one division per merged dim, none past the last strided dim (32-bit
+    when the tensor is small)."""
+    return """FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
+  const int n = a.gnd[k];
+  if (a.small) {
+    unsigned f = (unsigned)flat, idx = 0;
+    for (int d = 0; d < n; ++d) {
+      const unsigned sz = (unsigned)a.gF[k][d], st = (unsigned)a.gst[k][d];
+      if (st) idx += (f % sz) * st;
+      f /= sz;
+    }
+    return (long long)idx;
+  }
+  long long idx = 0;
+  for (int d = 0; d < n; ++d) {
+    const long long sz = a.gF[k][d], st = a.gst[k][d];
+    if (st) idx += (flat % sz) * st;
+    flat /= sz;
+  }
+  return idx;
+}
+"""
+
+
+def signature(p: Program) -> str:
+    """A one-line summary of the program for comments: shapes, axes, inputs."""
+    ins = ", ".join(f"in{inp.abi}{list(inp.shape)}:{p.access(k)}" for k, inp in enumerate(p.inputs))
+    return f"F={list(p.shape)} axes={list(p.axes)} inputs: {ins or 'none'} -> {p.out_dtype}{list(p.out_shape)}"
+
+
+def full_output(p: Program) -> bool:
+    return not p.is_row or p.level(p.out) == "full"
+
+
+def uses_general(p: Program) -> bool:
+    return any(p.access(k) == "general" for k in range(len(p.inputs)))
+
+
+def int_output(p: Program) -> bool:
+    return p.out_dtype in ("int64", "int32")
+
+
+def red_kinds(p: Program) -> set[str]:
+    return {r.kind for r in reductions(p.out)}

@@ -1,0 +1,225 @@
+"""The catalog's program: one output computed over an iteration space F, optionally reduced along a block of dims.
+
+    y[o, i]    = Red(x[o, :, i])                           (a row program with row-level output)
+    y[o, r, i] = f(x[o, r, i], ..., Red_1, ..., Red_k)     (a row program with full-level output)
+    y[f]       = f(x[f], ...)                              (an elementwise program: no reduced dims)
+
+F is split as [O, R, I] around the reduced dims (contiguous dims `axes`). Expressions are immutable trees; equal trees
+are the same value (structural sharing gives common-subexpression elimination for free in codegen).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+
+@dataclass(frozen=True)
+class Expr:
+    pass
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    k: int  # position among the program's inputs
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: float
+
+
+@dataclass(frozen=True)
+class Dim(Expr):
+    """A size known at run time: 'R' (elements per reduced row) or an F dim 'F0', 'F1', ..."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Op(Expr):
+    name: str
+    args: tuple[Expr, ...]
+    attrs: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Red(Expr):
+    """A reduction of a full-level expression over the program's reduced dims: a per-row value.
+    kind: sum, max, min, argmax, argmin, lse (log-sum-exp), mean, var (population)."""
+
+    kind: str
+    arg: Expr
+
+
+REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "lse", "mean", "var")
+
+UNARY = ("neg", "relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", "rsqrt", "erf", "gelu", "gelu_tanh",
+         "leaky_relu", "hardtanh", "softplus", "elu", "hardsigmoid", "hardswish", "mish", "square", "cube", "recip",
+         "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign", "selu")
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "lt", "gt", "where_pos")
+
+
+@dataclass
+class Input:
+    """One program input: which ABI tensor it is, its view shape in F-space and its dtype."""
+
+    abi: int  # index into the fast ABI's inputs (forward args, then state_dict)
+    shape: tuple[int, ...]  # its broadcast shape, right-aligned to F (a view of its memory: same numel)
+    dtype: str
+    viewed: bool = False  # the shape is a fixed view (unsqueeze, diag as column) rather than the run-time shape
+
+
+@dataclass
+class Program:
+    inputs: list[Input]
+    out: Expr
+    shape: tuple[int, ...]  # F, at capture time
+    axes: tuple[int, ...] = ()  # reduced dims of F (contiguous); () for elementwise
+    out_dtype: str = "float32"
+    out_shape: tuple[int, ...] = ()
+    notes: list[str] = field(default_factory=list)  # recognised patterns, in plain words
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_row(self) -> bool:
+        return bool(self.axes)
+
+    def split(self) -> tuple[int, int, int]:
+        """(O, R, I) at capture time."""
+        if not self.axes:
+            return prod(self.shape), 1, 1
+        a, b = self.axes[0], self.axes[-1] + 1
+        return prod(self.shape[:a]), prod(self.shape[a:b]), prod(self.shape[b:])
+
+    def padded(self, k: int) -> tuple[int, ...]:
+        s = self.inputs[k].shape
+        return (1,) * (self.ndim - len(s)) + tuple(s)
+
+    def access(self, k: int) -> str:
+        """How input k is indexed: full (same shape as F), scalar, rowvec (varies only along the reduced dims),
+        outer (varies only outside them) or general (any other broadcast)."""
+        s, f = self.padded(k), self.shape
+        if prod(s) == 1:
+            return "scalar"
+        if s == f:
+            return "full"
+        ax = set(self.axes)
+        if ax and all((s[d] == f[d]) if d in ax else s[d] == 1 for d in range(self.ndim)):
+            return "rowvec"
+        if ax and all((s[d] == 1) if d in ax else s[d] == f[d] for d in range(self.ndim)):
+            return "outer"
+        return "general"
+
+    def load_is_full(self, k: int) -> bool:
+        """Does input k vary along the reduced dims?"""
+        s = self.padded(k)
+        return any(s[d] != 1 for d in self.axes)
+
+    def level(self, e: Expr) -> str:
+        return level(e, frozenset(k for k in range(len(self.inputs)) if self.load_is_full(k)))
+
+    def out_is_row(self) -> bool:
+        return self.is_row and self.level(self.out) == "row"
+
+    def used_inputs(self) -> list[int]:
+        return sorted({e.k for e in walk(self.out) if isinstance(e, Load)})
+
+
+def walk(e: Expr):
+    """Every node of the tree, children first, each once."""
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    out = []
+    while stack:
+        node, done = stack.pop()
+        if done:
+            if id(node) not in seen:
+                seen.add(id(node))
+                out.append(node)
+            continue
+        stack.append((node, True))
+        for c in children(node):
+            stack.append((c, False))
+    return out
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Op):
+        return e.args
+    if isinstance(e, Red):
+        return (e.arg,)
+    return ()
+
+
+def reductions(e: Expr) -> list[Red]:
+    out: list[Red] = []
+    for n in walk(e):
+        if isinstance(n, Red) and n not in out:
+            out.append(n)
+    return out
+
+
+def level(e: Expr, full_loads: frozenset[int] | None = None) -> str:
+    """'full' when the value varies along the reduced dims (touches a Load outside a Red), else 'row'."""
+
+    def rec(x: Expr) -> bool:
+        if isinstance(x, Load):
+            return full_loads is None or x.k in full_loads
+        if isinstance(x, Red):
+            return False
+        return any(rec(c) for c in children(x))
+
+    return "full" if rec(e) else "row"
+
+
+# ---- smart constructors: constant folding and identities -----------------------------------------------------
+
+
+def op(name: str, *args: Expr, attrs: tuple[float, ...] = ()) -> Expr:
+    """An Op, simplified where an identity or a constant is provable (x*1, x+0, x**1, relu(relu(x)), ...)."""
+    a = args[0] if args else None
+    b = args[1] if len(args) > 1 else None
+    if name in ("add", "sub") and isinstance(b, Const) and b.value == 0.0:
+        return a  # type: ignore[return-value]
+    if name == "add" and isinstance(a, Const) and a.value == 0.0:
+        return b  # type: ignore[return-value]
+    if name in ("mul", "div") and isinstance(b, Const) and b.value == 1.0:
+        return a  # type: ignore[return-value]
+    if name == "mul" and isinstance(a, Const) and a.value == 1.0:
+        return b  # type: ignore[return-value]
+    if name == "sub" and a == b:
+        return Const(0.0)
+    if name == "powc" and attrs == (1.0,):
+        return a  # type: ignore[return-value]
+    if name == "powc" and attrs == (2.0,):
+        return Op("square", (a,))  # type: ignore[arg-type]
+    if name == "powc" and attrs == (3.0,):
+        return Op("cube", (a,))  # type: ignore[arg-type]
+    if name == "powc" and attrs == (0.5,):
+        return Op("sqrt", (a,))  # type: ignore[arg-type]
+    if name == "relu" and isinstance(a, Op) and a.name == "relu":
+        return a
+    if all(isinstance(x, Const) for x in args) and args:
+        folded = _fold(name, [x.value for x in args], attrs)  # type: ignore[union-attr]
+        if folded is not None:
+            return Const(folded)
+    return Op(name, tuple(args), attrs)
+
+
+def _fold(name: str, v: list[float], attrs: tuple[float, ...]) -> float | None:
+    import math
+
+    table = {"add": lambda: v[0] + v[1], "sub": lambda: v[0] - v[1], "mul": lambda: v[0] * v[1],
+             "div": lambda: v[0] / v[1] if v[1] else None, "neg": lambda: -v[0], "sqrt": lambda: math.sqrt(v[0]),
+             "exp": lambda: math.exp(v[0]), "log": lambda: math.log(v[0]) if v[0] > 0 else None,
+             "powc": lambda: v[0] ** attrs[0], "recip": lambda: 1.0 / v[0] if v[0] else None,
+             "tanh": lambda: math.tanh(v[0])}
+    fn = table.get(name)
+    try:
+        return fn() if fn else None
+    except (ValueError, OverflowError, ZeroDivisionError):
+        return None

@@ -1,0 +1,160 @@
+"""The catalog's search space: for a recognised pattern, strategies (an idea in plain words) and, for each, the
+parameter sets the search tunes, best guess first. Deterministic: the order depends only on the pattern's shapes,
+dtype and backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+from runner.catalog.cgen import red_kinds
+from runner.catalog.cpu import CpuParams
+from runner.catalog.cuda import CudaParams
+from runner.catalog.ir import Program
+
+SMS = 132  # H100; only the ordering of guesses depends on it
+
+
+@dataclass
+class Strategy:
+    key: str
+    text: str
+    params: list  # CpuParams | CudaParams, best guess first
+
+
+def _halfish(p: Program) -> bool:
+    return p.out_dtype in ("float16", "bfloat16") or any(i.dtype in ("float16", "bfloat16") for i in p.inputs)
+
+
+def _what(p: Program) -> str:
+    kinds = red_kinds(p)
+    if "lse" in kinds:
+        return "the row's log-sum-exp (softmax family)"
+    if "var" in kinds:
+        return "the row's mean and variance (normalisation)"
+    if kinds & {"argmax", "argmin"}:
+        return "the row's arg-max/arg-min"
+    if kinds:
+        return f"the row's {'/'.join(sorted(kinds))}"
+    return "the elementwise chain"
+
+
+def _modes(p: Program) -> list[str]:
+    return ["online", "twopass"] if red_kinds(p) & {"lse", "var"} else ["online"]
+
+
+def strategies(p: Program, backend: str) -> list[Strategy]:
+    """Every strategy for the program on the backend, most promising first."""
+    return _cpu(p) if backend == "cpu" else _cuda(p)
+
+
+def _cpu(p: Program) -> list[Strategy]:
+    n = prod(p.shape) if p.shape else 1
+    small = n < (1 << 20)
+    threads = ["one", "all"] if small else ["all", "one"]
+    out: list[Strategy] = []
+    if not p.is_row:
+        for t in threads:
+            how = "one thread: at this size OpenMP start-up costs more than it saves" if t == "one" else \
+                "OpenMP threads with SIMD lanes"
+            out.append(Strategy(
+                f"cpu-flat-{t}",
+                f"One fused loop over the output computing {_what(p)} in registers: every input read once, the "
+                f"output written once ({how}).",
+                [CpuParams("flat", "online", t, False), CpuParams("flat", "online", t, True)]))
+        return out
+    _, _, inner = p.split()
+    layouts = ["columns", "rows"] if inner > 1 else ["rows"]
+    for lay in layouts:
+        for mode in _modes(p):
+            for t in threads:
+                desc = ("accumulators for a whole line of inner elements so the innermost loop is contiguous"
+                        if lay == "columns" else "one row per iteration, its passes as inner loops over the row")
+                how = ("one pass (running max with a rescaled sum, or Welford mean and variance)" if mode == "online"
+                       and red_kinds(p) & {"lse", "var"} else "the statistics first, then the exact second pass"
+                       if mode == "twopass" else "one pass for the reductions")
+                out.append(Strategy(
+                    f"cpu-{lay}-{mode}-{t}",
+                    f"Fuse {_what(p)} and the output into one kernel: {desc}; {how}; "
+                    f"{'one thread' if t == 'one' else 'OpenMP over rows'}.",
+                    [CpuParams(lay, mode, t, False), CpuParams(lay, mode, t, True)]))
+    return out
+
+
+def _cuda(p: Program) -> list[Strategy]:
+    wide = 8 if _halfish(p) else 4
+    access = "bfloat162/half2-or-wider" if _halfish(p) else "float4"
+    out: list[Strategy] = []
+    if not p.is_row:
+        ps = [CudaParams("flat", vec=v, threads=t, grid=g)
+              for v in (wide, wide // 2, 1) for t in (256, 512, 128) for g in ("stride", "once")]
+        out.append(Strategy("cuda-flat-vector",
+                            f"One fused elementwise kernel, {access} loads and stores ({wide} elements per access), "
+                            "grid-stride over the output: one read of every input, one write.", ps))
+        out.append(Strategy("cuda-flat-fast",
+                            "The same fused elementwise kernel with fast-math intrinsics (__expf, __fdividef, tanh "
+                            "through exp): cheaper transcendental math, checked against the tolerance.",
+                            [replace(x, fast_math=True) for x in ps[:6]]))
+        return out
+    rows, R, inner = p.split()
+    modes = _modes(p)
+    if inner > 1:
+        for mode in modes:
+            ps = [CudaParams("columns", vec=1, threads=w * s, col_width=w, slices=s, mode=mode)
+                  for s in (8, 4, 16, 1) for w in (32, 64)]
+            out.append(Strategy(f"cuda-columns-{mode}",
+                                f"Reduce along a middle dim: threads across the contiguous inner dim (coalesced), "
+                                f"slices of the reduced dim per block merged in shared memory; {_what(p)} "
+                                f"{'in one pass' if mode == 'online' else 'in two passes'}, then the output.", ps))
+        return out
+    few_rows = rows < 2 * SMS
+    short = R <= 2048
+    block = [CudaParams("rows", vec=v, threads=t, group=0, mode=m)
+             for m in modes for t in (512, 256, 1024) for v in (wide, wide // 2)]
+    warp = [CudaParams("rows", vec=v, threads=t, group=32, mode=m)
+            for m in modes for v in (wide, wide // 2, 1) for t in (256, 128)]
+    split = [CudaParams("split", vec=v, threads=t, slices=s, mode=m)
+             for m in modes for s in _slices(rows) for t in (512, 256) for v in (wide,)]
+    s_block = Strategy("cuda-rows-block",
+                       f"One block per row: {access} loads along the row, {_what(p)} merged by warp shuffles then "
+                       "shared memory; one-pass online statistics or an exact two-pass, then the output pass "
+                       "(the row is re-read from L2).", block)
+    s_warp = Strategy("cuda-rows-warp",
+                      f"One warp per row (short rows): {access} loads, shuffle-only merges, no shared memory or "
+                      "block barriers.", warp)
+    s_split = Strategy("cuda-rows-split",
+                       "Several blocks per row (few long rows): each block reduces a slice into a workspace, the "
+                       "next kernel merges the slices' partials and writes its slice of the output: every SM busy.",
+                       split)
+    order = [s_split, s_block, s_warp] if few_rows else ([s_warp, s_block, s_split] if short else
+                                                          [s_block, s_warp, s_split])
+    row_bytes = R * sum(_bytes(i.dtype) for k, i in enumerate(p.inputs) if p.access(k) == "full")
+    sizes = [c for c in (1, 2, 4, 8, 16) if row_bytes / c <= 100 * 1024]
+    if sizes and row_bytes:
+        cs = sizes[:2]
+        s_cluster = Strategy(
+            "cuda-rows-cluster",
+            f"Keep each row on chip: {'one block holds' if cs[0] == 1 else f'a cluster of {cs[0]} blocks holds'} the "
+            "row in shared memory (distributed shared memory across the cluster), so the row is read once and "
+            f"written once however many passes {_what(p)} needs; partials merge through DSMEM.",
+            [CudaParams("cluster", vec=wide, threads=t, slices=c, mode=m) for m in modes for c in cs
+             for t in (512, 256, 1024)])
+        # a row beyond L1 would be re-read from L2 or memory by the other layouts: on chip first
+        order = [s_cluster, *order] if row_bytes > 96 * 1024 else [*order, s_cluster]
+    out += order
+    out.append(Strategy("cuda-rows-fast", "The best row layout with fast-math intrinsics (__expf, __logf, "
+                        "__fdividef): cheaper exp/log in the reductions, checked against the tolerance.",
+                        [replace(x, fast_math=True) for x in order[0].params[:4]]))
+    return out
+
+
+def _bytes(dtype: str) -> int:
+    return {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8}.get(dtype, 4)
+
+
+def _slices(rows: int) -> list[int]:
+    """Blocks per row so that rows * slices fills the GPU two to four times over."""
+    want = max(1, (4 * SMS) // max(rows, 1))
+    cands = sorted({max(2, want), max(2, want // 2), max(2, want * 2)})
+    return [s for s in cands if s <= 1024]

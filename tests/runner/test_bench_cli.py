@@ -1,0 +1,99 @@
+"""`fusebot optimize` with no LLM configured (the builtin catalog end to end on the CPU harness) and `fusebot bench`
+over a tiny suite: the table, its JSON, and its rendering."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.bench_cli import BenchRow, bench_markdown, geomean, write_table
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests/fixtures/problems"
+
+
+def env_without_llm(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
+    return env | {"FUSEBOT_CACHE_DIR": str(tmp / "cache"), "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
+                  "OMP_NUM_THREADS": "1",
+                  # the harness's workers start in their own directories: import this checkout, not an installed one
+                  "PYTHONPATH": str(ROOT)}
+
+
+def test_bench_markdown_has_one_line_per_problem_and_geometric_means():
+    rows = [BenchRow("softmax", "row", True, True, 2.0, 1.0, 0.5, 4.0, 2.0, 0.25, 50.0, 12.0),
+            BenchRow("gelu", "elementwise", True, False, 1.0, 0.5, 1.0, 1.0, 0.5, 0.5, 50.0, 7.0),
+            BenchRow("broken", error="ProblemError: import failed")]
+    md = bench_markdown(rows, {"suite": "s", "backend": "cuda", "budget_seconds": 300})
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln]
+    assert len(lines) == 4  # the header and three problems
+    assert "| softmax | row | yes | yes | 2 | 1 | 0.5 | 4.00x | 2.00x | 50% | 12 |" in md
+    assert "| gelu | elementwise | yes | no |" in md and "broken (error: ProblemError: import failed)" in md
+    assert "2.00x vs eager, 1.00x vs torch.compile" in md  # geomean(4, 1) and geomean(2, 0.5)
+    assert geomean([]) is None and geomean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+def test_a_suite_benched_in_batches_keeps_one_table(tmp_path):
+    write_table(tmp_path, [BenchRow("b", fusebot_ms=2.0), BenchRow("a", fusebot_ms=1.0)], {"suite": "s"})
+    write_table(tmp_path, [BenchRow("c", fusebot_ms=3.0), BenchRow("a", fusebot_ms=0.5)], {"suite": "s"})
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [(r["problem"], r["fusebot_ms"]) for r in rows] == [("a", 0.5), ("b", 2.0), ("c", 3.0)]
+    assert (tmp_path / "README.md").read_text().count("\n| ") == 5  # header, separator, three problems
+
+
+@pytest.mark.slow
+def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "runner.optimize_cli", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
+           "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads((out / "result.json").read_text())
+    v = result["verdict"]
+    assert v["accepted"], v["reasons"]
+    events = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()]
+    start = next(e for e in events if e["event"] == "start")
+    assert start["proposers"] == [{"name": "catalog", "share": 1.0}]
+    ideas = next(e for e in events if e["event"] == "ideas")["ideas"]
+    assert ideas and ideas[0].startswith("[elementwise")
+    # the fused loop reads x once where eager makes five passes: it must beat eager, and then ships as kernel.cpp
+    assert result["improved"], result["message"]
+    assert "kernel.cpp" in result["files"] and "fusebot catalog: cpu-flat" in (out / "kernel.cpp").read_text()
+
+
+@pytest.mark.slow
+def test_bench_runs_every_problem_of_a_folder_and_writes_its_table(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(FIXTURES / "catalog/mingpt_gelu.py", suite)
+    shutil.copy(FIXTURES / "catalog/rmsnorm.py", suite)
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "bot.cli", "bench", str(suite), "--out", str(out), "--backend", "cpu",
+           "--no-compile-baseline", "--budget-seconds", "60", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads((out / "results.json").read_text())
+    rows = {r["problem"]: r for r in data["rows"]}
+    assert sorted(rows) == ["mingpt_gelu", "rmsnorm"] and data["budget_seconds"] == 60
+    for r in rows.values():
+        assert r["verified"] and r["fusebot_ms"] > 0 and r["eager_ms"] > 0 and r["compile_ms"] is None
+        assert r["speedup_vs_eager"] == pytest.approx(r["eager_ms"] / r["fusebot_ms"])
+        assert r["pct_of_floor"] == pytest.approx(100 * r["floor_ms"] / r["fusebot_ms"])
+        assert 0 < r["search_seconds"] < 120 and r["candidates"] == 1
+    assert rows["mingpt_gelu"]["pattern"] == "elementwise" and rows["rmsnorm"]["pattern"] == "row"
+    md = (out / "README.md").read_text()
+    assert "| mingpt_gelu | elementwise | yes |" in md and "| rmsnorm | row | yes |" in md
+    for name in rows:
+        assert (out / "problems" / name / "report.md").exists()
+
+
+def test_bench_refuses_a_missing_folder(tmp_path):
+    cmd = [sys.executable, "-m", "runner.bench_cli", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
+    p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "not a folder" in " ".join(p.stderr.split())

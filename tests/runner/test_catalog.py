@@ -1,0 +1,333 @@
+"""The builtin catalog: its C++ candidates verified by the real harness on the CPU, every CUDA template instantiation
+compiled by nvcc (fp32, fp16, bf16), and the proposer's ideas: deterministic, never a repeat, refining the best."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runner.capture import capture_sources
+from runner.catalog import cpu, cuda
+from runner.catalog.cgen import NotExpressible
+from runner.catalog.ir import Input, Program
+from runner.catalog.lower import recognise
+from runner.cli import problem_from_file
+from runner.contract import Candidate, Timing, Verdict
+from runner.evaluate import Evaluator, HarnessConfig
+from runner.proposer import Attempt, History, ProblemContext
+from runner.proposers.catalog import CatalogProposer, catalog_proposers, label_of, remember
+from tests.runner.conftest import FAST_TIMER
+
+CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"
+ROOT = Path(__file__).resolve().parents[2]
+CSRC = ROOT / "runner/csrc"
+
+
+@pytest.fixture(autouse=True)
+def _workers_import_this_checkout(monkeypatch):
+    """The harness's workers run `python -m runner.workers...` in their own directories: without an absolute
+    PYTHONPATH they would import whichever fusebot is installed in the environment, not this checkout."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def patterns():
+    names = sorted(p.stem for p in CATALOG.glob("*.py"))
+    sources = [(CATALOG / f"{n}.py").read_text() for n in names]
+    pats = {n: recognise(g) for n, g in zip(names, capture_sources(sources), strict=True)}
+    for src, n in zip(sources, names, strict=True):
+        remember(src, pats[n])  # the proposers below reuse these captures instead of capturing again
+    return pats
+
+
+def ctx(name: str, backend: str = "cpu") -> ProblemContext:
+    return ProblemContext(name=name, reference_source=(CATALOG / f"{name}.py").read_text(), backend=backend)
+
+
+# ---- C++ candidates through the real harness -------------------------------------------------------------------
+
+# problem -> the CPU parameter sets to verify: every layout, both modes, a fast-math variant, shortcuts, a full
+# reduction and an index output; one thread each (OpenMP variants only render and compile here: on a small shared CI
+# machine their timings are too erratic for the harness's timer cross-check).
+VERIFY = {
+    "ew_broadcast": [cpu.CpuParams("flat", threads="one")],
+    "channel_affine": [cpu.CpuParams("flat", threads="one")],
+    "batchnorm_eval": [cpu.CpuParams("flat", threads="one")],
+    "prod_dim": [cpu.CpuParams("rows", "online", "one")],
+    "mingpt_gelu": [cpu.CpuParams("flat", threads="one", fast_math=True)],
+    "softmax": [cpu.CpuParams("rows", "online", "one"), cpu.CpuParams("rows", "twopass", "one")],
+    "layernorm": [cpu.CpuParams("rows", "online", "one")],
+    "groupnorm": [cpu.CpuParams("rows", "twopass", "one")],
+    "rmsnorm": [cpu.CpuParams("columns", "online", "one"), cpu.CpuParams("rows", "online", "one")],
+    "argmax": [cpu.CpuParams("rows", "online", "one")],
+    "frobenius": [cpu.CpuParams("rows", "twopass", "one")],
+}
+
+
+def _verify(problem: str, cands: list[Candidate], tmp: Path) -> list[Verdict]:
+    """The harness's verdicts; a verdict whose only reason is the timer cross-check is measured once more (on an
+    overloaded CI machine a preempted process can fail it honestly; correctness is never retried)."""
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp)
+    with Evaluator(problem_from_file(CATALOG / f"{problem}.py"), backend="cpu", config=cfg) as ev:
+        verdicts = ev.evaluate_many(cands)
+        for k, (c, v) in enumerate(zip(cands, verdicts, strict=True)):
+            if v.reasons and all(r.startswith("timer-escape") for r in v.reasons):
+                verdicts[k] = ev.evaluate(c)
+        return verdicts
+
+
+@pytest.mark.parametrize("problem", sorted(VERIFY))
+def test_cpu_candidates_are_verified_by_the_harness(patterns, problem, tmp_path_factory):
+    prop = CatalogProposer()
+    pat = patterns[problem]
+    cands = [prop.candidate(ctx(problem), pat, p) for p in VERIFY[problem]]
+    verdicts = _verify(problem, cands, tmp_path_factory.mktemp("cache"))
+    for c, v in zip(cands, verdicts, strict=True):
+        assert v.accepted, (label_of(c), v.reasons)
+        assert v.timing.median_ms > 0 and all(t.passed for t in v.trials)
+
+
+def test_a_wrong_template_is_rejected_by_the_harness(patterns, tmp_path):
+    """The harness is the judge of the templates: a softmax with its max subtracted twice must fail verification."""
+    prop = CatalogProposer()
+    good = prop.candidate(ctx("softmax"), patterns["softmax"], cpu.CpuParams("rows", "twopass", "one"))
+    src = good.sources["kernel.cpp"]
+    assert "fb_exp(" in src
+    bad = good.model_copy(update={"id": "broken-softmax",
+                                  "sources": {"kernel.cpp": src.replace("y[flat] = (float)", "y[flat] = 0.5f * (float)")}})
+    (v,) = _verify("softmax", [bad], tmp_path)
+    assert not v.accepted and any("mismatch" in r for r in v.reasons), v.reasons
+
+
+@pytest.mark.slow
+def test_epilogue_candidate_runs_torch_linear_and_a_fused_cpu_extension(patterns, tmp_path):
+    prop = CatalogProposer()
+    pat = patterns["linear_epilogue"]
+    c = prop.candidate(ctx("linear_epilogue"), pat, cpu.CpuParams("flat", threads="one"))
+    assert c.format == "kernelbench" and "get_submodule('fc')" in c.sources["candidate.py"]
+    (v,) = _verify("linear_epilogue", [c], tmp_path)
+    assert v.accepted, v.reasons
+
+
+_UNDEF = ("FB_NIN", "FB_ND", "FB_FAST", "FB_FAST_EXP", "FB_FAST_DIV", "FB_FAST_LOG", "FB_HD", "FB_M")
+# (CUDA sources also put their helper templates and statics in the namespace: they compile the same way)
+
+
+def one_translation_unit(sources: list[str]) -> str:
+    """Many fast-format C++ sources as one file (each in its own namespace, its exports renamed), so one compiler
+    run checks them all: the headers are parsed once instead of a hundred times."""
+    head = [line for line in sources[0].splitlines() if line.startswith("#include")]
+    parts = ["\n".join(head)]
+    for k, src in enumerate(sources):
+        parts.append(f"#define fusebot_forward fusebot_forward_{k}\n#define fusebot_last_error fusebot_last_error_{k}\n"
+                     f"namespace cand{k} {{\n{src}\n}}\n#undef fusebot_forward\n#undef fusebot_last_error\n"
+                     + "".join(f"#undef {m}\n" for m in _UNDEF))
+    return "\n".join(parts)
+
+
+def test_every_cpu_strategy_of_every_fixture_compiles(patterns, tmp_path):
+    """Every C++ parameter set the catalog can propose for the fixtures compiles with the harness's own flags."""
+    from runner.build import toolchain
+
+    prop = CatalogProposer()
+    sources = []
+    for name, pat in patterns.items():
+        for s in prop.strategies(ctx(name)):
+            for p in s.params:
+                c = prop.candidate(ctx(name), pat, p)
+                assert label_of(c) == p.label()
+                if c.format == "fast":
+                    sources.append(c.sources["kernel.cpp"])
+    assert len(sources) > 60
+    tc = toolchain("cpu")
+    (tmp_path / "all.cpp").write_text(one_translation_unit(sources))
+    flags = [f for f in tc.flags if f != "-O3"] + ["-O0"]  # compile-only: optimisation adds nothing to the check
+    proc = subprocess.run([tc.compiler, *flags, "-I", str(CSRC), "all.cpp", "-o", "all.so"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# ---- CUDA templates: every instantiation compiles with nvcc (compile only) ------------------------------------------
+
+
+def _as_dtype(prog: Program, dtype: str) -> Program:
+    ins = [Input(i.abi, i.shape, dtype if i.dtype == "float32" else i.dtype, i.viewed) for i in prog.inputs]
+    out = dtype if prog.out_dtype == "float32" else prog.out_dtype
+    return replace(prog, inputs=ins, out_dtype=out)
+
+
+CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fast math, an epilogue
+    ("mingpt_gelu", cuda.CudaParams("flat", vec=4, threads=256, grid="stride")),
+    ("ew_broadcast", cuda.CudaParams("flat", vec=2, threads=128, grid="once", fast_math=True)),
+    ("softmax", cuda.CudaParams("rows", vec=4, threads=256, group=32, mode="online")),
+    ("softmax", cuda.CudaParams("rows", vec=4, threads=512, group=0, mode="twopass", fast_math=True)),
+    ("layernorm", cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="online")),
+    ("layernorm", cuda.CudaParams("rows", vec=2, threads=1024, group=0, mode="twopass")),
+    ("rmsnorm", cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8)),
+    ("argmax", cuda.CudaParams("split", vec=4, threads=256, slices=8)),
+    ("sum_dim", cuda.CudaParams("columns", vec=1, threads=64, col_width=64, slices=1)),
+    ("linear_epilogue", cuda.CudaParams("flat", vec=4, threads=256)),
+    ("log_softmax", cuda.CudaParams("rows", vec=4, threads=256, group=0, mode="online")),
+    ("instancenorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="twopass")),
+    ("logsumexp_max", cuda.CudaParams("split", vec=4, threads=512, slices=4, mode="online", fast_math=True)),
+    ("frobenius", cuda.CudaParams("split", vec=4, threads=256, slices=64, mode="twopass")),
+    ("softmax", cuda.CudaParams("cluster", vec=4, threads=512, slices=16, mode="online")),
+    ("argmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=1, mode="online")),
+    ("layernorm", cuda.CudaParams("cluster", vec=2, threads=1024, slices=2, mode="twopass", fast_math=True)),
+]
+
+
+def _nvcc(src: str, where: Path) -> tuple[int, str]:
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "k.cu").write_text(src)
+    cmd = ["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90,code=sm_90",
+           "-I", str(CSRC), "k.cu", "-o", "k.so"]
+    p = subprocess.run(cmd, cwd=where, capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout + p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_every_cuda_template_instantiation_compiles(patterns, tmp_path):
+    jobs = []
+    for name, params in CUDA_CASES:
+        pat = patterns[name]
+        for dtype in ("float32", "float16", "bfloat16"):
+            prog = _as_dtype(pat.program, dtype)
+            p = params if dtype == "float32" or params.vec == 1 else replace(params, vec=min(8, params.vec * 2))
+            src = cuda.render(prog, p, abi_offset=1 if pat.family == "epilogue" else 0)
+            jobs.append((f"{name}-{p.label()}-{dtype}", src))
+    chunks = [jobs[k::3] for k in range(3)]  # three compiler runs in parallel, each over a third of the sources
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(lambda k: _nvcc(one_translation_unit([src for _, src in chunks[k]]),
+                                                tmp_path / f"chunk{k}"), range(3)))
+    failed = {k: log[-3000:] for k, (rc, log) in enumerate(results) if rc != 0}
+    assert not failed, failed
+    assert len(jobs) == 3 * len(CUDA_CASES)
+
+
+def _structure(p: cuda.CudaParams) -> tuple:
+    """What changes the generated code's shape (the rest are constants in it)."""
+    return (p.layout, p.mode if p.layout != "flat" else "", p.fast_math and p.layout != "cluster",
+            p.group == 32 if p.layout == "rows" else None,
+            p.slices == 1 if p.layout == "columns" else None, p.vec == 1)
+
+
+def test_the_compiled_cases_cover_every_structure_the_catalog_proposes(patterns):
+    prop = CatalogProposer()
+    proposed = {_structure(p) for n in patterns for s in prop.strategies(ctx(n, "cuda")) for p in s.params}
+    covered = {_structure(p) for _, p in CUDA_CASES}
+    # vec=1 variants are the same kernels as the wide ones' scalar fall-back (always compiled alongside)
+    missing = {s for s in proposed - covered if not s[-1] or (*s[:-1], False) not in covered}
+    assert not missing, missing
+
+
+def test_cuda_strategies_cover_the_row_shapes(patterns):
+    """Few long rows start with several blocks per row; many short rows with a warp per row; a middle dim with
+    columns; fp16 widens vectors to 8."""
+    prop = CatalogProposer()
+    first = {n: prop.strategies(ctx(n, "cuda"))[0].key for n in ("softmax", "rmsnorm", "mingpt_gelu", "frobenius")}
+    assert first == {"softmax": "cuda-rows-split", "rmsnorm": "cuda-columns-online", "mingpt_gelu": "cuda-flat-vector",
+                     "frobenius": "cuda-rows-split"}
+    half = _as_dtype(patterns["layernorm"].program, "float16")
+    from runner.catalog.space import strategies
+
+    assert max(p.vec for s in strategies(half, "cuda") for p in s.params) == 8
+    with pytest.raises(NotExpressible):
+        cpu.render(half, cpu.CpuParams("rows"))  # no fp16 on the CPU backend
+
+
+# ---- the proposer --------------------------------------------------------------------------------------------------
+
+
+def _accepted(c: Candidate, ms: float) -> Attempt:
+    t = Timing(median_ms=ms, iqr_ms=0.0, mean_ms=ms, min_ms=ms, n=5, samples_ms=[ms] * 5, clock="monotonic",
+               l2_flushed=False)
+    v = Verdict(candidate_id=c.id, problem="softmax", accepted=True, timing=t)
+    return Attempt(round=1, proposer="catalog", idea="", candidate=c, verdict=v)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_ideas_are_deterministic_distinct_and_never_repeat_a_parameter_set(patterns, backend):
+    c = ctx("softmax", backend)
+    a, b = CatalogProposer(), CatalogProposer()
+    h = History()
+    ideas_a, ideas_b = a.ideas(c, h, 3), b.ideas(c, h, 3)
+    assert [i.text for i in ideas_a] == [i.text for i in ideas_b] and len(ideas_a) == 3
+    assert len({i.text for i in ideas_a}) == 3
+    seen: set[str] = set()
+    for rnd in range(1, 4):
+        for idea in a.ideas(c, h, 3):
+            cands = a.implement(c, idea, h, 2)
+            labels = [label_of(x) for x in cands]
+            assert len(set(labels)) == len(labels) and not (set(labels) & seen), (rnd, labels, seen)
+            seen |= set(labels)
+            h.attempts += [_accepted(x, 1.0 + 0.1 * len(seen)) for x in cands]
+    assert len(seen) >= 8
+
+
+def test_later_rounds_refine_around_the_fastest_kernel(patterns):
+    c = ctx("softmax", "cuda")
+    prop = CatalogProposer()
+    h = History()
+    first = prop.ideas(c, h, 2)
+    cands = prop.implement(c, first[0], h, 2)
+    h.attempts += [_accepted(cands[0], 2.0), _accepted(cands[1], 1.0)]  # the second is the fastest
+    ideas = prop.ideas(c, h, 2)
+    best = label_of(cands[1])
+    assert "Refine the fastest kernel so far" in ideas[0].text and best in ideas[0].text
+    near = prop.implement(c, ideas[0], h, 8)
+    assert near and best not in {label_of(x) for x in near}
+    base = prop._by_label[best]
+    changed = {sum(getattr(prop._by_label[label_of(x)], f) != getattr(base, f) for f in vars(base)) for x in near}
+    assert changed <= {1, 2}  # one parameter at a time (threads follow the columns' shape)
+
+
+def test_unsupported_problem_gives_no_ideas_and_repair_gives_none(tmp_path):
+    src = "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n" \
+          "        return torch.cumsum(x, 0)\n\ndef get_inputs():\n    return [torch.randn(4, 4)]\n\n" \
+          "def get_init_inputs():\n    return []\n"
+    c = ProblemContext(name="cumsum", reference_source=src, backend="cpu")
+    prop = catalog_proposers()[0]
+    assert prop.ideas(c, History(), 4) == []
+    assert "cumsum" in prop.pattern(c).reason
+    dummy = Candidate(id="x", format="fast", backend="cpu", sources={"kernel.cpp": ""})
+    assert prop.repair(c, dummy, Verdict(candidate_id="x", problem="cumsum", accepted=False)) is None
+
+
+# ---- on the H100 (run by hand: pytest -m gpu) ------------------------------------------------------------------------
+
+GPU_CASES = {
+    "softmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32, mode="online"),
+                cuda.CudaParams("rows", vec=4, threads=512, group=0, mode="twopass"),
+                cuda.CudaParams("split", vec=4, threads=256, slices=8, mode="online")],
+    "layernorm": [cuda.CudaParams("rows", vec=4, threads=256, group=0, mode="online"),
+                  cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass")],
+    "rmsnorm": [cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8),
+                cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1)],
+    "ew_broadcast": [cuda.CudaParams("flat", vec=4, threads=256), cuda.CudaParams("flat", vec=1, threads=128)],
+    "argmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32),
+               cuda.CudaParams("split", vec=4, threads=256, slices=4)],
+    "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
+    "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
+                    threads=128, slices=4, mode="twopass")],
+    "groupnorm": [cuda.CudaParams("rows", vec=1, threads=256, group=0, mode="online"),
+                  cuda.CudaParams("split", vec=4, threads=128, slices=4, mode="twopass")],
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", sorted(GPU_CASES))
+def test_cuda_candidates_are_verified_by_the_harness_on_the_gpu(patterns, problem, tmp_path):
+    prop = CatalogProposer()
+    cands = [prop.candidate(ctx(problem, "cuda"), patterns[problem], p) for p in GPU_CASES[problem]]
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    with Evaluator(problem_from_file(CATALOG / f"{problem}.py"), backend="cuda", config=cfg) as ev:
+        verdicts = ev.evaluate_many(cands)
+    for c, v in zip(cands, verdicts, strict=True):
+        assert v.accepted, (label_of(c), v.reasons)
