@@ -22,6 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -122,10 +123,18 @@ def _job(settings: ActionSettings, cfg: FusebotConfig, trig: Trigger, targets: l
                models=settings.model_list or cfg.models)
 
 
-def run(settings: ActionSettings, run_job: RunJob | None = None,
-        platform_factory: PlatformFactory | None = None) -> tuple[int, RunReport]:
-    """One run of the Action: (exit status, what happened). Raises only for a broken machine."""
-    run_job, platform_factory = run_job or search, platform_factory or github_platform
+@dataclass(frozen=True)
+class Plan:
+    """What a run will search, once settings, config, event and workspace have been read."""
+
+    cfg: FusebotConfig
+    trig: Trigger
+    job: Job
+    where: str
+
+
+def prepare(settings: ActionSettings) -> Plan | tuple[int, RunReport]:
+    """Config, trigger, targets and job; or the exit status and report of a run that stops here."""
     try:
         cfg = _config(settings)
     except ConfigError as e:
@@ -133,8 +142,7 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
             typer.echo(f"::error file={p.path},line={p.line}::{p.message}")
         return 1, RunReport("configuration error", f"`{settings.config_path}` is invalid:",
                             problems=[f"line {p.line}: {p.message}" for p in e.problems])
-    label = settings.label or cfg.trigger_label
-    trig = trigger_of(settings, settings.load_event(), label)
+    trig = trigger_of(settings, settings.load_event(), settings.label or cfg.trigger_label)
     if isinstance(trig, Skip):
         log.info("nothing to do: %s", trig.reason)
         return 0, RunReport("nothing to do", trig.reason)
@@ -152,23 +160,33 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
             typer.echo(f"::error title=fusebot LLM settings::{problem}")
         return 2, RunReport("LLM settings are invalid", "Set the inputs `llm-base-url`, `llm-api-key` and `models` "
                             "together, or none of them (the builtin catalog).", problems=problems)
-    platform = platform_factory(settings)
-    check_id = _create_check(platform, trig, [t.name for t in targets])
-    log.info("searching %d target(s) at %s (%s): %s", len(targets), trig.base_sha[:12], where,
-             ", ".join(t.name for t in targets))
+    return Plan(cfg, trig, job, where)
+
+
+def run(settings: ActionSettings, run_job: RunJob | None = None,
+        platform_factory: PlatformFactory | None = None) -> tuple[int, RunReport]:
+    """One run of the Action: (exit status, what happened). Raises only for a broken machine."""
+    plan = prepare(settings)
+    if not isinstance(plan, Plan):
+        return plan
+    cfg, trig, job = plan.cfg, plan.trig, plan.job
+    platform = (platform_factory or github_platform)(settings)
+    check_id = _create_check(platform, trig, [t.name for t in job.targets])
+    log.info("searching %d target(s) at %s (%s): %s", len(job.targets), trig.base_sha[:12], plan.where,
+             ", ".join(t.name for t in job.targets))
     try:
-        result = run_job(job, settings.workspace, _Progress(platform, check_id, job.budget.rounds))
+        result = (run_job or search)(job, settings.workspace, _Progress(platform, check_id, job.budget.rounds))
         error = None if result.ok else (result.error or "the job failed")
     except Exception as e:  # a broken machine: the check run says so, then the step fails
         log.exception("the search failed")
         result, error = None, f"{type(e).__name__}: {e}"
     if result is None or error is not None:
         error = redact(error or "", [settings.token.get_secret_value()])
-        plan = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
         if check_id is not None:
-            platform.update_check_run(check_id, pr.check_completed(plan, error=error))
+            empty = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
+            platform.update_check_run(check_id, pr.check_completed(empty, error=error))
         return 1, RunReport("the search failed", error)
-    report = RunReport("done", f"Searched {len(targets)} target(s) at `{trig.base_sha[:12]}` ({where}).",
+    report = RunReport("done", f"Searched {len(job.targets)} target(s) at `{trig.base_sha[:12]}` ({plan.where}).",
                        results=result.targets, environment=result.environment)
     try:
         report.published = deliver(platform, job, result, base=trig.base, base_sha=trig.base_sha,
