@@ -25,7 +25,7 @@ from tests.bot.action_world import (
     make_action_world,
     schedule_payload,
 )
-from tests.bot.helpers import APP_ID, REPO, rsa_keys
+from tests.bot.helpers import APP_ID, REPO, pr_payload, rsa_keys
 from tests.bot.test_pr_body import improved_result, slow_result
 
 REAL_SEARCH = bot.action.search
@@ -124,6 +124,19 @@ def test_another_label_does_nothing(world: ActionWorld, label: str):
     assert w.jobs == [] and w.fake.calls == []  # not one request to GitHub
     assert "nothing to do" in w.summary.read_text() and f"label `{label}` added" in w.summary.read_text()
     assert w.outputs() == {"pr-number": "", "pr-url": "", "best-speedup": ""}
+
+
+@pytest.mark.parametrize("action", ["opened", "synchronize", "unlabeled"])
+def test_other_pull_request_actions_do_nothing_whatever_the_workflow_listens_to(world: ActionWorld, action: str):
+    w = world
+    w.checkout(w.shas["feature"])
+    payload = pr_payload(action, number=2, head_sha=w.shas["feature"], base_sha=w.shas["main"])
+    if "label" in payload:
+        payload["label"]["name"] = "optimize-kernels"  # even removing the trigger label starts nothing
+    res = run_action(w, w.event("pull_request_target", payload))
+    assert res.exit_code == 0, res.output
+    assert w.jobs == [] and w.fake.calls == []
+    assert f"`{action}`: fusebot runs only when a PR is labelled" in w.summary.read_text()
 
 
 def test_the_label_input_replaces_the_default(world: ActionWorld):
