@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.demo import discover  # noqa: E402
+from bot.markers import discover  # noqa: E402
 from runner.contract import ProblemSpec  # noqa: E402
 from runner.proposer import History, Idea, ProblemContext  # noqa: E402
 from runner.proposers.seed import SeedProposer  # noqa: E402

@@ -9,7 +9,6 @@ generated drop-in's test, commits the kernels, drop-ins, tests and BENCHMARK.md 
 
 from __future__ import annotations
 
-import ast
 import logging
 import os
 import shutil
@@ -22,13 +21,13 @@ import typer
 from rich.console import Console
 
 from bot import pr
+from bot.markers import MARKER, discover
 from bot.platform import LocalPlatform
 from bot.publish import publish
 from runner.contract import Environment, SearchBudget, TargetResult, TargetSpec
 
 log = logging.getLogger(__name__)
 
-MARKER = "# fusebot: optimize"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GROUP = "examples"
 BASE = "main"
@@ -61,30 +60,6 @@ def prepare_repo(repo_dir: Path, examples: Path) -> git.Repo:
     if not repo.head.is_valid() or repo.is_dirty(index=True, working_tree=False):
         repo.index.commit("examples: modules marked for fusebot")
     return repo
-
-
-def discover(root: Path) -> list[TargetSpec]:
-    """Classes with `# fusebot: optimize` on the line above, in files that define get_inputs and get_init_inputs."""
-    targets = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") or part in ("fusebot_kernels", "__pycache__") for part in rel.parts):
-            continue
-        text = path.read_text()
-        if MARKER not in text:
-            continue
-        tree = ast.parse(text)
-        funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-        if not {"get_inputs", "get_init_inputs"} <= funcs:
-            log.warning("%s: marked, but get_inputs/get_init_inputs are missing; skipped", rel)
-            continue
-        lines = text.splitlines()
-        for node in tree.body:
-            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            if isinstance(node, ast.ClassDef) and first >= 2 and lines[first - 2].strip() == MARKER:
-                targets.append(TargetSpec(name=node.name, file=rel.as_posix(), class_name=node.name,
-                                          second_inputs="get_second_inputs" if "get_second_inputs" in funcs else None))
-    return targets
 
 
 # ---- one target ------------------------------------------------------------------------------------------------
