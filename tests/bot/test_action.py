@@ -111,7 +111,8 @@ def test_a_fork_pr_gets_the_patch_as_a_comment_and_nothing_is_pushed(world: Acti
     [comment] = w.fake.comments_on(REPO, 2)
     assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
     out = w.outputs()
-    assert (out["pr-number"], out["pr-url"]) == ("", "") and float(out["best-speedup"]) > 1
+    speedup = pr.speedup(w.results[0].targets[0].verdict)  # the measured one (on a loaded CPU it may be < 1)
+    assert out == {"pr-number": "", "pr-url": "", "best-speedup": f"{speedup:.4g}"}
     assert "a fork: nothing pushed" in w.summary.read_text()
 
 
