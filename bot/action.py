@@ -17,10 +17,12 @@ labels). Every other `pull_request` action is ignored here, whatever the workflo
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -35,7 +37,9 @@ from bot.config import ConfigError, FusebotConfig, load_config
 from bot.deliver import deliver
 from bot.discovery import discover
 from bot.logs import install_redaction, redact
+from bot.patch import unified_patch
 from bot.platform import Platform, PlatformError
+from bot.publish import branch_files
 from runner.contract import Job, JobResult, Progress, TargetSpec
 
 log = logging.getLogger(__name__)
@@ -44,16 +48,23 @@ RunJob = Callable[[Job, Path, Callable[[Progress], None]], JobResult]
 PlatformFactory = Callable[[ActionSettings], Platform]
 # Variables that carry the GitHub token into this process; removed once read, so nothing started later inherits it.
 TOKEN_VARIABLES = ("FUSEBOT_GITHUB_TOKEN", "GITHUB_TOKEN", "INPUT_GITHUB-TOKEN", "INPUT_GITHUB_TOKEN")
+LLM_KEY_VARIABLE = "FUSEBOT_LLM_API_KEY"
 PROGRESS_INTERVAL_SECONDS = 15.0
+_PR_SET_DUMPABLE = 4
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 
 
 def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> JobResult:
-    """The real search (torch and the harness are imported here, not before)."""
+    """The real search (torch and the harness are imported here, not before). The proposers are made first, then
+    the LLM key leaves the environment: the processes the search starts (compilers, candidates, the generated
+    drop-in's test, all of which run the repository's code) never inherit it."""
     from runner.jobrun import run_job
+    from runner.optimize_cli import make_proposers
 
-    return run_job(job, source_dir, progress)
+    proposers = make_proposers(job.models)
+    os.environ.pop(LLM_KEY_VARIABLE, None)
+    return run_job(job, source_dir, progress, proposers=proposers)
 
 
 def github_platform(settings: ActionSettings) -> Platform:
@@ -82,13 +93,14 @@ def changed_files(workspace: Path, base_sha: str, head_sha: str) -> list[str] | 
 class _Progress:
     """Check-run updates from the search's progress, at most one per interval (GitHub's secondary rate limits)."""
 
-    def __init__(self, platform: Platform, check_id: int, rounds: int, interval: float = PROGRESS_INTERVAL_SECONDS):
+    def __init__(self, platform: Platform, check_id: int | None, rounds: int,
+                 interval: float = PROGRESS_INTERVAL_SECONDS):
         self.platform, self.check_id, self.rounds, self.interval = platform, check_id, rounds, interval
         self.last = 0.0
 
     def __call__(self, p: Progress) -> None:
         now = time.monotonic()
-        if now - self.last < self.interval:
+        if self.check_id is None or now - self.last < self.interval:
             return
         self.last = now
         try:
@@ -111,10 +123,18 @@ def _job(settings: ActionSettings, cfg: FusebotConfig, trig: Trigger, targets: l
                models=settings.model_list or cfg.models)
 
 
-def run(settings: ActionSettings, run_job: RunJob | None = None,
-        platform_factory: PlatformFactory | None = None) -> tuple[int, RunReport]:
-    """One run of the Action: (exit status, what happened). Raises only for a broken machine."""
-    run_job, platform_factory = run_job or search, platform_factory or github_platform
+@dataclass(frozen=True)
+class Plan:
+    """What a run will search, once settings, config, event and workspace have been read."""
+
+    cfg: FusebotConfig
+    trig: Trigger
+    job: Job
+    where: str
+
+
+def prepare(settings: ActionSettings) -> Plan | tuple[int, RunReport]:
+    """Config, trigger, targets and job; or the exit status and report of a run that stops here."""
     try:
         cfg = _config(settings)
     except ConfigError as e:
@@ -122,8 +142,7 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
             typer.echo(f"::error file={p.path},line={p.line}::{p.message}")
         return 1, RunReport("configuration error", f"`{settings.config_path}` is invalid:",
                             problems=[f"line {p.line}: {p.message}" for p in e.problems])
-    label = settings.label or cfg.trigger_label
-    trig = trigger_of(settings, settings.load_event(), label)
+    trig = trigger_of(settings, settings.load_event(), settings.label or cfg.trigger_label)
     if isinstance(trig, Skip):
         log.info("nothing to do: %s", trig.reason)
         return 0, RunReport("nothing to do", trig.reason)
@@ -134,28 +153,88 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
         what = "changed by" if changed is not None else "in"
         return 0, RunReport("nothing to do", f"No marked targets {what} {where} (`# fusebot: optimize` above a "
                                              f"class, or `targets:` in `{settings.config_path}`).")
-    platform = platform_factory(settings)
-    check_id = platform.create_check_run(trig.base_sha, pr.CHECK_NAME, pr.check_queued([t.name for t in targets]))
     job = _job(settings, cfg, trig, targets)
-    log.info("searching %d target(s) at %s (%s): %s", len(targets), trig.base_sha[:12], where,
-             ", ".join(t.name for t in targets))
+    problems = llm_problems(job.models)
+    if problems:
+        for problem in problems:
+            typer.echo(f"::error title=fusebot LLM settings::{problem}")
+        return 2, RunReport("LLM settings are invalid", "Set the inputs `llm-base-url`, `llm-api-key` and `models` "
+                            "together, or none of them (the builtin catalog).", problems=problems)
+    return Plan(cfg, trig, job, where)
+
+
+def run(settings: ActionSettings, run_job: RunJob | None = None,
+        platform_factory: PlatformFactory | None = None) -> tuple[int, RunReport]:
+    """One run of the Action: (exit status, what happened). Raises only for a broken machine."""
+    plan = prepare(settings)
+    if not isinstance(plan, Plan):
+        return plan
+    cfg, trig, job = plan.cfg, plan.trig, plan.job
+    platform = (platform_factory or github_platform)(settings)
+    check_id = _create_check(platform, trig, [t.name for t in job.targets])
+    log.info("searching %d target(s) at %s (%s): %s", len(job.targets), trig.base_sha[:12], plan.where,
+             ", ".join(t.name for t in job.targets))
     try:
-        result = run_job(job, settings.workspace, _Progress(platform, check_id, job.budget.rounds))
+        result = (run_job or search)(job, settings.workspace, _Progress(platform, check_id, job.budget.rounds))
         error = None if result.ok else (result.error or "the job failed")
     except Exception as e:  # a broken machine: the check run says so, then the step fails
         log.exception("the search failed")
         result, error = None, f"{type(e).__name__}: {e}"
     if result is None or error is not None:
         error = redact(error or "", [settings.token.get_secret_value()])
-        plan = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
-        platform.update_check_run(check_id, pr.check_completed(plan, error=error))
+        if check_id is not None:
+            empty = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
+            platform.update_check_run(check_id, pr.check_completed(empty, error=error))
         return 1, RunReport("the search failed", error)
-    report = RunReport("done", f"Searched {len(targets)} target(s) at `{trig.base_sha[:12]}` ({where}).",
+    report = RunReport("done", f"Searched {len(job.targets)} target(s) at `{trig.base_sha[:12]}` ({plan.where}).",
                        results=result.targets, environment=result.environment)
-    report.published = deliver(platform, job, result, base=trig.base, base_sha=trig.base_sha, check_run_id=check_id,
-                               label_pr=trig.pr_number, fork=trig.fork, kernels_dir=cfg.kernels_dir,
-                               grouping=cfg.pr_grouping)
+    try:
+        report.published = deliver(platform, job, result, base=trig.base, base_sha=trig.base_sha,
+                                   check_run_id=check_id, label_pr=trig.pr_number, fork=trig.fork,
+                                   kernels_dir=cfg.kernels_dir, grouping=cfg.pr_grouping)
+    except PlatformError as e:
+        if not trig.fork:
+            raise
+        # a fork's `pull_request` run gets a read-only token: the results and the patch go to the job summary
+        log.warning("could not comment on the fork's PR: %s", e)
+        report.problems.append(f"Could not comment on PR #{trig.pr_number} ({e}). On `pull_request`, GitHub gives a "
+                               "fork's run a read-only token; use `pull_request_target` to have fusebot comment "
+                               "(see the security notes in the README). The results and the patch are below.")
+        report.attachment = fork_results(settings.workspace, settings.repository, trig, cfg, result)
     return 0, report
+
+
+def llm_problems(models: list[str]) -> list[str]:
+    """The LLM endpoint's settings (FUSEBOT_LLM_*, which the search reads) checked before anything starts."""
+    if not (models or os.environ.get("FUSEBOT_LLM_BASE_URL")):
+        return []  # the builtin catalog: no endpoint, no key
+    from runner.proposers.llm import LLMSettings
+
+    try:
+        LLMSettings(**({"models": ",".join(models)} if models else {}))  # type: ignore[arg-type]
+    except ValidationError as e:
+        return [f"FUSEBOT_LLM_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors()]
+    return []
+
+
+def _create_check(platform: Platform, trig: Trigger, names: list[str]) -> int | None:
+    try:
+        return platform.create_check_run(trig.base_sha, pr.CHECK_NAME, pr.check_queued(names))
+    except PlatformError as e:
+        if not trig.fork:
+            raise
+        log.warning("no check run (a fork's pull_request run has a read-only token): %s", e)
+        return None
+
+
+def fork_results(workspace: Path, repo: str, trig: Trigger, cfg: FusebotConfig, result: JobResult) -> str:
+    """The comment fusebot would have posted on the fork's PR, with the patch against the checked-out head."""
+    plan = pr.PullRequestPlan(repo, trig.base, "kernels", trig.base_sha, result.targets,
+                              environment=result.environment, kernels_dir=cfg.kernels_dir, source_pr=trig.pr_number,
+                              trigger=trig.kind)
+    files = branch_files(plan)
+    old = {p: (workspace / p).read_text() if (workspace / p).is_file() else None for p in files}
+    return pr.fork_comment(plan, unified_patch(old, files))
 
 
 def load_settings() -> ActionSettings:
@@ -163,8 +242,18 @@ def load_settings() -> ActionSettings:
     settings = ActionSettings()  # type: ignore[call-arg]  (from the environment)
     for name in TOKEN_VARIABLES:
         os.environ.pop(name, None)
-    install_redaction([settings.token.get_secret_value(), os.environ.get("FUSEBOT_LLM_API_KEY", "")])
+    install_redaction([settings.token.get_secret_value(), os.environ.get(LLM_KEY_VARIABLE, "")])
     return settings
+
+
+def non_dumpable() -> bool:
+    """Linux: other processes of this user can no longer read this one's memory or its initial environment
+    (/proc/PID/environ still holds the token after os.environ forgets it). Children are not affected."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
 
 
 @app.command()
@@ -181,6 +270,8 @@ def action(
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.DEBUG if verbose else settings.log_level.upper(),
                         format="%(levelname)s %(name)s: %(message)s")
+    if not non_dumpable():
+        log.warning("could not make this process non-dumpable: same-user processes may read its environment")
     try:
         code, report = run(settings)
     except PlatformError as e:  # GitHub refused or could not be reached

@@ -28,6 +28,7 @@ class RunReport:
     environment: Environment | None = None
     published: list[Published] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    attachment: str = ""  # e.g. a fork's results and patch when they could not be commented
 
     def pulls(self) -> list[tuple[int, str]]:
         return [(p.pull_request.number, p.pull_request.url) for p in self.published if p.pull_request is not None]
@@ -69,6 +70,9 @@ def summary_markdown(report: RunReport) -> str:
         lines += [pr.target_table(r), ""]
     if report.environment is not None:
         lines += [pr.environment_line(report.environment), ""]
+    if report.attachment:
+        lines += ["<details><summary>Results and patch for the pull request</summary>", "", report.attachment, "",
+                  "</details>", ""]
     return "\n".join(lines)
 
 

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from bot import pr
+from runner.contract import TargetResult
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_world import TOKEN, ActionWorld, make_action_world
 from tests.bot.helpers import APP_ID, REPO, rsa_keys
@@ -140,7 +142,8 @@ def test_the_fusebot_step_runs_for_real_on_a_labelled_pr(world: ActionWorld, tmp
     action_outputs = {name: resolve(out["value"], context) for name, out in ACTION["outputs"].items()}
     assert action_outputs["pr-number"] == str(pull.number)
     assert action_outputs["pr-url"] == f"https://github.com/{REPO}/pull/{pull.number}"
-    assert float(action_outputs["best-speedup"]) > 1
+    improved = TargetResult.model_validate_json((results / "improved.json").read_text())
+    assert action_outputs["best-speedup"] == f"{pr.speedup(improved.verdict):.4g}"
     assert f"#{pull.number}" in w.summary.read_text()
     assert TOKEN not in proc.stdout + proc.stderr + w.summary.read_text() + w.output.read_text()
 
