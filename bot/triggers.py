@@ -40,17 +40,8 @@ def checkout(ctx: Context, repo: str, installation_id: int, sha: str) -> Path:
 def report_config_error(ctx: Context, repo: str, installation_id: int, sha: str, err: ConfigError) -> None:
     annotations = [github.Annotation(path=p.path, line=p.line, message=p.message) for p in err.problems]
     summary = "\n".join(f"- `{p.path}` line {p.line}: {p.message}" for p in err.problems)
-    github.create_check_run(
-        ctx.gh(installation_id),
-        repo,
-        name=f"{ctx.settings.check_run_name} config",
-        head_sha=sha,
-        status="completed",
-        conclusion="failure",
-        title=f"{CONFIG_PATH} is invalid",
-        summary=f"fusebot could not use `{CONFIG_PATH}`:\n\n{summary}",
-        annotations=annotations,
-    )
+    _config_check(ctx, repo, installation_id, sha, "failure", f"{CONFIG_PATH} is invalid",
+                  f"fusebot could not use `{CONFIG_PATH}`:\n\n{summary}", annotations)
     log.info("config error in %s@%s: %d problem(s)", repo, sha[:12], len(err.problems))
 
 
@@ -62,17 +53,25 @@ def validate_config(ctx: Context, repo: str, installation_id: int, sha: str) -> 
     except ConfigError as e:
         report_config_error(ctx, repo, installation_id, sha, e)
         return False
+    _config_check(ctx, repo, installation_id, sha, "success", f"{CONFIG_PATH} is valid",
+                  f"`{CONFIG_PATH}` parsed and validated against the published schema.")
+    return True
+
+
+def _config_check(ctx: Context, repo: str, installation_id: int, sha: str, conclusion: str, title: str, summary: str,
+                  annotations: list | None = None) -> None:
+    """The completed check run that reports on the repository's config."""
     github.create_check_run(
         ctx.gh(installation_id),
         repo,
         name=f"{ctx.settings.check_run_name} config",
         head_sha=sha,
         status="completed",
-        conclusion="success",
-        title=f"{CONFIG_PATH} is valid",
-        summary=f"`{CONFIG_PATH}` parsed and validated against the published schema.",
+        conclusion=conclusion,
+        title=title,
+        summary=summary,
+        **({"annotations": annotations} if annotations is not None else {}),
     )
-    return True
 
 
 def start_job(
