@@ -194,10 +194,15 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
 
     Passed only when pytest exits 0 and at least one test ran: a test that was skipped everywhere (a CUDA kernel on a
     machine without a GPU) verifies nothing."""
+    from runner.sandbox import confined_env
+
     test = f"{kernels_dir}/{slug(target)}/{dropin_test_filename(target)}"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), test]
-    run_env = dict(env if env is not None else os.environ)
-    run_env.setdefault("FUSEBOT_DROPIN_CACHE", str(root / ".fusebot-dropin-cache"))
+    # The test imports the repository's code: it runs confined like every other untrusted process (writes only under
+    # the scratch copy `root`, no network, no credentials in its environment, caches and temporary files under root).
+    cmd = [sys.executable, "-m", "runner.sandbox", "--write", str(root), "--",
+           sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), test]
+    run_env = confined_env(root, base=dict(env if env is not None else os.environ))
+    run_env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
     start = time.monotonic()
     try:
         done = subprocess.run(cmd, cwd=root, env=run_env, capture_output=True, text=True, timeout=timeout_s)

@@ -5,6 +5,7 @@ through it; the runner's own check of the generated test accepts a right kernel 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -175,3 +176,22 @@ def test_a_cuda_dropin_without_a_gpu_says_why_and_its_check_verifies_nothing(tmp
     mod = load_dropin(repo, f"dropin_cuda_{tmp_path.name}")
     with pytest.raises(mod.BuildError, match="no CUDA GPU"):
         mod.ScaledBiasReLU(512)(torch.randn(2, 512))
+
+
+def test_the_generated_test_runs_confined(tmp_path):
+    """It imports the repository's code: no credentials, no writes outside its scratch copy."""
+    from runner.results import check_dropin, dropin_test_filename, slug
+
+    root, outside = tmp_path / "scratch", tmp_path / "outside.txt"
+    folder = root / "fusebot_kernels" / slug("t")
+    folder.mkdir(parents=True)
+    (folder / dropin_test_filename("t")).write_text(
+        "import os, pathlib, pytest\n\n"
+        "def test_confined():\n"
+        "    assert 'FUSEBOT_WORKER_TOKEN' not in os.environ\n"
+        f"    with pytest.raises(PermissionError):\n        pathlib.Path({str(outside)!r}).write_text('x')\n"
+    )
+    env = {**os.environ, "FUSEBOT_WORKER_TOKEN": "t" * 32}
+    check = check_dropin(root, "fusebot_kernels", "t", env=env)
+    assert check.passed, check.output_tail
+    assert not outside.exists()
