@@ -112,6 +112,11 @@ def target_table(r: TargetResult) -> str:
     if r.dropin_check is not None:
         c = r.dropin_check
         lines[-1] += f" Drop-in test run by the runner: {c.passed_tests} passed, {c.failed_tests} failed."
+    if v.confirmation is not None:
+        c = v.confirmation
+        per_round = ", ".join(f"{x:.2f}x" for x in c.speedup_vs_faster())
+        lines += [f"Timed in {c.rounds} alternating rounds (fusebot, eager, torch.compile, ...), one process: speedup "
+                  f"over the faster baseline per round {per_round}."]
     lines += [f"> {w}" for w in v.warnings]
     if not r.improved and r.message:
         lines += ["", f"Not proposed: {r.message}"]

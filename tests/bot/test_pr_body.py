@@ -110,3 +110,17 @@ def test_branch_names(base, group, branch):
     assert pr.branch_name(base, group) == branch
     with pytest.raises(ValueError):
         pr.marker("pr", "a b")
+
+
+def test_the_confirmation_rounds_are_shown_per_round():
+    from runner.contract import Confirmation
+
+    r = improved_result()
+    v = r.verdict
+    e, c, k = v.baselines.eager.median_ms, v.baselines.compile.median_ms, v.timing.median_ms
+    conf = Confirmation(rounds=2, candidate_ms=[k, k * 1.1], eager_ms=[e, e], compile_ms=[c, c],
+                        speedup_vs_eager=[e / k, e / (k * 1.1)], speedup_vs_compile=[c / k, c / (k * 1.1)])
+    r = r.model_copy(update={"verdict": v.model_copy(update={"confirmation": conf})})
+    body = pr.pr_body(plan_of(r))
+    per_round = ", ".join(f"{x:.2f}x" for x in conf.speedup_vs_faster())
+    assert "Timed in 2 alternating rounds" in body and per_round in body
