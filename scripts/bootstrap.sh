@@ -14,7 +14,9 @@ fi
 VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   # torch first, pinned: a bare `torch` requirement would fetch several GB of CUDA wheels on a CPU machine.
-  "$VPY" -m pip install -q --disable-pip-version-check "torch==${FUSEBOT_TORCH_VERSION:-2.13.0}"
+  # FUSEBOT_TORCH_INDEX_URL picks the build (CI on GitHub: PyTorch's CPU index); unset, pip's own configuration does.
+  "$VPY" -m pip install -q --disable-pip-version-check ${FUSEBOT_TORCH_INDEX_URL:+--index-url "$FUSEBOT_TORCH_INDEX_URL"} \
+    "torch==${FUSEBOT_TORCH_VERSION:-2.13.0}"
 fi
 stamp=.venv/.fusebot-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
