@@ -157,6 +157,16 @@ class _Loads:
         return "\n        ".join(out)
 
 
+def pass_feed(plan, loads: _Loads, pno: int, indent: str) -> tuple[list, str]:
+    """Pass `pno` of a row plan: its accumulators, and the loop body (lines joined at `indent`) that loads what they
+    need and feeds them."""
+    accs = [x for x in plan.accs if x.pass_no == pno]
+    loads.used.clear()
+    em = Emitter(loads)
+    adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
+    return accs, indent.join(em.lines + adds)
+
+
 def _vec_inputs(p: Program, kinds: tuple[str, ...]) -> set[int]:
     return {k for k in range(len(p.inputs)) if p.access(k) in kinds}
 

@@ -13,6 +13,7 @@ from runner.catalog.cuda import (
     _row_result,
     _value_decls,
     _vec_inputs,
+    pass_feed,
 )
 from runner.catalog.ir import Program
 
@@ -180,11 +181,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
             f"*(const FbVec<{ctype[k]}, {v}>*)((const {ctype[k]}*)a.in[{k}] + o * a.R + r0);" for k in cached)
         parts = []
         for pno in range(1, plan.passes + 1):
-            accs = [x for x in plan.accs if x.pass_no == pno]
-            loads.used.clear()
-            em = Emitter(loads)
-            adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
-            body = "\n          ".join(em.lines + adds)
+            accs, body = pass_feed(plan, loads, pno, "\n          ")
             decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
             merge = "\n    ".join(
                 f"""fb_block_reduce<{x.kind}, {T}>({x.name});

@@ -4,7 +4,16 @@ warp or a block per row) and `columns` (reduced dims in the middle: threads acro
 from __future__ import annotations
 
 from runner.catalog.cgen import Emitter, NotExpressible, full_output, plan_passes
-from runner.catalog.cuda import CudaParams, _align_check, _forward, _Loads, _row_result, _value_decls, _vec_inputs
+from runner.catalog.cuda import (
+    CudaParams,
+    _align_check,
+    _forward,
+    _Loads,
+    _row_result,
+    _value_decls,
+    _vec_inputs,
+    pass_feed,
+)
 from runner.catalog.ir import Program
 
 # ---- rows -----------------------------------------------------------------------------------------------------------
@@ -24,11 +33,7 @@ def render_rows(p: Program, params: CudaParams, out_t: str) -> str:
         loads = _Loads(p, vec_in if v > 1 else set())
         parts = []
         for pno in range(1, plan.passes + 1):
-            accs = [x for x in plan.accs if x.pass_no == pno]
-            loads.used.clear()
-            em = Emitter(loads)
-            adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
-            body = "\n          ".join(em.lines + adds)
+            accs, body = pass_feed(plan, loads, pno, "\n          ")
             red = "\n    ".join(f"fb_warp_reduce({x.name});" if G == 32 else f"fb_block_reduce<{x.kind}, {T}>({x.name});"
                                  for x in accs)
             decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
@@ -109,11 +114,7 @@ def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
     loads = _Loads(p, set())
     parts = []
     for pno in range(1, plan.passes + 1):
-        accs = [x for x in plan.accs if x.pass_no == pno]
-        loads.used.clear()
-        em = Emitter(loads)
-        adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
-        body = "\n        ".join(em.lines + adds)
+        accs, body = pass_feed(plan, loads, pno, "\n        ")
         decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
         merge = ""
         if RS > 1:
