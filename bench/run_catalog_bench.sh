@@ -7,10 +7,13 @@
 # table keeps every batch's rows) and are copied to $OUT; bring them back to bench/results/h100-catalog/ and commit
 # README.md and results.json.
 set -u
-BATCH=${1:?a glob over out/kb-suite without .py, e.g. "level1_2*"}
+BATCH=${1:?globs over out/kb-suite without .py, joined by commas, e.g. "level1_2*" or "level1_23*,level1_40*"}
 BUDGET=${BUDGET:-90}          # search seconds per problem (the issue allows 300; one device command allows 600)
 source bench/gpu_setup.sh || exit 1
-python3 -m bot.cli bench out/kb-suite --out out/h100-catalog --backend cuda --bandwidth 3.01e12 \
-  --budget-seconds "$BUDGET" --rounds 2 --ideas 2 --implementations 2 --pattern "$BATCH.py" 2>&1 | tail -40
+mkdir -p out/h100-catalog
+# The H100's measured copy bandwidth (bench/results/h100-harness); on any other GPU the harness measures its own.
+BW=""; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "H100" && BW="--bandwidth 3.01e12"
+python3 -m bot.cli bench out/kb-suite --out out/h100-catalog --backend cuda $BW \
+  --budget-seconds "$BUDGET" --rounds 2 --ideas 2 --implementations 2 --verbose --pattern "$(echo "$BATCH" | sed 's/,/.py,/g').py" 2>&1 | tee -a out/h100-catalog/bench.log | grep -v " INFO " | tail -40
 if [ -n "${OUT:-}" ]; then cp -r out/h100-catalog "$OUT/"; fi
 cat out/h100-catalog/README.md

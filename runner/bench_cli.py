@@ -157,7 +157,7 @@ def bench(
     rounds: Annotated[int, typer.Option(min=1)] = 3,
     ideas: Annotated[int, typer.Option(min=1)] = 4,
     implementations: Annotated[int, typer.Option(min=1)] = 2,
-    pattern: Annotated[str, typer.Option(help="Which files of the folder (glob).")] = "*.py",
+    pattern: Annotated[str, typer.Option(help="Which files of the folder: a glob, or several joined by commas.")] = "*.py",
     backend: Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda where available).")] = None,
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline")] = False,
     bandwidth: Annotated[float | None, typer.Option(help="Known copy bandwidth, bytes/s (3.01e12 on the H100).")] = None,
@@ -176,7 +176,8 @@ def bench(
         console.print(f"[red]--backend must be cuda or cpu, not {backend!r}[/red]")
         raise typer.Exit(2)
     chosen = backend or default_backend()
-    files = sorted(p for p in suite.glob(pattern) if p.is_file() and not p.name.startswith("_"))
+    files = sorted({p for g in pattern.split(",") if g.strip() for p in suite.glob(g.strip())
+                    if p.is_file() and not p.name.startswith("_")})
     if not files:
         console.print(f"[red]{suite}: no problem files match {pattern}[/red]")
         raise typer.Exit(2)

@@ -63,6 +63,16 @@ class HarnessConfig:
     bandwidth_bytes_per_s: float | None = None  # a known ceiling instead of measuring one (e.g. 3.01e12 on the H100)
 
 
+def _discard_outputs(workdir: Path, reply: dict) -> None:
+    """Delete a trial's output files once the judge has read them: they live in /dev/shm (memory), and five trials
+    of a 6 GB output per candidate, several candidates loaded at once, filled the host's memory on the H100."""
+    root = Path(workdir).resolve()
+    for meta in [*(reply.get("outputs") or []), *(reply.get("second_run") or [])]:
+        f = meta.get("file") if isinstance(meta, dict) else None
+        if f and Path(f).resolve().is_relative_to(root):
+            Path(f).resolve().unlink(missing_ok=True)
+
+
 def default_backend() -> str:
     try:
         import torch
@@ -475,6 +485,7 @@ class Evaluator:
                                          "dir": str(worker.workdir),
                                          "structure": rep["structure"], "expected_structure": prep["structure"],
                                          "second_run": rep.get("second_run")}, self.config.trial_timeout_s, "check")
+                _discard_outputs(worker.workdir, rep)
                 result.reasons += check["reasons"]
                 result.max_abs_err, result.max_rel_err = check.get("max_abs_err"), check.get("max_rel_err")
                 result.mismatched, result.numel = check.get("mismatched", 0), check.get("numel", 0)

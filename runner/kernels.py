@@ -7,7 +7,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*void\s+(\w+)")
+# `__global__ [qualifiers] void [qualifiers] name(`: CUDA accepts __launch_bounds__ and the inline/static qualifiers on
+# either side of `void`.
+_QUAL = r"(?:__launch_bounds__\s*\([^)]*\)\s*|static\s+|inline\s+|__inline__\s+|__forceinline__\s+|__noinline__\s+)*"
+_GLOBAL = re.compile(r"__global__\s+" + _QUAL + r"void\s+" + _QUAL + r"(\w+)\s*\(")
 
 
 def declared_kernels(sources: dict[str, str]) -> list[str]:

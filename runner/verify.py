@@ -45,7 +45,15 @@ def write_tensor(t: torch.Tensor, path: Path) -> None:
     flat = t.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
-    flat.view(torch.uint8).cpu().numpy().tofile(path)
+    raw = flat.view(torch.uint8)
+    Path(path).unlink(missing_ok=True)
+    if raw.numel() == 0:
+        Path(path).write_bytes(b"")
+        return
+    # Copied straight from the device into the mapped file (in /dev/shm: memory), with no host copy in between.
+    mapped = torch.UntypedStorage.from_file(str(path), shared=True, nbytes=raw.numel())
+    torch.empty(0, dtype=torch.uint8).set_(mapped).copy_(raw)
+    del mapped
 
 
 def read_tensor(path: Path, meta: dict, device: str) -> torch.Tensor:
@@ -98,19 +106,45 @@ def check_metadata(ref: torch.Tensor, meta: dict, index: int) -> list[str]:
     return reasons
 
 
+CHUNK_ELEMENTS = 1 << 25  # compared in fp64 a chunk at a time: a 6 GB fp32 output must not need 60 GB of temporaries
+
+
+def _chunks(ref: torch.Tensor, out: torch.Tensor):
+    r, o = ref.reshape(-1), out.reshape(-1)
+    for start in range(0, r.numel(), CHUNK_ELEMENTS):
+        yield start, r[start:start + CHUNK_ELEMENTS].double(), o[start:start + CHUNK_ELEMENTS].double()
+
+
 def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float, index: int) -> Comparison:
     where = f"output {index}"
     numel = ref.numel()
     if not ref.is_floating_point():
-        diff = ref != out
-        bad = int(diff.sum())
+        bad = sum(int((ref.reshape(-1)[i:i + CHUNK_ELEMENTS] != out.reshape(-1)[i:i + CHUNK_ELEMENTS]).sum())
+                  for i in range(0, numel, CHUNK_ELEMENTS))
         reasons = [f"mismatch: {where}: {bad} of {numel} elements differ (exact match required for {ref.dtype})"] if bad else []
         return Comparison(bad == 0, 0.0 if bad == 0 else None, None, bad, numel, reasons)
-    r, o = ref.double(), out.double()
+    nan_bad = poisoned = inf_bad = bad = 0
+    max_abs = max_rel = 0.0
+    diff_sq = ref_sq = 0.0
+    first: tuple[int, float, float] | None = None
+    for start, r, o in _chunks(ref, out):
+        ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
+        nan_bad += int((ref_nan != out_nan).sum())
+        poisoned += int((out_nan & ~ref_nan).sum())
+        inf_bad += int(((torch.isinf(r) | torch.isinf(o)) & (r != o) & ~ref_nan & ~out_nan).sum())
+        finite = torch.isfinite(r) & torch.isfinite(o)
+        err = torch.where(finite, (o - r).abs(), torch.zeros_like(r))
+        bad_mask = finite & (err > atol + rtol * r.abs())
+        n_bad = int(bad_mask.sum())
+        if n_bad and first is None:
+            i = int(torch.nonzero(bad_mask)[0])
+            first = (start + i, float(o[i]), float(r[i]))
+        bad += n_bad
+        max_abs = max(max_abs, float(err.max()))
+        max_rel = max(max_rel, float(torch.where(finite, err / r.abs().clamp_min(atol), torch.zeros_like(r)).max()))
+        diff_sq += float(((o - r) * finite).square().sum())
+        ref_sq += float((r * finite).square().sum())
     reasons: list[str] = []
-    ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
-    nan_bad = int((ref_nan != out_nan).sum())
-    poisoned = int((out_nan & ~ref_nan).sum())
     if poisoned:
         reasons.append(
             f"uninitialized-output: {where}: {poisoned} of {numel} elements are NaN where the reference is finite "
@@ -118,24 +152,14 @@ def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: floa
         )
     elif nan_bad:
         reasons.append(f"nan-mismatch: {where}: NaN positions differ at {nan_bad} elements")
-    ref_inf, out_inf = torch.isinf(r), torch.isinf(o)
-    inf_bad = int(((ref_inf | out_inf) & (r != o) & ~ref_nan & ~out_nan).sum())
     if inf_bad:
         reasons.append(f"inf-mismatch: {where}: Inf positions or signs differ at {inf_bad} elements")
-    finite = torch.isfinite(r) & torch.isfinite(o)
-    err = torch.where(finite, (o - r).abs(), torch.zeros_like(r))
-    allowed = atol + rtol * r.abs()
-    bad_mask = finite & (err > allowed)
-    bad = int(bad_mask.sum())
-    max_abs = float(err.max()) if numel else 0.0
-    rel = torch.where(finite, err / r.abs().clamp_min(atol), torch.zeros_like(r))
-    max_rel = float(rel.max()) if numel else 0.0
     if bad:
-        i = int(torch.nonzero(bad_mask.reshape(-1))[0])
-        got, want = float(o.reshape(-1)[i]), float(r.reshape(-1)[i])
+        assert first is not None
+        i, got, want = first
         msg = (f"mismatch: {where}: {bad} of {numel} elements outside atol={atol:g} rtol={rtol:g} "
                f"(max abs err {max_abs:.3g}; first at flat index {i}: got {got:.6g}, want {want:.6g})")
-        norm_rel = float(((o - r) * finite).norm() / (r * finite).norm().clamp_min(1e-30))
+        norm_rel = diff_sq ** 0.5 / max(ref_sq ** 0.5, 1e-30)
         if ref.dtype in (torch.float32, torch.float64) and norm_rel < 1e-2 and bad < numel:
             msg += (f"; relative error {norm_rel:.2g} is typical of reduced precision (TF32, fp16 or bf16 "
                     "arithmetic inside an fp32 problem): precision downgrade beyond tolerance")
@@ -150,4 +174,4 @@ def matches(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> b
         return False
     if not ref.is_floating_point():
         return bool(torch.equal(ref, out))
-    return bool(torch.allclose(out.double(), ref.double(), atol=atol, rtol=rtol, equal_nan=True))
+    return all(torch.allclose(o, r, atol=atol, rtol=rtol, equal_nan=True) for _, r, o in _chunks(ref, out))

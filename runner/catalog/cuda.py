@@ -149,11 +149,14 @@ class _Loads:
             return f"fb_f(v{k}.v[j])"
         return f"fb_f(((const {_ctype(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}])"
 
-    def vector_decls(self, base: str, V: int) -> str:
+    def vector_decls(self, base: str, V: int, row_base: str = "r0") -> str:
+        """Vector loads at `base` (an input of the full shape) or at `row_base` (a row vector: it varies along the
+        reduced dims only, e.g. a LayerNorm's weight, and is read at the same place for every row)."""
         out = []
         for k in sorted(self.vec & self.used):
             t = _ctype(self.p.inputs[k].dtype)
-            out.append(f"const FbVec<{t}, {V}> v{k} = *(const FbVec<{t}, {V}>*)((const {t}*)a.in[{k}] + {base});")
+            at = row_base if self.p.access(k) == "rowvec" else base
+            out.append(f"const FbVec<{t}, {V}> v{k} = *(const FbVec<{t}, {V}>*)((const {t}*)a.in[{k}] + {at});")
         return "\n        ".join(out)
 
 

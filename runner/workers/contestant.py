@@ -47,6 +47,9 @@ class State:
 
 def _warm_up(device: str) -> None:
     """Start the runtime's own threads and pools before the snapshot, so they are not taken for the candidate's."""
+    # The CPU's intra-op pool too, on every device: a problem's inputs are made on the CPU (a large torch.rand starts
+    # the pool), and on the H100 a LayerNorm's 15 pool threads were taken for the candidate's own.
+    torch.ones(1 << 22).add_(1.0).sum().item()
     x = torch.randn(1 << 16, device=device)
     (x @ x).item()
     with _fill_uninitialized():  # its first use rebinds torch.manual_seed: do that before the snapshot

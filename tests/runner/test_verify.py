@@ -1,0 +1,48 @@
+"""runner.verify compares outputs a chunk at a time (a 6 GB fp32 output must not need 60 GB of fp64 temporaries):
+the chunked comparison must find the same things, with the same counts and first index, as the whole-tensor one."""
+
+import pytest
+import torch
+
+from runner import verify
+
+
+def _case() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    ref = torch.randn(1000, generator=g)
+    out = ref.clone()
+    out[5] += 1.0  # outside tolerance
+    out[517] += 0.5  # outside tolerance, in a later chunk
+    out[700] = float("nan")  # poisoned
+    ref[900] = float("inf")
+    out[900] = float("-inf")  # Inf sign differs
+    return ref, out
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 25])
+def test_chunked_comparison_counts_every_difference_once(monkeypatch, chunk):
+    monkeypatch.setattr(verify, "CHUNK_ELEMENTS", chunk)
+    ref, out = _case()
+    c = verify.compare_values(ref, out, atol=1e-4, rtol=1e-4, index=0)
+    assert not c.passed
+    assert c.mismatched == 2 + 1 + 1  # two out of tolerance, one NaN, one Inf
+    assert c.max_abs_err == pytest.approx(1.0, abs=1e-6)
+    text = " ".join(c.reasons)
+    assert "2 of 1000 elements outside" in text and "first at flat index 5" in text
+    assert "uninitialized-output" in text and "inf-mismatch" in text
+
+
+@pytest.mark.parametrize("chunk", [3, 1 << 25])
+def test_chunked_comparison_passes_what_is_within_tolerance(monkeypatch, chunk):
+    monkeypatch.setattr(verify, "CHUNK_ELEMENTS", chunk)
+    ref = torch.linspace(-3, 3, 101)
+    out = ref + 1e-6
+    assert verify.compare_values(ref, out, atol=1e-4, rtol=1e-4, index=0).passed
+    assert verify.matches(ref, out, atol=1e-4, rtol=1e-4)
+    out[100] += 1.0
+    assert not verify.matches(ref, out, atol=1e-4, rtol=1e-4)
+    ints = torch.arange(50)
+    other = ints.clone()
+    other[49] = 0
+    c = verify.compare_values(ints, other, atol=0, rtol=0, index=1)
+    assert not c.passed and c.mismatched == 1
