@@ -15,6 +15,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from bot import pr
+from bot.benchmark import deliver_benchmark
+from bot.hygiene import deliver_hygiene
 from bot.platform import Platform, PlatformError
 from bot.publish import Published, publish
 from runner.contract import Job, JobResult, TargetResult
@@ -90,8 +92,6 @@ def deliver_job(ctx: Context, job: JobInfo, check_run_id: int | None) -> list[Pu
 
 def _deliver_kernel_job(platform: Platform, job: JobInfo, check_run_id: int | None) -> list[Published]:
     from bot import github
-    from bot.benchmark import deliver_benchmark
-    from bot.hygiene import deliver_hygiene
 
     assert job.result is not None
     try:

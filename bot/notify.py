@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 
 from bot import github
+from bot.benchmark import benchmark_check
 from bot.context import Context
 from bot.deliver import deliver_job
+from bot.hygiene import hygiene_check
 from bot.jobs import JobInfo
 
 log = logging.getLogger(__name__)
@@ -46,9 +48,6 @@ def check_run_view(job: JobInfo) -> tuple[str, str | None, str, str]:
 
 def _kernel_job_view(job: JobInfo) -> tuple[str, str | None, str, str]:
     """Benchmark and hygiene jobs: fusebot's kernels in the commit, re-verified and re-timed (no search)."""
-    from bot.benchmark import benchmark_check
-    from bot.hygiene import hygiene_check
-
     spec = job.spec
     kernels = "\n".join(f"- `{spec.kernels_dir}/{k}`" for k in spec.kernels[:50])
     what = "Re-measure" if spec.kind == "benchmark" else "Re-verify"
@@ -57,7 +56,8 @@ def _kernel_job_view(job: JobInfo) -> tuple[str, str | None, str, str]:
             f"Waiting for a GPU runner.\n\n{kernels}"
     if job.state in ("leased", "running"):
         p = job.progress
-        return "in_progress", None, f"{what}: {p.message if p and p.message else 'starting'}"[:255], kernels
+        title = p.message[:1].upper() + p.message[1:] if p and p.message else f"{what}: starting"
+        return "in_progress", None, title[:255], kernels
     if job.result is None:
         return "completed", "neutral", "No result", "The job finished without a result."
     out = benchmark_check(spec, job.result) if spec.kind == "benchmark" else hygiene_check(job.result.targets)

@@ -242,7 +242,8 @@ class Worker:
                                                               f"runner to the bot's version): {e}"[:10_000]})
             return True
         interval = min(self.settings.heartbeat_seconds, float(got["lease_ttl_seconds"]) / 3)
-        log.info("job %s leased: %s@%s, %d target(s)", job.id, job.repo, job.sha[:12], len(job.targets))
+        log.info("%s job %s leased: %s@%s, %d target(s), %d kernel(s)", job.kind, job.id, job.repo, job.sha[:12],
+                 len(job.targets), len(job.kernels))
         self.current = (job.id, lease)
         try:
             self._execute(job, lease, interval)

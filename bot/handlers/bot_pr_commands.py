@@ -41,7 +41,8 @@ def _branch_head(gh: Github, repo: str, ref: str) -> str:
 
 def handle(ctx: Context, ev: Event, gh: Github, repo: str, installation_id: int, number: int, name: str) -> None:
     pull = github.pull(gh, repo, number)
-    job_id = pr.find_marker(_body(gh, repo, number), "job") if pull.head_ref.startswith("fusebot/") else None
+    ours = pull.head_ref.startswith("fusebot/") and not pull.is_fork  # fusebot never opens a PR from a fork
+    job_id = pr.find_marker(_body(gh, repo, number), "job") if ours else None
     job = ctx.store.get(job_id) if job_id else None
     if job is None:
         github.post_comment(gh, repo, number, f"`/fusebot {name}` works on fusebot's own pull requests (it needs the "

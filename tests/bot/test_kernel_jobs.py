@@ -35,6 +35,7 @@ from tests.bot.kernel_world import (
     run_leased,
 )
 from tests.bot.test_pr_github import bot_pulls, branch_files, command
+from tests.fakes.github_server import Pull
 from tests.verdicts import real_verdicts
 
 KERNEL = f"{KERNELS}/{FOLDER}/kernel.cpp"
@@ -238,3 +239,15 @@ def test_a_rerun_with_identical_files_commits_nothing(world):
     assert git(world.repo.bare, "rev-parse", bot.head_ref) != first  # a real change still commits
     assert branch_files(world, bot.head_ref)[KERNEL].endswith("// tuned\n")
     assert [p.number for p in bot_pulls(world)] == [bot.number]
+
+
+def test_a_fork_dressed_as_a_fusebot_pr_gets_no_benchmark(world):
+    """fusebot never opens a PR from a fork: a fork's branch named `fusebot/...` with a copied job marker runs nothing."""
+    search = label_and_upload(world, number=2, sha=epilogue_pr(world))
+    fork_sha = world.repo.commit({MODULE_PATH: EXAMPLE.read_text(), **merged(kernel_files())}, "fork", branch="fork")
+    world.repo.push_ref(fork_sha, "refs/pull/7/head")
+    world.fake.add_pull(Pull(REPO, 7, fork_sha, "fusebot/main/x", "forker/Hello-World", "main", world.shas["main"],
+                             body=pr.marker("job", search["id"])))
+    command(world, "/fusebot benchmark", 7, 980)
+    assert kernel_jobs(world, "benchmark") == []
+    assert any("fusebot's own pull requests" in c for c in world.fake.comments_on(REPO, 7))
