@@ -15,6 +15,7 @@ import logging
 from github import Github
 
 from bot import github, pr
+from bot.config import CONFIG_PATH
 from bot.context import Context
 from bot.jobs import JobInfo
 from bot.triggers import start_job, start_kernel_job
@@ -55,7 +56,7 @@ def handle(ctx: Context, ev: Event, gh: Github, repo: str, installation_id: int,
     elif name == "rerun":
         rerun(ctx, ev, gh, repo, installation_id, number, pull.base_ref, job)
     else:
-        benchmark(ctx, ev, gh, repo, installation_id, number, job)
+        benchmark(ctx, ev, gh, repo, installation_id, pull, job)
 
 
 def rerun(ctx: Context, ev: Event, gh: Github, repo: str, installation_id: int, number: int, ref: str,
@@ -75,10 +76,10 @@ def rerun(ctx: Context, ev: Event, gh: Github, repo: str, installation_id: int, 
                                           "it finishes.")
 
 
-def benchmark(ctx: Context, ev: Event, gh: Github, repo: str, installation_id: int, number: int,
+def benchmark(ctx: Context, ev: Event, gh: Github, repo: str, installation_id: int, pull: github.PullInfo,
               job: JobInfo) -> None:
     """The kernels this PR touches, at its head (the base branch's head for the hygiene PR, which removes them)."""
-    pull = github.pull(gh, repo, number)
+    number = pull.number
     if job.spec.kind == "hygiene":
         ref, sha = pull.base_ref, _branch_head(gh, repo, pull.base_ref)
     else:
@@ -86,10 +87,13 @@ def benchmark(ctx: Context, ev: Event, gh: Github, repo: str, installation_id: i
     started = start_kernel_job(ctx, kind="benchmark", delivery_id=ev.delivery_id, repo=repo,
                                installation_id=installation_id, sha=sha, ref=ref, pr_number=number,
                                trigger="comment", changed_files=github.pull_files(gh, repo, number))
+    if started.config is None:  # reported with annotations on the `fusebot config` check run
+        github.post_comment(gh, repo, number, f"`{CONFIG_PATH}` at `{sha[:12]}` is invalid (see the config check "
+                                              "run): nothing was measured.")
+        return
     if started.job is None:
-        where = f" under `{started.config.kernels_dir}/`" if started.config else ""
-        github.post_comment(gh, repo, number, f"No fusebot kernel of this pull request is on `{ref}` at `{sha[:12]}`"
-                                              f"{where}: nothing to measure.")
+        github.post_comment(gh, repo, number, f"No fusebot kernel of this pull request is on `{ref}` at `{sha[:12]}` "
+                                              f"under `{started.config.kernels_dir}/`: nothing to measure.")
         return
     kernels = ", ".join(f"`{k}`" for k in started.job.spec.kernels)
     github.post_comment(gh, repo, number, f"Re-measuring {kernels} as they are on `{ref}` at `{sha[:12]}` (every "
