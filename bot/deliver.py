@@ -5,7 +5,8 @@
 Grouping follows the repository config (`pr_grouping`): `per-target` opens one PR per improved target
 (`fusebot/<base>/<target>`), `single` one PR for all (`fusebot/<base>/kernels`). A fork's PR gets one comment with the
 patch. The check run and the status comment summarise every target, whichever PRs they went to.
-`deliver_job` is the bot's entry point (called by the check-run outbox when a job succeeded).
+`deliver_job` is the bot's entry point (called by the check-run outbox when a job succeeded); it routes a benchmark
+job's result to a comment on its PR (bot/benchmark.py) and a hygiene job's to the removal PR (bot/hygiene.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from bot import pr
+from bot.benchmark import deliver_benchmark
+from bot.hygiene import deliver_hygiene
 from bot.platform import Platform, PlatformError
 from bot.publish import Published, publish
 from runner.contract import Job, JobResult, TargetResult
@@ -68,6 +71,8 @@ def deliver_job(ctx: Context, job: JobInfo, check_run_id: int | None) -> list[Pu
     if job.result is None or job.installation_id is None:
         return []
     gh = ctx.gh(job.installation_id)
+    if job.spec.kind != "search":
+        return _deliver_kernel_job(GitHubPlatform(gh, job.repo), job, check_run_id)
     try:
         config = load_config(github.file_text(gh, job.repo, CONFIG_PATH, job.sha))
     except ConfigError:  # reported on the config's own check run when the job was made; defaults here
@@ -83,3 +88,18 @@ def deliver_job(ctx: Context, job: JobInfo, check_run_id: int | None) -> list[Pu
                        grouping=config.pr_grouping)
     except PlatformError as e:  # GitHub refused or is down: the outbox retries the job later
         raise github.GitHubError(f"delivering job {job.id}: {e}") from None
+
+
+def _deliver_kernel_job(platform: Platform, job: JobInfo, check_run_id: int | None) -> list[Published]:
+    from bot import github
+
+    assert job.result is not None
+    try:
+        if job.spec.kind == "benchmark":
+            deliver_benchmark(platform, job.spec, job.result, check_run_id=check_run_id)
+            return []
+        published = deliver_hygiene(platform, job.spec, job.result, base=job.spec.ref or platform.default_branch(),
+                                    check_run_id=check_run_id)
+        return [published] if published else []
+    except PlatformError as e:  # GitHub refused or is down: the outbox retries the job later
+        raise github.GitHubError(f"delivering {job.spec.kind} job {job.id}: {e}") from None

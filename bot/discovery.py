@@ -2,6 +2,7 @@
 
 A source marker is the comment `# fusebot: optimize` on the line directly above a class (or above its decorators),
 in a file that also defines `get_inputs` and `get_init_inputs` at module level (the KernelBench convention).
+fusebot's own kernels are found by their manifests: `<kernels_dir>/<folder>/fusebot.json` (`kernel_folders`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import git
 
 from bot.config import CONFIG_PATH, TargetConfig
 from bot.logs import redact
-from runner.contract import TargetSpec
+from runner.contract import MANIFEST_FILE, TargetSpec
 
 log = logging.getLogger(__name__)
 
@@ -174,3 +175,19 @@ def discover(
         changed = set(changed_files)
         out = [t for t in out if t.file in changed]
     return out
+
+
+def kernel_folders(worktree: Path, kernels_dir: str, only: Iterable[str] | None = None) -> list[str]:
+    """The folders under `kernels_dir` that hold a fusebot kernel (a manifest), restricted to `only` when given."""
+    base = worktree / kernels_dir
+    if not base.is_dir() or base.is_symlink():
+        return []
+    wanted = set(only) if only is not None else None
+    return sorted(m.parent.name for m in base.glob(f"*/{MANIFEST_FILE}")
+                  if m.is_file() and not m.is_symlink() and (wanted is None or m.parent.name in wanted))
+
+
+def touched_kernel_folders(paths: Iterable[str], kernels_dir: str) -> list[str]:
+    """The kernel folders that changed paths fall in: `<kernels_dir>/<folder>/...` -> folder."""
+    prefix = kernels_dir.strip("/") + "/"
+    return sorted({p[len(prefix):].split("/", 1)[0] for p in paths if p.startswith(prefix) and "/" in p[len(prefix):]})

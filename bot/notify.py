@@ -9,15 +9,28 @@ from __future__ import annotations
 import logging
 
 from bot import github
+from bot.benchmark import benchmark_check
 from bot.context import Context
 from bot.deliver import deliver_job
+from bot.hygiene import hygiene_check
 from bot.jobs import JobInfo
 
 log = logging.getLogger(__name__)
 
 
+def check_run_name(base: str, kind: str) -> str:
+    """`fusebot` for a search; `fusebot benchmark` and `fusebot hygiene` for the others, so they never hide it."""
+    return base if kind == "search" else f"{base} {kind}"
+
+
 def check_run_view(job: JobInfo) -> tuple[str, str | None, str, str]:
     """(status, conclusion, title, summary) for a job."""
+    if job.state == "cancelled":
+        return "completed", "cancelled", "Cancelled", "The job was cancelled."
+    if job.state == "failed":
+        return "completed", "failure", "fusebot failed", f"The job failed: {job.error or 'no detail'}"
+    if job.spec.kind != "search":
+        return _kernel_job_view(job)
     n = len(job.spec.targets)
     targets = "\n".join(f"- `{t.name}` ({t.file})" for t in job.spec.targets[:50])
     if job.state == "queued":
@@ -26,15 +39,29 @@ def check_run_view(job: JobInfo) -> tuple[str, str | None, str, str]:
         p = job.progress
         detail = f"round {p.round}, {p.built} built, {p.verified} verified" if p else "starting"
         return "in_progress", None, f"Searching: {detail}", targets
-    if job.state == "cancelled":
-        return "completed", "cancelled", "Cancelled", "The job was cancelled."
-    if job.state == "failed":
-        return "completed", "failure", "fusebot failed", f"The job failed: {job.error or 'no detail'}"
     improved = [t for t in (job.result.targets if job.result else []) if t.improved]
     if not improved:
         return "completed", "neutral", "No faster kernel found", "Nothing beat the faster baseline."
     lines = "\n".join(f"- `{t.target}`: {t.message}" for t in improved)
     return "completed", "success", f"Faster kernels for {len(improved)} of {n} target(s)", lines
+
+
+def _kernel_job_view(job: JobInfo) -> tuple[str, str | None, str, str]:
+    """Benchmark and hygiene jobs: fusebot's kernels in the commit, re-verified and re-timed (no search)."""
+    spec = job.spec
+    kernels = "\n".join(f"- `{spec.kernels_dir}/{k}`" for k in spec.kernels[:50])
+    what = "Re-measure" if spec.kind == "benchmark" else "Re-verify"
+    if job.state == "queued":
+        return "queued", None, f"Queued: {what.lower()} {len(spec.kernels)} kernel(s)", \
+            f"Waiting for a GPU runner.\n\n{kernels}"
+    if job.state in ("leased", "running"):
+        p = job.progress
+        title = p.message[:1].upper() + p.message[1:] if p and p.message else f"{what}: starting"
+        return "in_progress", None, title[:255], kernels
+    if job.result is None:
+        return "completed", "neutral", "No result", "The job finished without a result."
+    out = benchmark_check(spec, job.result) if spec.kind == "benchmark" else hygiene_check(job.result.targets)
+    return out.status, out.conclusion, out.title, out.summary
 
 
 STOP = {"label": "Stop", "description": "Cancel this fusebot job", "identifier": "stop"}
@@ -57,7 +84,8 @@ def sync_check_runs(ctx: Context, limit: int = 20) -> int:
         gh = ctx.gh(job.installation_id)
         if job.check_run_id is None:
             run_id = github.create_check_run(
-                gh, job.repo, name=ctx.settings.check_run_name, head_sha=job.sha, status=status,
+                gh, job.repo, name=check_run_name(ctx.settings.check_run_name, job.spec.kind), head_sha=job.sha,
+                status=status,
                 conclusion=conclusion, title=title, summary=summary, external_id=job.id,
                 actions=check_run_actions(status),
             )

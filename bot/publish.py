@@ -7,16 +7,21 @@
 - otherwise: the branch `fusebot/<base>/<group>` is (re)built as one commit on the base with the kernels directory's
   files, the PR is found by branch and marker and updated (or opened), the check run links it, and the labelled PR's
   status comment links it too.
+
+A re-run that produced the same files as the branch holds commits nothing: a file whose text differs from the
+branch's only in its timestamps (the provenance date in the kernel's header and in BENCHMARK.md, written anew by every
+run) keeps the branch's text, so the tree is unchanged and the platform makes no commit. The PR is still updated.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 from bot import pr
 from bot.patch import unified_patch
-from bot.platform import BranchUpdate, Platform, PullRequestRef
+from bot.platform import BranchUpdate, Platform, PlatformError, PullRequestRef
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,33 @@ class Published:
 def branch_files(plan: pr.PullRequestPlan) -> dict[str, str | None]:
     """Repository path -> text of every improved target's files."""
     return {f"{plan.kernels_dir}/{path}": text for r in plan.improved for path, text in sorted(r.files.items())}
+
+
+_TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?\b")
+
+
+def same_but_timestamps(a: str, b: str) -> bool:
+    """True when the texts are equal once every ISO 8601 date-time in them is blanked out. Pure."""
+    return a == b or _TIMESTAMP.sub("<time>", a) == _TIMESTAMP.sub("<time>", b)
+
+
+def keep_unchanged(platform: Platform, branch: str, files: dict[str, str | None]) -> dict[str, str | None]:
+    """`files`, with the branch's own text for each file that differs from it only in timestamps."""
+    if not any(text is not None and _TIMESTAMP.search(text) for text in files.values()):
+        return files
+    try:
+        tip = platform.head_sha(branch)
+    except PlatformError:  # no such branch yet: everything is new
+        return files
+    out = dict(files)
+    for path, text in files.items():
+        if text is None or not _TIMESTAMP.search(text):
+            continue
+        old = platform.read_file(tip, path)
+        if old is not None and old != text and same_but_timestamps(old, text):
+            out[path] = old
+            log.debug("%s: %s differs from the branch only in timestamps; kept as it is", branch, path)
+    return out
 
 
 def commit_message(plan: pr.PullRequestPlan) -> str:
@@ -64,7 +96,8 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
         _finish_check(platform, check_run_id, pr.CheckOutput(out.status, out.title, out.summary, out.conclusion,
                                                              _patch_text(patch)))
         return Published(None, None, body, out.conclusion or "success")
-    update = platform.commit_files(plan.branch, base_sha, files, commit_message(plan))
+    update = platform.commit_files(plan.branch, base_sha, keep_unchanged(platform, plan.branch, files),
+                                   commit_message(plan))
     body = pr.pr_body(plan)
     ref = platform.upsert_pull_request(branch=plan.branch, base=plan.base, title=pr.pr_title(plan), body=body,
                                        key=plan.key)

@@ -1,7 +1,9 @@
 """From a trigger to a recorded job: checkout at the pinned SHA, config, discovery, tarball, enqueue.
 
-Shared by every handler that starts work. A config error becomes a failing check run with annotations, not an
-exception; a job is recorded under the key `<delivery id>:<index>`, so a re-handled delivery records nothing new.
+Shared by every handler that starts work: `start_job` records a search, `start_kernel_job` a benchmark or hygiene job
+(re-verify fusebot's kernels in a commit; none when it holds none). A config error becomes a failing check run with
+annotations, not an exception; a job is recorded under the key `<delivery id>:<index>`, so a re-handled delivery
+records nothing new.
 """
 
 from __future__ import annotations
@@ -14,9 +16,16 @@ from pathlib import Path
 from bot import github
 from bot.config import CONFIG_PATH, ConfigError, FusebotConfig, load_config
 from bot.context import Context
-from bot.discovery import checkout_cached, discover, make_tarball, read_config_text
+from bot.discovery import (
+    checkout_cached,
+    discover,
+    kernel_folders,
+    make_tarball,
+    read_config_text,
+    touched_kernel_folders,
+)
 from bot.jobs import JobInfo, job_id_for
-from runner.contract import Job
+from runner.contract import Job, JobKind
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +137,45 @@ def start_job(
     if created:
         ctx.metrics.jobs_created.labels(trigger).inc()
         log.info("job %s queued: %s@%s (%s, %d target(s))", job.id, repo, sha[:12], trigger, len(targets))
+    return Started(job=info, config=config, created=created)
+
+
+def start_kernel_job(
+    ctx: Context,
+    *,
+    kind: JobKind,
+    delivery_id: str,
+    repo: str,
+    installation_id: int,
+    sha: str,
+    trigger: str,
+    ref: str | None = None,
+    pr_number: int | None = None,
+    changed_files: Iterable[str] | None = None,
+    index: int = 0,
+) -> Started:
+    """A benchmark or hygiene job: the kernel folders that hold a fusebot kernel at `sha` (only those that
+    `changed_files` touch, when given: a PR's own kernels). Nothing is recorded when there are none, so a repository
+    without fusebot kernels costs no runner time."""
+    worktree = checkout(ctx, repo, installation_id, sha)
+    try:
+        config = load_config(read_config_text(worktree))
+    except ConfigError as e:
+        report_config_error(ctx, repo, installation_id, sha, e)
+        return Started(job=None, config=None)
+    touched = touched_kernel_folders(changed_files, config.kernels_dir) if changed_files is not None else None
+    found = kernel_folders(worktree, config.kernels_dir, touched)
+    if not found:
+        log.info("%s@%s: no fusebot kernels under %s: no %s job", repo, sha[:12], config.kernels_dir, kind)
+        return Started(job=None, config=config)
+    tarball = make_tarball(worktree, ctx.sources_dir / _safe_dir(repo) / f"{sha}.tar.gz")
+    key = f"{delivery_id}:{index}"
+    job = Job(id=job_id_for(key), repo=repo, sha=sha, ref=ref, trigger=trigger,  # type: ignore[arg-type]
+              pr_number=pr_number, targets=[], kind=kind, kernels_dir=config.kernels_dir, kernels=found)
+    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=str(tarball))
+    if created:
+        ctx.metrics.jobs_created.labels(trigger).inc()
+        log.info("%s job %s queued: %s@%s, %d kernel(s)", kind, job.id, repo, sha[:12], len(found))
     return Started(job=info, config=config, created=created)
 
 

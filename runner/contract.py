@@ -14,6 +14,14 @@ SCHEMA_VERSION = 1
 
 DType = Literal["float32", "float16", "bfloat16", "float64"]
 Backend = Literal["cuda", "cpu"]
+# What a job does: `search` finds kernels for marked modules; `benchmark` re-verifies and re-times the kernels as they
+# are in the job's commit (a fusebot PR's branch, a maintainer's edits included); `hygiene` does the same for the
+# kernels merged on the default branch, so that the stale ones can be removed. Neither of the last two searches.
+JobKind = Literal["search", "benchmark", "hygiene"]
+
+# Next to each kernel fusebot writes (`<kernels_dir>/<folder>/fusebot.json`): what re-verifying it needs. The bot finds
+# kernels by it, the runner re-verifies from it (runner/results.py writes it, runner/reverify.py reads it).
+MANIFEST_FILE = "fusebot.json"
 
 # Default tolerances per dtype (atol, rtol), overridable per problem.
 DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
@@ -214,6 +222,9 @@ class SearchBudget(_Model):
 
 
 class Job(_Model):
+    """One unit of runner work. Fields added after schema version 1 have defaults, so every version-1 payload still
+    parses (as a search)."""
+
     schema_version: int = SCHEMA_VERSION
     id: str
     repo: str  # owner/name
@@ -221,9 +232,12 @@ class Job(_Model):
     ref: str | None = None
     trigger: Literal["label", "comment", "schedule", "check_run", "dispatch", "demo"] = "label"
     pr_number: int | None = None
-    targets: list[TargetSpec]
+    targets: list[TargetSpec]  # search: the marked modules; empty for benchmark and hygiene
     budget: SearchBudget = Field(default_factory=SearchBudget)
     models: list[str] = Field(default_factory=list)
+    kind: JobKind = "search"
+    kernels_dir: str = "fusebot_kernels"  # where the repository keeps fusebot's kernels (the config's kernels_dir)
+    kernels: list[str] = Field(default_factory=list)  # benchmark, hygiene: the folders under kernels_dir; empty: all
 
 
 class DropinCheck(_Model):
@@ -254,6 +268,7 @@ class TargetResult(_Model):
     dropin_check: DropinCheck | None = None
     file: str | None = None  # the module's file in the repository, e.g. "models/blocks.py"
     class_name: str | None = None
+    kernel: str | None = None  # benchmark, hygiene: the kernel source measured, e.g. "fusebot_kernels/x/kernel.cu"
 
 
 class JobResult(_Model):

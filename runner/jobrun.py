@@ -2,6 +2,7 @@
 
 `fusebot worker` calls `run_job` for each job it leases (runner/worker.py). A broken target (its module fails to
 import, its reference fails) is reported on that target and the others still run; a broken machine raises.
+Benchmark and hygiene jobs search nothing: runner/remeasure.py re-verifies and re-times the kernels in the commit.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def accepted_result(job: Job, target: TargetSpec, spec: ProblemSpec, outcome, so
 
 def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,
             backend: str | None = None, workdir: Path | None = None) -> JobResult:
+    if job.kind != "search":
+        from runner.remeasure import run_kernel_job
+
+        log.info("job %s: %s of the kernels under %s", job.id, job.kind, job.kernels_dir)
+        return run_kernel_job(job, Path(source_dir), progress, backend=backend, workdir=workdir)
     from runner.evaluate import Evaluator, default_backend
     from runner.optimize_cli import make_proposers, optimize_problem
 

@@ -26,13 +26,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from runner import dropin
-from runner.contract import Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
+from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KERNELS_DIR = "fusebot_kernels"
 BENCHMARK_FILE = "BENCHMARK.md"
-MANIFEST_FILE = "fusebot.json"
 HEADER_SOURCE = Path(__file__).parent / "csrc" / "fusebot.h"
 CHECK_TIMEOUT_S = 600.0
 

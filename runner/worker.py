@@ -232,10 +232,18 @@ class Worker:
         got = self.lease()
         if got is None:
             return False
-        job = Job.model_validate(got["job"])
         lease = got["lease_token"]
+        try:
+            job = Job.model_validate(got["job"])
+        except ValidationError as e:  # a job from a newer bot (a kind or field this runner does not know)
+            job_id = str((got.get("job") or {}).get("id", ""))
+            log.error("job %s: this runner cannot read it (upgrade the runner): %s", job_id, e)
+            self._post_final(job_id, lease, "fail", {"error": f"the runner could not read this job (upgrade the "
+                                                              f"runner to the bot's version): {e}"[:10_000]})
+            return True
         interval = min(self.settings.heartbeat_seconds, float(got["lease_ttl_seconds"]) / 3)
-        log.info("job %s leased: %s@%s, %d target(s)", job.id, job.repo, job.sha[:12], len(job.targets))
+        log.info("%s job %s leased: %s@%s, %d target(s), %d kernel(s)", job.kind, job.id, job.repo, job.sha[:12],
+                 len(job.targets), len(job.kernels))
         self.current = (job.id, lease)
         try:
             self._execute(job, lease, interval)

@@ -29,7 +29,8 @@ On fusebot's own pull requests:
 
 - `/fusebot explain`: post the whole search trace
 - `/fusebot rerun`: search again from the base branch as it is now (this PR is updated)
-- `/fusebot benchmark`: re-measure the kernels as they are on the branch (not available yet)
+- `/fusebot benchmark`: re-measure this PR's kernels as they are on its branch (your edits included); the numbers
+  come as a comment
 """
 STATUS_MARKER = "<!-- fusebot:status -->"
 
@@ -62,9 +63,10 @@ def status_text(ctx: Context, repo: str, number: int) -> str:
     jobs = ctx.store.list_jobs(repo=repo, pr_number=number)
     if not jobs:
         return f"{STATUS_MARKER}\nNo fusebot jobs for this pull request yet."
-    rows = ["| job | commit | trigger | state | targets |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| job | kind | commit | trigger | state | targets |", "| --- | --- | --- | --- | --- | --- |"]
     for j in jobs:
-        rows.append(f"| `{j.id[:12]}` | {j.sha[:12]} | {j.trigger} | {j.state} | {len(j.spec.targets)} |")
+        n = len(j.spec.targets) if j.spec.kind == "search" else f"{len(j.spec.kernels)} kernel(s)"
+        rows.append(f"| `{j.id[:12]}` | {j.spec.kind} | {j.sha[:12]} | {j.trigger} | {j.state} | {n} |")
     return STATUS_MARKER + "\n" + "\n".join(rows)
 
 

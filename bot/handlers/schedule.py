@@ -1,4 +1,5 @@
-"""The nightly run: every marked target on the default branch's head."""
+"""The nightly run on the default branch's head: a search of every marked target, and hygiene (the merged fusebot
+kernels re-verified, the stale ones removed by a PR) when the branch holds any fusebot kernels."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from bot.context import Context
 from bot.db import utcnow
 from bot.routing import Router
 from bot.scheduler import SCHEDULE_EVENT, next_fire
-from bot.triggers import start_job
+from bot.triggers import start_job, start_kernel_job
 from bot.webhooks import Event
 
 log = logging.getLogger(__name__)
@@ -29,3 +30,5 @@ def nightly(ev: Event, ctx: Context) -> None:
         slot = datetime.fromisoformat(ev.data["slot"])
         following = next_fire(s.cron, s.timezone, max(slot, utcnow()))
         ctx.store.set_schedule(repo, enabled=s.enabled, cron=s.cron, timezone=s.timezone, next_run_at=following)
+        start_kernel_job(ctx, kind="hygiene", delivery_id=ev.delivery_id, repo=repo, installation_id=inst, sha=sha,
+                         ref=branch, trigger="schedule", index=1)

@@ -95,6 +95,8 @@ def fill(schema: dict[str, Any], value: Any = MISSING) -> Any:
     if kind == "object" or "properties" in schema:
         if value is MISSING and schema.get("nullable"):
             return None
+        if value is not MISSING and not isinstance(value, dict):
+            return value  # not an object: left as it is, so a oneOf tries its other branches
         out = dict(value) if isinstance(value, dict) else {}
         props = schema.get("properties", {})
         for name in schema.get("required", []):
@@ -105,6 +107,8 @@ def fill(schema: dict[str, Any], value: Any = MISSING) -> Any:
                 out[name] = fill(props[name], v)
         return out
     if kind == "array":
+        if value is not MISSING and not isinstance(value, list):
+            return value  # (a file's object is not a directory listing)
         return [] if value is MISSING else [fill(schema.get("items", {}), x) for x in value]
     if value is not MISSING:
         return value
@@ -619,8 +623,8 @@ class FakeGitHub:
                 if "content" in e:
                     blob = git("hash-object", "-w", "--stdin", stdin=e["content"].encode()).decode().strip()
                     git("update-index", "--add", "--cacheinfo", f"{e['mode']},{blob},{e['path']}")
-                elif e.get("sha") is None:
-                    git("update-index", "--force-remove", "--", e["path"])
+                elif e.get("sha") is None:  # a deletion (`--force-remove` needs a work tree; mode 0 does not)
+                    git("update-index", "--index-info", stdin=f"0 {'0' * 40}\t{e['path']}\n".encode())
                 else:
                     git("update-index", "--add", "--cacheinfo", f"{e['mode']},{e['sha']},{e['path']}")
             sha = git("write-tree").decode().strip()

@@ -1,0 +1,108 @@
+"""Benchmark and hygiene jobs on the runner: no search; the kernel folders in the job's source tree go through the real
+harness (CPU backend) as they are, a maintainer's edit included, and come back as verdicts with reasons."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runner.contract import Confirmation, Job, JobResult, Timing, Verdict
+from runner.jobrun import run_job
+from runner.remeasure import assessment
+from runner.results import Provenance, slug, target_files, write_files
+from tests.verdicts import EXAMPLE, SPEC, seed_candidate
+
+KERNELS = "fusebot_kernels"
+FOLDER = slug(SPEC.name)
+
+
+def _timing(ms: float) -> Timing:
+    return Timing(median_ms=ms, iqr_ms=0.01, mean_ms=ms, min_ms=ms, n=50, samples_ms=[ms] * 50, clock="monotonic",
+                  l2_flushed=True)
+
+
+def _verdict(**kw) -> Verdict:
+    from runner.contract import Baselines
+
+    base = {"candidate_id": "k", "problem": "p", "accepted": True, "timing": _timing(1.0),
+            "baselines": Baselines(eager=_timing(2.0), compile=_timing(1.5))}
+    return Verdict(**{**base, **kw})
+
+
+def test_assessment_names_what_fails():
+    assert assessment(_verdict()) == (True, "verified; 1 ms, 1.50x faster than torch.compile (1.5 ms)")
+    bad = _verdict(accepted=False, reasons=["mismatch: 3 of 64 elements"], stage="verify", timing=None)
+    assert assessment(bad) == (False, "not verified: mismatch: 3 of 64 elements")
+    holds, why = assessment(_verdict(timing=_timing(1.6)))
+    assert not holds and why == "verified, but not faster: 1.6 ms against 1.5 ms for torch.compile"
+    rounds = Confirmation(rounds=2, candidate_ms=[1.0, 1.6], eager_ms=[2.0, 2.0], compile_ms=[1.5, 1.5],
+                          speedup_vs_eager=[2.0, 1.25], speedup_vs_compile=[1.5, 0.94])
+    holds, why = assessment(_verdict(confirmation=rounds))  # faster pooled, but not in every round
+    assert not holds and why.startswith("verified, but not faster than torch.compile in every round")
+    assert "0.94-1.50x over 2 alternating rounds" in why
+
+
+def _source_tree(tmp_path: Path) -> Path:
+    """A repository as a fusebot PR's branch holds it: the module, and the kernel folder fusebot wrote for it."""
+    root = tmp_path / "src"
+    (root / "examples").mkdir(parents=True)
+    shutil.copy(EXAMPLE, root / "examples" / EXAMPLE.name)
+    v = Verdict(candidate_id="fused", problem=SPEC.name, accepted=True)  # the numbers in BENCHMARK.md do not matter
+    write_files(root / KERNELS, target_files(SPEC, seed_candidate(), v, Provenance.for_verdict(SPEC.name, v)))
+    return root
+
+
+@pytest.fixture
+def cpu_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def _bench(root: Path, kernels: list[str]) -> JobResult:
+    job = Job(id="b1", repo="o/r", sha="1" * 40, kind="benchmark", trigger="comment", targets=[], kernels=kernels)
+    seen = []
+    result = run_job(job, root, seen.append, backend="cpu")
+    assert seen and all("re-measuring fusebot_kernels/" in p.message for p in seen)
+    return result
+
+
+def test_benchmark_job_remeasures_the_kernel_on_the_branch(tmp_path, cpu_env):
+    root = _source_tree(tmp_path)
+    result = _bench(root, [FOLDER, "gone"])
+    assert result.ok and result.job_id == "b1"
+    gone, [r] = [t for t in result.targets if t.verdict is None], [t for t in result.targets if t.verdict]
+    assert [g.message for g in gone] == ["no readable kernel manifest in fusebot_kernels/gone: nothing to measure"]
+    v = r.verdict
+    assert v.accepted and r.kernel == f"{KERNELS}/{FOLDER}/kernel.cpp" and r.class_name == "ScaledBiasReLU"
+    assert v.timing.median_ms > 0 and v.baselines.eager.median_ms > 0 and v.baselines.compile.median_ms > 0
+    assert v.confirmation is not None and v.confirmation.rounds == 3
+    assert len({t.shape_set for t in v.trials}) == 2 and all(t.passed for t in v.trials)
+    assert r.dropin_check is not None and r.dropin_check.passed and r.dropin_check.passed_tests > 0
+    assert (r.improved, r.message) == assessment(v, r.dropin_check)  # faster or not, as this machine measured it
+    assert result.environment == v.environment and result.environment.device == "cpu"
+
+
+def test_benchmark_job_reports_an_edited_kernel_that_is_wrong(tmp_path, cpu_env):
+    root = _source_tree(tmp_path)
+    kernel = root / KERNELS / FOLDER / "kernel.cpp"
+    kernel.write_text(kernel.read_text().replace("v > 0.0f ? v : 0.0f", "v > 0.25f ? v : 0.0f"))  # the edit
+    [r] = _bench(root, [FOLDER]).targets
+    assert not r.improved and not r.verdict.accepted and r.dropin_check is None
+    assert r.message.startswith("not verified: mismatch"), r.message
+    assert any(not t.passed for t in r.verdict.trials)
+
+
+def test_benchmark_job_reports_a_module_that_no_longer_imports(tmp_path, cpu_env):
+    root = _source_tree(tmp_path)
+    (root / "examples" / EXAMPLE.name).write_text("raise RuntimeError('moved away')\n")
+    [r] = _bench(root, []).targets  # no folders named: every kernel under the kernels dir
+    assert not r.improved and r.verdict is None and r.target == SPEC.name
+    assert r.message.startswith("not measured: ") and "moved away" in r.message
+
+
+def test_old_job_payloads_still_parse_as_searches():
+    old = {"schema_version": 1, "id": "j", "repo": "o/r", "sha": "0" * 40, "targets": []}
+    job = Job.model_validate(old)
+    assert (job.kind, job.kernels_dir, job.kernels) == ("search", "fusebot_kernels", [])
