@@ -168,6 +168,15 @@ def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: floa
     return Comparison(ok, max_abs, max_rel, bad + nan_bad + inf_bad, numel, reasons)
 
 
+SAMPLES = 65536
+
+
+def sample(t: torch.Tensor) -> torch.Tensor:
+    """SAMPLES evenly spaced elements (all of a smaller tensor): enough to tell one trial's result from another's."""
+    flat = t.detach().reshape(-1)
+    return flat[:: max(1, flat.numel() // SAMPLES)].clone()
+
+
 def matches(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> bool:
     """Within tolerance, NaNs equal (used for the stale-result and determinism checks)."""
     if ref.shape != out.shape or ref.dtype != out.dtype:

@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -207,10 +208,25 @@ def _inputs_for(st: State, msg: dict) -> list:
     return fresh
 
 
+class _Clock:
+    """Seconds per step of a trial, reported to the parent (where a large problem's verification time goes)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._t, 4)
+        self._t = now
+
+
 def trial(st: State, msg: dict) -> dict:
     st.out_specs, st.structure = msg["out_specs"], msg["structure"]
+    clock = _Clock()
     inputs = _inputs_for(st, msg)
     pristine = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    clock.lap("inputs")
     reasons: list[str] = []
     cuda = st.device.startswith("cuda")
     profiled: dict = {}
@@ -231,13 +247,17 @@ def trial(st: State, msg: dict) -> dict:
                 _sync()
     except Exception as exc:  # noqa: BLE001 - the candidate's failure is data
         return {"ok": True, "reasons": [f"runtime: {type(exc).__name__}: {str(exc)[-2000:]}"], "fatal": cuda}
+    clock.lap("run")
     reasons += st.guard.violations()
     st.guard.restore_flags()
     for i, (x, p) in enumerate(zip(inputs, pristine, strict=True)):
         if isinstance(x, torch.Tensor) and not _same_bytes(x, p):
             reasons.append(f"input-mutation: the candidate modified input {i} in place")
+    clock.lap("checks")
     metas, structure = _write_outputs(st, out, f"{msg['trial']}_a")
-    reply = {"outputs": metas, "structure": structure, "reasons": reasons, **profiled}
+    del out
+    clock.lap("write")
+    reply = {"outputs": metas, "structure": structure, "reasons": reasons, **profiled, "seconds": clock.laps}
     if msg.get("twice"):
         for x, p in zip(inputs, pristine, strict=True):
             if isinstance(x, torch.Tensor):
@@ -252,11 +272,13 @@ def trial(st: State, msg: dict) -> dict:
             return {"ok": True, "reasons": [f"runtime: second run: {type(exc).__name__}: {str(exc)[-2000:]}"],
                     "fatal": cuda}
         reply["second_run"], _ = _write_outputs(st, out2, f"{msg['trial']}_b")
+        clock.lap("second_run")
     return reply
 
 
 def time_(st: State, msg: dict) -> dict:
     st.out_specs, st.structure = msg["out_specs"], msg["structure"]  # the first shape's, like the inputs below
+    st.inputs = None  # freed before the new ones are made: two sets of a 7 GB problem's inputs do not fit beside it
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     st.inputs = inputs
     timer = timing.Timer(st.device, st.timer_cfg)

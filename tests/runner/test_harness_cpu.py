@@ -36,6 +36,19 @@ def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
     assert v.environment.sandbox["audit_hook"]
 
 
+def test_a_large_problem_is_verified_on_three_trials_of_its_first_shape():
+    """Above large_io_bytes (here 0: every problem is large) the first shape gets 3 trials, both distributions."""
+    from runner.evaluate import HarnessConfig
+
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, large_io_bytes=0)
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        ev.roofline()
+        v = ev.evaluate(cand("honest-fast", HONEST_FAST))
+    assert v.accepted, v.reasons
+    assert [t.shape_set for t in v.trials] == [0, 0, 0, 1, 1]
+    assert [t.distribution.startswith("randn*") for t in v.trials[:3]] == [False, True, False]
+
+
 def test_honest_kernelbench_candidate_is_accepted(cpu_evaluator):
     v = cpu_evaluator.evaluate(cand("honest-kb", HONEST_KB))
     assert v.accepted, v.reasons
