@@ -32,7 +32,7 @@ EXPR = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
 
 DOCUMENTED_INPUTS = {"label", "config-path", "budget", "models", "llm-api-key", "llm-base-url", "github-token",
                      "python"}
-OUTPUTS = {"pr-number", "pr-url", "best-speedup"}
+OUTPUTS = {"pr-number", "pr-url", "pr-numbers", "pr-urls", "best-speedup"}
 
 SITECUSTOMIZE = '''
 import os
