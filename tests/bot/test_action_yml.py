@@ -8,6 +8,7 @@ step: tests/bot/test_action_search.py."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,9 +97,23 @@ def test_the_script_check_fails_a_broken_script():
     assert "SC2086" in script_problems("exec $FUSEBOT_VENV/bin/fusebot action\n")
 
 
-def test_the_install_step_reuses_the_runners_torch():
+def test_the_install_step_reuses_the_runners_torch_even_from_a_virtualenv(tmp_path: Path):
+    """The install step up to its last line (installing fusebot itself would download its dependencies), with this
+    test's Python as the runner's: a virtualenv here and in CI, the case where --system-site-packages alone misses
+    torch. The action's virtualenv must import this very torch, not need another."""
+    import torch
+
     install = step("install")["run"]
-    assert "--system-site-packages" in install and '"$GITHUB_ACTION_PATH"' in install
+    assert "--system-site-packages" in install
+    body, last = install.rstrip("\n").rsplit("\n", 1)
+    assert last.strip() == '"$FUSEBOT_VENV/bin/python" -m pip install -q --disable-pip-version-check "$GITHUB_ACTION_PATH"'
+    venv = tmp_path / "fusebot-venv"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "FUSEBOT_PYTHON": sys.executable, "FUSEBOT_VENV": str(venv)}
+    subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", body], env=env, check=True, timeout=300)
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert Path(found.stdout.strip()) == Path(torch.__file__)
 
 
 @pytest.fixture
