@@ -85,6 +85,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     m = re.search(r"Drop-in test run by the runner: (\d+) passed, (\d+) failed", body)
     assert m and int(m.group(1)) > 0 and m.group(2) == "0", body[:3000]
     assert "<details><summary>Search trace" in body
+    assert "over 2 shape set(s)" in body  # the module's get_second_inputs() shape was verified too
     times = medians(body)
     assert set(times) == {"PyTorch eager", "torch.compile", "**fusebot**"}, body[:3000]
 
