@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot import pr
+from bot import action_report, pr
 from runner.contract import TargetResult
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ACTION, EXPR, ROOT, action_outputs, context_for, resolve, run_fusebot_step, step
@@ -54,7 +54,7 @@ def test_inputs_and_outputs_are_the_documented_ones():
     assert ACTION["inputs"]["github-token"]["default"] == "${{ github.token }}"
     assert ACTION["inputs"]["config-path"]["default"] == ".github/fusebot.yml"
     assert all(not i.get("required") and i.get("description") for i in ACTION["inputs"].values())
-    assert set(ACTION["outputs"]) == OUTPUTS
+    assert set(ACTION["outputs"]) == OUTPUTS == set(action_report.OUTPUTS)  # what `fusebot action` writes
     for name, out in ACTION["outputs"].items():
         assert out["value"] == f"${{{{ steps.fusebot.outputs.{name} }}}}"
     readme = (ROOT / "README.md").read_text()
