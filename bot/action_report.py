@@ -3,10 +3,16 @@
 Pure text first (`summary_markdown`, `output_block`), then two appends to the files GitHub names in
 `GITHUB_STEP_SUMMARY` and `GITHUB_OUTPUT`. Outputs use GitHub's multiline form (`name<<DELIMITER`, the value, the
 delimiter) with a random delimiter that does not occur in the value, so no value can forge another output.
+
+The outputs' contract (action.yml and the README say the same): with per-target grouping one run can open or update
+several PRs. `pr-number` and `pr-url` name the first of them (in the order of the job's targets), for the common
+one-PR case and for `if: steps.x.outputs.pr-url != ''`; `pr-numbers` and `pr-urls` list all of them as JSON arrays
+(`[]` when none) for `fromJSON()`; `best-speedup` is the best over every improved target, whichever PR it is in.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +21,7 @@ from bot import pr
 from bot.publish import Published
 from runner.contract import Environment, TargetResult
 
-OUTPUTS = ("pr-number", "pr-url", "best-speedup")
+OUTPUTS = ("pr-number", "pr-url", "pr-numbers", "pr-urls", "best-speedup")
 
 
 @dataclass
@@ -41,11 +47,14 @@ class RunReport:
     def outputs(self) -> dict[str, str]:
         pulls = self.pulls()
         best = self.best_speedup()
-        return {
+        values = {
             "pr-number": str(pulls[0][0]) if pulls else "",
             "pr-url": pulls[0][1] if pulls else "",
+            "pr-numbers": json.dumps([number for number, _ in pulls]),
+            "pr-urls": json.dumps([url for _, url in pulls]),
             "best-speedup": f"{best:.4g}" if best is not None else "",
         }
+        return {name: values[name] for name in OUTPUTS}
 
 
 def summary_markdown(report: RunReport) -> str:

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 MARKER = "# fusebot: optimize"
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "build", "dist", ".tox"}
 MAX_FILE_BYTES = 1_000_000
+SECOND_INPUTS = "get_second_inputs"  # a marked module's optional second shape (KernelBench style, docs/harness.md)
 
 
 class CloneError(Exception):
@@ -102,13 +103,18 @@ def _target_name(rel: str, cls: str) -> str:
 
 def marked_classes(source: str) -> list[str]:
     """Classes marked `# fusebot: optimize`, in a module defining get_inputs and get_init_inputs."""
+    return _marked(source)[0]
+
+
+def _marked(source: str) -> tuple[list[str], set[str]]:
+    """The marked classes and the module's top-level functions."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []
+        return [], set()
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     if not {"get_inputs", "get_init_inputs"} <= functions:
-        return []
+        return [], functions
     lines = source.splitlines()
     out = []
     for node in tree.body:
@@ -117,7 +123,7 @@ def marked_classes(source: str) -> list[str]:
         first = min([node.lineno] + [d.lineno for d in node.decorator_list])  # 1-based
         if first >= 2 and lines[first - 2].strip().lower() == MARKER:
             out.append(node.name)
-    return out
+    return out, functions
 
 
 def scan_markers(worktree: Path, ignore: Iterable[str] = ()) -> list[TargetSpec]:
@@ -135,8 +141,10 @@ def scan_markers(worktree: Path, ignore: Iterable[str] = ()) -> list[TargetSpec]
             text = path.read_text(errors="replace")
             if MARKER not in text.lower():
                 continue
-            for cls in marked_classes(text):
-                found.append(TargetSpec(name=_target_name(rel, cls), file=rel, class_name=cls))
+            classes, functions = _marked(text)
+            second = SECOND_INPUTS if SECOND_INPUTS in functions else None
+            for cls in classes:  # a declared second shape is verified too (it catches kernels with sizes baked in)
+                found.append(TargetSpec(name=_target_name(rel, cls), file=rel, class_name=cls, second_inputs=second))
     return found
 
 

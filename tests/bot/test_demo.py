@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BRANCH = "fusebot/main/examples"
 
 
-EXAMPLES = ("mlp_epilogue.py", "swish_bias.py")  # two of the examples (both elementwise): the CI budget
+# Two of the examples, the CI budget. row_gain's kernel wins by a wide margin even on a loaded CPU, so a PR is always
+# proposed; swish_bias's is within noise of torch.compile on a CPU and may be declined.
+EXAMPLES = ("row_gain.py", "swish_bias.py")
 
 
 def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:

@@ -75,3 +75,20 @@ def test_tarball_has_the_tree_but_not_git(repo, tmp_path):
         names = set(t.getnames())
     assert "models/attn.py" in names and "README.md" in names
     assert not any(n.startswith(".git") for n in names)
+
+
+def test_a_marked_modules_second_shape_is_part_of_its_target(tmp_path):
+    """`get_second_inputs()` beside a marked class (examples/row_gain.py) is verified too, as the demo does: the
+    App and the Action must not drop the shape that catches kernels with sizes baked in."""
+    from pathlib import Path
+
+    from runner.contract import TargetSpec
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "row_gain.py").write_text((examples / "row_gain.py").read_text())
+    (tmp_path / "models" / "attn.py").write_text(MODULE.format(cls="Attention", extra=""))
+    targets = {t.class_name: t for t in discover(tmp_path, [])}
+    assert targets["RowGain"] == TargetSpec(name="models.row_gain.RowGain", file="models/row_gain.py",
+                                            class_name="RowGain", second_inputs="get_second_inputs")
+    assert targets["Attention"].second_inputs is None  # no second factory, no second shape
