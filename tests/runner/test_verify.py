@@ -46,3 +46,17 @@ def test_chunked_comparison_passes_what_is_within_tolerance(monkeypatch, chunk):
     other[49] = 0
     c = verify.compare_values(ints, other, atol=0, rtol=0, index=1)
     assert not c.passed and c.mismatched == 1
+
+
+def test_a_mismatch_is_named_by_the_size_of_its_error():
+    """Normwise error of fp32 rounding (an H100 GEMM+sum epilogue: 2e-7) is not called a precision downgrade; an
+    error of TF32's size (1e-3) is."""
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(4096, generator=g) * 4
+    rounding = ref.clone()
+    rounding[7] += 0.0008 + 1e-4 * abs(float(ref[7]))  # one element just out of atol/rtol 1e-4, normwise tiny
+    c = verify.compare_values(ref, rounding, atol=1e-4, rtol=1e-4, index=0)
+    assert not c.passed and "fp32 rounding" in c.reasons[0] and "precision downgrade" not in c.reasons[0]
+    tf32 = ref * (1 + 1e-3 * torch.randn(4096, generator=g))
+    c = verify.compare_values(ref, tf32, atol=1e-4, rtol=1e-4, index=0)
+    assert not c.passed and "precision downgrade" in c.reasons[0]
