@@ -85,6 +85,8 @@ class _Search:
     def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk):
         self.ctx, self.evaluator, self.budget, self.min_gain = ctx, evaluator, budget, min_gain
         self.chunk = max(1, chunk or os.cpu_count() or 1)
+        self._eval_seconds = 0.0  # spent in the evaluator on fresh candidates, and how many
+        self._eval_count = 0
         self.proposers: list[tuple[Proposer, float]] = [p if isinstance(p, tuple) else (p, 1.0) for p in proposers]
         self.on_progress = progress or (lambda p: None)
         replay = Replay.load(trace_path)
@@ -157,15 +159,20 @@ class _Search:
             if k not in self.cache:
                 fresh.setdefault(k, c)
         todo = list(fresh.items())
-        for start in range(0, len(todo), self.chunk):  # builds run in parallel within a chunk; a kill loses one
+        start = 0
+        while start < len(todo):  # builds run in parallel within a chunk; a kill loses one
             if start:
                 try:
                     self._check_time()
                 except BudgetExhausted as e:  # what was evaluated is archived below; the rest is dropped
                     stop = e
                     break
-            chunk = todo[start : start + self.chunk]
+            chunk = todo[start : start + self._chunk_size()]
+            start += len(chunk)
+            t0 = self.trace.elapsed_s()
             verdicts = self.evaluator.evaluate_many([c for _, c in chunk])
+            self._eval_seconds += self.trace.elapsed_s() - t0
+            self._eval_count += len(chunk)
             for (k, c), v in zip(chunk, verdicts, strict=True):
                 self.cache[k] = v
                 self.trace.write("evaluated", round=self.round, key=k, candidate=c.model_dump(),
@@ -185,6 +192,16 @@ class _Search:
         if stop is not None:
             raise stop
         return attempts
+
+    def _chunk_size(self) -> int:
+        """As many candidates as the remaining wall budget holds at the seconds per candidate seen so far (at least
+        one, at most `chunk`): on a 7 GB problem one candidate costs ~25 s to verify, and a full chunk of them ran a
+        30 s budget to 200 s on the H100."""
+        if not self._eval_count:
+            return self.chunk
+        per_candidate_s = self._eval_seconds / self._eval_count
+        left_s = self.budget.wall_seconds - self.trace.elapsed_s()
+        return max(1, min(self.chunk, int(left_s // max(per_candidate_s, 1e-6))))
 
     def _account(self, key: str) -> Verdict:
         """Count a verdict once against the budgets and in the progress (fresh or replayed alike)."""

@@ -174,3 +174,14 @@ def test_time_budgets_are_checked_between_chunks_and_what_was_evaluated_is_kept(
     res2 = search(CTX, ev2, [Scripted("a", lambda r, k, j: "ms=1")], SearchBudget(wall_seconds=0.0),
                   tmp_path / "w.jsonl")
     assert ev2.evaluated == [] and res2.stop_reason.startswith("budget: wall") and res2.best is None
+
+
+def test_chunks_shrink_to_what_the_remaining_wall_budget_holds(tmp_path):
+    """After the first chunk, the seconds per candidate seen so far size the next chunk: 0.3 s a candidate and a 1 s
+    budget evaluate 2 in the first chunk (its size is fixed before anything is known), then 1 more, not 2."""
+    p = Scripted("a", lambda r, k, j: f"ms={1 + k + j / 10}")
+    ev = TableEvaluator(delay_s=0.3)
+    res = search(CTX, ev, [p], SearchBudget(rounds=1, ideas_per_round=3, implementations_per_idea=2, wall_seconds=1.0),
+                 tmp_path / "t.jsonl", chunk=2)
+    assert ev.batches[:2] == [2, 1], ev.batches
+    assert res.stop_reason.startswith("budget: wall")
