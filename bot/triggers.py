@@ -83,6 +83,25 @@ def _config_check(ctx: Context, repo: str, installation_id: int, sha: str, concl
     )
 
 
+def _checkout_with_config(ctx: Context, repo: str, installation_id: int, sha: str):
+    """The commit checked out, and its config (None, reported on the commit, when it is invalid)."""
+    worktree = checkout(ctx, repo, installation_id, sha)
+    try:
+        return worktree, load_config(read_config_text(worktree))
+    except ConfigError as e:
+        report_config_error(ctx, repo, installation_id, sha, e)
+        return worktree, None
+
+
+def _enqueue(ctx: Context, job: Job, key: str, worktree: Path, installation_id: int) -> tuple[JobInfo, bool]:
+    """Record the job (idempotent on `key`) with its source tarball; count it when it is new."""
+    tarball = make_tarball(worktree, ctx.sources_dir / _safe_dir(job.repo) / f"{job.sha}.tar.gz")
+    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=str(tarball))
+    if created:
+        ctx.metrics.jobs_created.labels(job.trigger).inc()
+    return info, created
+
+
 def start_job(
     ctx: Context,
     *,
@@ -96,11 +115,8 @@ def start_job(
     changed_files: Iterable[str] | None = None,
     index: int = 0,
 ) -> Started:
-    worktree = checkout(ctx, repo, installation_id, sha)
-    try:
-        config = load_config(read_config_text(worktree))
-    except ConfigError as e:
-        report_config_error(ctx, repo, installation_id, sha, e)
+    worktree, config = _checkout_with_config(ctx, repo, installation_id, sha)
+    if config is None:
         return Started(job=None, config=None)
     targets = discover(
         worktree, config.targets, markers=config.markers, ignore=config.ignore, changed_files=changed_files
@@ -120,22 +136,11 @@ def start_job(
             f"`{CONFIG_PATH}`; comment `/fusebot run all` on a pull request to run every target.",
         )
         return Started(job=None, config=config)
-    tarball = make_tarball(worktree, ctx.sources_dir / _safe_dir(repo) / f"{sha}.tar.gz")
     key = f"{delivery_id}:{index}"
-    job = Job(
-        id=job_id_for(key),
-        repo=repo,
-        sha=sha,
-        ref=ref,
-        trigger=trigger,  # type: ignore[arg-type]
-        pr_number=pr_number,
-        targets=targets,
-        budget=config.budget,
-        models=config.models,
-    )
-    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=str(tarball))
+    job = Job(id=job_id_for(key), repo=repo, sha=sha, ref=ref, trigger=trigger,  # type: ignore[arg-type]
+              pr_number=pr_number, targets=targets, budget=config.budget, models=config.models)
+    info, created = _enqueue(ctx, job, key, worktree, installation_id)
     if created:
-        ctx.metrics.jobs_created.labels(trigger).inc()
         log.info("job %s queued: %s@%s (%s, %d target(s))", job.id, repo, sha[:12], trigger, len(targets))
     return Started(job=info, config=config, created=created)
 
@@ -157,24 +162,19 @@ def start_kernel_job(
     """A benchmark or hygiene job: the kernel folders that hold a fusebot kernel at `sha` (only those that
     `changed_files` touch, when given: a PR's own kernels). Nothing is recorded when there are none, so a repository
     without fusebot kernels costs no runner time."""
-    worktree = checkout(ctx, repo, installation_id, sha)
-    try:
-        config = load_config(read_config_text(worktree))
-    except ConfigError as e:
-        report_config_error(ctx, repo, installation_id, sha, e)
+    worktree, config = _checkout_with_config(ctx, repo, installation_id, sha)
+    if config is None:
         return Started(job=None, config=None)
     touched = touched_kernel_folders(changed_files, config.kernels_dir) if changed_files is not None else None
     found = kernel_folders(worktree, config.kernels_dir, touched)
     if not found:
         log.info("%s@%s: no fusebot kernels under %s: no %s job", repo, sha[:12], config.kernels_dir, kind)
         return Started(job=None, config=config)
-    tarball = make_tarball(worktree, ctx.sources_dir / _safe_dir(repo) / f"{sha}.tar.gz")
     key = f"{delivery_id}:{index}"
     job = Job(id=job_id_for(key), repo=repo, sha=sha, ref=ref, trigger=trigger,  # type: ignore[arg-type]
               pr_number=pr_number, targets=[], kind=kind, kernels_dir=config.kernels_dir, kernels=found)
-    info, created = ctx.store.enqueue(job, key, installation_id=installation_id, source_path=str(tarball))
+    info, created = _enqueue(ctx, job, key, worktree, installation_id)
     if created:
-        ctx.metrics.jobs_created.labels(trigger).inc()
         log.info("%s job %s queued: %s@%s, %d kernel(s)", kind, job.id, repo, sha[:12], len(found))
     return Started(job=info, config=config, created=created)
 
