@@ -188,7 +188,8 @@ class Evaluator:
         self._baselines: Baselines | None = None
         self._roofline: Roofline | None = None
         self._reference_kernels: list[str] | None = None
-        self._digests: list[tuple[int, str, float]] = []
+        self._digests: list[tuple[str, bool]] = []  # per trial: the reference output's fingerprint, near-constant
+        self._tolerance_notes: set[str] = set()  # where the judge scaled atol to a small output's magnitude
         self._cuda_arch: str | None = None
         self._siblings_now: tuple[Worker, ...] = ()
         self._out_specs: dict[int, tuple[list, str]] = {}  # shape set -> the reference's output specs, structure
@@ -469,7 +470,8 @@ class Evaluator:
         for k, p in enumerate(plan):
             prep = self._ask_judge({"cmd": "prepare", **p}, self.config.trial_timeout_s, "reference")
             self._out_specs.setdefault(p["shape_set"], (prep["outputs"], prep["structure"]))
-            digests.append((prep["digest"], prep["value_range"]))
+            digests.append((prep["digest"], prep["near_constant"]))
+            self._tolerance_notes.update(prep.get("tolerance_notes", []))
             profile = p["shape_set"] not in profiled
             profiled.add(p["shape_set"])
             msg = {"cmd": "trial", **p, "out_specs": prep["outputs"], "structure": prep["structure"],
@@ -508,14 +510,14 @@ class Evaluator:
 
     def _degenerate(self) -> str | None:
         digests = [d for d, _ in self._digests]
-        atol = self._info.get("atol", 1e-4)
         if len(set(digests)) == 1 and len(digests) > 1:
             return "the reference's output is the same for every input drawn: it does not depend on its input"
-        if self._digests and all(r <= atol for _, r in self._digests):
+        if self._digests and all(near for _, near in self._digests):
             return "the reference's output is (near-)constant: every value within atol of every other"
         return None
 
     def _time(self, worker: Worker, candidate: Candidate, library: Path | None, verdict: Verdict) -> None:
+        verdict.warnings += [f"tolerance: {n}" for n in sorted(self._tolerance_notes)]
         why = self._degenerate()
         if why:
             verdict.degenerate = True

@@ -26,6 +26,7 @@ class State:
     model = None
     device = "cpu"
     refs: dict[int, list] = {}
+    atols: dict[int, list[float]] = {}  # per trial, per output: the absolute tolerance its check uses
     prev_ref: list | None = None  # verify.sample() of each output of the previous trial
     timer_cfg = timing.TimerConfig()
 
@@ -119,26 +120,36 @@ def prepare(st: State, msg: dict) -> dict:
     except ProblemError as exc:
         return _problem_error(exc)
     specs, digest = [], hashlib.sha256()
-    value_range = 0.0
-    for t in flat:
+    value_range, near_constant, atols, notes = 0.0, True, [], []
+    atol = st.problem.tolerance[0]
+    for i, t in enumerate(flat):
         if not isinstance(t, torch.Tensor):
             return _problem_error(ProblemError("reference", str(st.problem.file),
                                                f"forward returned a {type(t).__name__}, not tensors"))
         specs.append({"shape": list(t.shape), "dtype": str(t.dtype)})
         digest.update(_fingerprint(t))
+        atols.append(verify.effective_atol(atol, verify.magnitude(t)))
+        if atols[-1] < atol:
+            notes.append(f"output {i}: every value is below atol={atol:g} (largest {atols[-1] / atol:.3g}), so an "
+                         f"all-zeros output would pass: checked with atol={atols[-1]:.3g} (atol x that magnitude)")
+        spread = 0.0
         if t.numel() and t.dtype != torch.bool:
             # On the same evenly spaced sample as the fingerprint: a mask over a 7.5 GB output would need tens of GB.
             # Integer outputs (argmax, indices) count too: they are not constant just because they are not floats.
             sample = t.detach().reshape(-1)[:: max(1, t.numel() // 4096)].double()
             finite = sample[torch.isfinite(sample)]
             if finite.numel():
-                value_range = max(value_range, float(finite.max() - finite.min()))
+                spread = float(finite.max() - finite.min())
         elif t.numel():
-            value_range = max(value_range, float(t.any()) - float(t.all()))
+            spread = float(t.any()) - float(t.all())
+        value_range = max(value_range, spread)
+        near_constant = near_constant and spread <= atols[-1]
     if st.refs:  # the previous trial's outputs, kept as evenly spaced samples (not a second copy of 7 GB)
         st.prev_ref = [verify.sample(t) for t in st.refs.pop(max(st.refs))]
     st.refs = {msg["trial"]: flat}
+    st.atols = {msg["trial"]: atols}
     return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(), "value_range": value_range,
+            "near_constant": near_constant, "tolerance_notes": notes,
             "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat),
             "seconds": round(time.perf_counter() - t0, 4)}
 
@@ -177,6 +188,7 @@ def check(st: State, msg: dict) -> dict:
             reasons.append(f"output-type: output {i} could not be read: {exc}")
             continue
         outs.append(o)
+        atol = st.atols[msg["trial"]][i]
         cmp = verify.compare_values(r, o, atol, rtol, i)
         reasons += cmp.reasons
         worst_abs = max(worst_abs, cmp.max_abs_err or 0.0)
@@ -194,7 +206,7 @@ def check(st: State, msg: dict) -> dict:
             except (OSError, ValueError, KeyError) as exc:
                 reasons.append(f"nondeterministic: second run's output {j} unreadable: {exc}")
                 continue
-            if not verify.matches(outs[j], o2, atol, rtol):
+            if not verify.matches(outs[j], o2, st.atols[msg["trial"]][j], rtol):
                 diff = float((outs[j].double() - o2.double()).abs().nan_to_num(0).max())
                 reasons.append(f"nondeterministic: a second run on the same inputs gave a different output {j} "
                                f"(max abs difference {diff:.3g})")

@@ -185,3 +185,48 @@ def test_timing_uses_the_first_shapes_outputs_after_a_smaller_second_shape(tmp_p
     assert "if (out[0].shape[0] != rows) return 9;" in strict
     assert v.accepted, v.reasons
     assert {t.shape_set for t in v.trials} == {0, 1}
+
+
+_SOFTMAX = r'''
+#include "fusebot.h"
+#include <math.h>
+
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  (void)stream;
+  if (n_in != 1 || n_out != 1) return 1;
+  const float* x = (const float*)in[0].data;
+  float* y = (float*)out[0].data;
+  int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    float m = xr[0];
+    for (int64_t c = 1; c < cols; ++c) m = xr[c] > m ? xr[c] : m;
+    double s = 0.0;
+    for (int64_t c = 0; c < cols; ++c) s += exp((double)(xr[c] - m));
+    for (int64_t c = 0; c < cols; ++c) yr[c] = {VALUE};
+  }
+  return 0;
+}
+'''
+
+
+@pytest.mark.parametrize("value, accepted", [("(float)(exp((double)(xr[c] - m)) / s)", True),
+                                             ("0.0f", False),
+                                             ("(float)(1.0 / cols)", False)])
+def test_an_output_smaller_than_atol_is_checked_at_its_own_scale(tmp_path, value, accepted):
+    """Softmax over 100,003 columns: values near 1e-5 under atol 1e-4. Zeros or the uniform 1/cols would pass an
+    elementwise check at atol; the judge scales atol to the output's magnitude, says so, and the problem is not
+    called degenerate."""
+    spec = scale_relu_spec().model_copy(update={"name": "long_softmax", "path": str(PROBLEMS / "long_softmax.py"),
+                                                "second_inputs": None})
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    with Evaluator(spec, backend="cpu", config=cfg) as ev:
+        v = ev.evaluate(cand("softmax", {"kernel.cpp": _SOFTMAX.replace("{VALUE}", value)}))
+    assert v.accepted == accepted, v.reasons
+    if accepted:
+        assert not v.degenerate, v.warnings
+        assert any(w.startswith("tolerance: output 0: every value is below atol=0.0001") for w in v.warnings)
+    else:  # caught on the first trial, the problem's own uniform inputs (not only by a later randn trial)
+        assert len(v.trials) == 1 and v.trials[0].distribution == "factory", v.trials
+        assert any(r.startswith("mismatch: output 0") for r in v.reasons), v.reasons
