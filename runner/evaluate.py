@@ -493,8 +493,8 @@ class Evaluator:
                                          "structure": rep["structure"], "expected_structure": prep["structure"],
                                          "second_run": rep.get("second_run")}, self.config.trial_timeout_s, "check")
                 _discard_outputs(worker.workdir, rep)
-                log.info("%s trial %d: reference %.2f s, candidate %s, check %.2f s", candidate.id, k,
-                         prep.get("seconds", 0.0), rep.get("seconds"), check.get("seconds", 0.0))
+                log.info("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
+                         prep.get("seconds", 0.0), rep.get("seconds"), rep.get("handoff"), check.get("seconds", 0.0))
                 result.reasons += check["reasons"]
                 result.max_abs_err, result.max_rel_err = check.get("max_abs_err"), check.get("max_rel_err")
                 result.mismatched, result.numel = check.get("mismatched", 0), check.get("numel", 0)

@@ -56,13 +56,21 @@ def write_tensor(t: torch.Tensor, path: Path) -> None:
     del mapped
 
 
-def read_tensor(path: Path, meta: dict, device: str) -> torch.Tensor:
+def read_tensor(path: Path | None, meta: dict, device: str) -> torch.Tensor:
+    """An output as the candidate's process sent it: a CUDA IPC record (meta["ipc"]) or a file of raw bytes."""
     dtype = DTYPE_NAMES[meta["dtype"]]
     numel = 1
     for n in meta["shape"]:
         numel *= n
     storage_dtype = torch.uint8 if dtype == torch.bool else dtype
     nbytes = numel * torch.empty((), dtype=storage_dtype).element_size()
+    if meta.get("ipc"):
+        from runner import ipc
+
+        if int(meta["ipc"]["nbytes"]) != nbytes:
+            raise ValueError(f"{meta['ipc']['nbytes']} bytes sent, expected {nbytes}")
+        t = ipc.receive(meta["ipc"], device).view(storage_dtype).reshape(meta["shape"])
+        return t.to(torch.bool) if dtype == torch.bool else t
     if Path(path).stat().st_size != nbytes:
         raise ValueError(f"{Path(path).name}: {Path(path).stat().st_size} bytes, expected {nbytes}")
     raw = torch.from_file(str(path), size=nbytes, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)

@@ -72,6 +72,7 @@ PRELUDE = r"""#include "fusebot.h"
 #include <math.h>
 #include <stdio.h>
 #include <cooperative_groups.h>
+#include <cuda_pipeline.h>
 namespace cg = cooperative_groups;
 #define FB_HD static __device__ __forceinline__
 #define FB_M __device__ __forceinline__

@@ -17,6 +17,8 @@ from runner.catalog.cuda import (
 )
 from runner.catalog.ir import Program
 
+_SIZES = {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "bool": 1, "uint8": 1, "int8": 1}
+
 # ---- split: several blocks per row ------------------------------------------------------------------------------
 
 
@@ -167,18 +169,31 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
             out.append(f"const FbVec<{ctype[k]}, {v}> v{k} = *(const FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo));")
         return "\n        ".join(out)
 
+    def offsets() -> dict[int, str]:
+        out, off = {}, "0"
+        for k in cached:
+            out[k] = off
+            off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
+        return out
+
+    def fill(v: int, row: str, buf: str) -> str:
+        """Start copying `row`'s slice into buffer `buf`: cp.async (16, 8 or 4 bytes a thread, all in flight at
+        once, no registers) where the access size allows, plain loads and stores otherwise."""
+        body = []
+        for k, off in offsets().items():
+            dst = f"fb_smem + ({buf}) * bufbytes + {off} + (r0 - lo) * (long long)sizeof({ctype[k]})"
+            src = f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + r0"
+            width = v * _SIZES.get(p.inputs[k].dtype, 4)
+            body.append(f"__pipeline_memcpy_async({dst}, {src}, {width});" if width in (4, 8, 16) else
+                        f"*(FbVec<{ctype[k]}, {v}>*)({dst}) = *(const FbVec<{ctype[k]}, {v}>*)({src});")
+        return (f"for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{ "
+                + " ".join(body) + " }")
+
     slots = "\n  ".join(f"__shared__ {x.kind} part_{x.name};" for x in plan.accs)
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached))
-        smem = []
-        off = "0"
-        for k in cached:
-            smem.append(f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + {off});")
-            off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
-        fill = "\n        ".join(
-            f"*(FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo)) = "
-            f"*(const FbVec<{ctype[k]}, {v}>*)((const {ctype[k]}*)a.in[{k}] + o * a.R + r0);" for k in cached)
+        smem = [f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + buf * bufbytes + {off});" for k, off in offsets().items()]
         parts = []
         for pno in range(1, plan.passes + 1):
             accs, body = pass_feed(plan, loads, pno, "\n          ")
@@ -231,23 +246,37 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     }}"""
         passes = "\n".join(parts)
         kernels.append(f"""
-__global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk) {{
+// nbuf == 2: the next row's slice streams into the other buffer while this row's passes and output run.
+__global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk, long long bufbytes, int nbuf) {{
   cg::cluster_group cl = cg::this_cluster();
   const int rank = (int)cl.block_rank();
   extern __shared__ __align__(16) unsigned char fb_smem[];
   {slots}
-  {chr(10).join("  " + x for x in smem)}
   const long long clusters = gridDim.x / {C};
+  const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+  int buf = 0;
+  if (blockIdx.x / {C} < a.O) {{ {fill(v, "blockIdx.x / " + str(C), "0")} }}
+  __pipeline_commit();
   for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
     const long long o = row, i = 0; (void)i;
-    const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
-    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
-        {fill}
+    {chr(10).join("    " + x for x in smem).strip()}
+    if (nbuf == 2) {{
+      if (row + clusters < a.O) {{ {fill(v, "row + clusters", "buf ^ 1")} }}
+      __pipeline_commit();
+      __pipeline_wait_prior(1);
+    }} else {{
+      __pipeline_wait_prior(0);
     }}
     __syncthreads();
 {passes}
 {out}
-    cl.sync();  // the partial slots and slices are reused by the next row
+    cl.sync();  // the partial slots, and with one buffer the slices, are reused by the next row
+    if (nbuf == 2) {{
+      buf ^= 1;
+    }} else {{
+      if (row + clusters < a.O) {{ {fill(v, "row + clusters", "0")} }}
+      __pipeline_commit();
+    }}
   }}
 }}
 """)
@@ -258,12 +287,14 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   const bool wide = {V} > 1 && ({ok});
   const int v = wide ? {V} : 1;
   const long long chunk = ((a.R + {C} - 1) / {C} + v - 1) / v * v;
-  const long long smem = {sizes};
+  const long long bufbytes = {sizes};
+  const int nbuf = 2 * bufbytes <= 227 * 1024 ? 2 : 1;
+  const long long smem = nbuf * bufbytes;
   if (smem > 227 * 1024) {{
     snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);
     return 4;
   }}
-  void (*kern)(FbArgs, long long) = wide ? fb_cluster_v{V} : fb_cluster_v1;
+  void (*kern)(FbArgs, long long, long long, int) = wide ? fb_cluster_v{V} : fb_cluster_v1;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if ({C} > 8) cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   cudaLaunchConfig_t cfg = {{}};
@@ -282,5 +313,5 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) active = 1;
   long long clusters = a.O < (long long)active ? a.O : (long long)active;
   cfg.gridDim = dim3((unsigned)(clusters * {C}));
-  cudaLaunchKernelEx(&cfg, kern, a, chunk);"""
+  cudaLaunchKernelEx(&cfg, kern, a, chunk, bufbytes, nbuf);"""
     return "".join(kernels) + _forward(launch)

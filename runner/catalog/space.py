@@ -130,9 +130,10 @@ def _cuda(p: Program) -> list[Strategy]:
     order = [s_split, s_block, s_warp] if few_rows else ([s_warp, s_block, s_split] if short else
                                                           [s_block, s_warp, s_split])
     row_bytes = R * sum(_bytes(i.dtype) for k, i in enumerate(p.inputs) if p.access(k) == "full")
-    sizes = [c for c in (1, 2, 4, 8, 16) if row_bytes / c <= 100 * 1024]
+    sizes = [c for c in (1, 2, 4, 8, 16) if row_bytes / c <= 200 * 1024]
     if sizes and row_bytes:
-        cs = sizes[:2]
+        # slices that leave room for a second buffer (the next row streams in while this one is worked) first
+        cs = sorted(sizes, key=lambda c: (row_bytes / c > 112 * 1024, c))[:2]
         s_cluster = Strategy(
             "cuda-rows-cluster",
             f"Keep each row on chip: {'one block holds' if cs[0] == 1 else f'a cluster of {cs[0]} blocks holds'} the "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from runner import timing, verify
+from runner import ipc, timing, verify
 from runner.abi import AbiError, KernelLibrary, as_tensor_args
 from runner.contract import Candidate, ProblemSpec
 from runner.guards import Guard
@@ -44,6 +44,8 @@ class State:
     workdir = Path(".")
     ext_dirs: list[Path] = []
     timer_cfg = timing.TimerConfig()
+    exported: list = []  # outputs handed to the judge through CUDA IPC, alive until the next request
+    ipc_off: str | None = None  # why outputs go through files on this machine (no IPC)
 
 
 def _warm_up(device: str) -> None:
@@ -66,6 +68,9 @@ def _warm_up(device: str) -> None:
 def init(st: State, msg: dict) -> dict:
     st.workdir = Path(os.getcwd()).resolve()
     st.ext_dirs = [Path(p).resolve() for p in msg.get("extra_write", [])]
+    if msg["device"].startswith("cuda"):
+        with contextlib.suppress(ipc.IpcUnavailable):
+            ipc.preload()  # the driver library is opened before confinement, like torch
     confinement = confine(st.workdir, extra_write=st.ext_dirs,
                           address_space_bytes=msg.get("address_space_bytes"))
     st.device = msg["device"]
@@ -186,6 +191,17 @@ def _write_outputs(st: State, out, tag: str) -> tuple[list[dict], str]:
     for k, t in enumerate(flat):
         meta = verify.describe(t)
         if meta["tensor"] and meta["exact_tensor"] and meta["layout"] == "torch.strided":
+            if t.is_cuda and st.ipc_off is None:
+                data = t.detach().contiguous()
+                if data.dtype == torch.bool:
+                    data = data.view(torch.uint8)
+                try:
+                    meta["ipc"] = ipc.export(data)
+                    st.exported.append(data)
+                    metas.append(meta)
+                    continue
+                except ipc.IpcUnavailable as exc:
+                    st.ipc_off = str(exc)
             path = st.workdir / f"out_{tag}_{k}.bin"
             verify.write_tensor(t, path)
             meta["file"] = str(path)
@@ -257,7 +273,8 @@ def trial(st: State, msg: dict) -> dict:
     metas, structure = _write_outputs(st, out, f"{msg['trial']}_a")
     del out
     clock.lap("write")
-    reply = {"outputs": metas, "structure": structure, "reasons": reasons, **profiled, "seconds": clock.laps}
+    reply = {"outputs": metas, "structure": structure, "reasons": reasons, **profiled, "seconds": clock.laps,
+             "handoff": "cuda-ipc" if any("ipc" in m for m in metas) else f"files ({st.ipc_off or 'host tensors'})"}
     if msg.get("twice"):
         for x, p in zip(inputs, pristine, strict=True):
             if isinstance(x, torch.Tensor):
@@ -277,6 +294,7 @@ def trial(st: State, msg: dict) -> dict:
 
 
 def time_(st: State, msg: dict) -> dict:
+    st.exported.clear()
     st.out_specs, st.structure = msg["out_specs"], msg["structure"]  # the first shape's, like the inputs below
     st.inputs = None  # freed before the new ones are made: two sets of a 7 GB problem's inputs do not fit beside it
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
@@ -299,6 +317,7 @@ def wall(st: State, msg: dict) -> dict:
 def _trial_releasing(st: State, msg: dict) -> dict:
     """A trial, then its freed blocks given back to the device (the next trial poisons the allocator afresh): a 7 GB
     problem's trial leaves tens of GB cached in this process otherwise, beside the judge's on the same GPU."""
+    st.exported.clear()  # the judge has copied the previous trial's outputs before this request was sent
     try:
         return trial(st, msg)
     finally:

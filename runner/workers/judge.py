@@ -16,6 +16,7 @@ import torch  # imported before anything untrusted
 
 from runner import timing, verify
 from runner.contract import ProblemSpec
+from runner.ipc import IpcUnavailable
 from runner.problem import ProblemError, build_model, bytes_of, load, locate, make_inputs, strict_fp32
 from runner.proc import serve
 from runner.sandbox import confine
@@ -164,6 +165,12 @@ def _inside(file: str | None, directory: str) -> Path:
     return path
 
 
+def _read(meta: dict, directory: str, device: str) -> torch.Tensor:
+    if meta.get("ipc") and device.startswith("cuda"):
+        return verify.read_tensor(None, meta, device)
+    return verify.read_tensor(_inside(meta.get("file"), directory), meta, device)
+
+
 def check(st: State, msg: dict) -> dict:
     """Compare the candidate's outputs for `trial` (files + metadata its process wrote) with the reference."""
     t0 = time.perf_counter()
@@ -183,8 +190,8 @@ def check(st: State, msg: dict) -> dict:
             if any(m.startswith(("shape", "output-type", "dtype")) for m in meta_reasons):
                 continue
         try:
-            o = verify.read_tensor(_inside(meta.get("file"), msg["dir"]), meta, st.device)
-        except (OSError, ValueError, KeyError) as exc:
+            o = _read(meta, msg["dir"], st.device)
+        except (OSError, ValueError, KeyError, IpcUnavailable) as exc:
             reasons.append(f"output-type: output {i} could not be read: {exc}")
             continue
         outs.append(o)
@@ -202,8 +209,8 @@ def check(st: State, msg: dict) -> dict:
     for j, meta in enumerate(msg.get("second_run") or []):
         if j < len(outs):
             try:
-                o2 = verify.read_tensor(_inside(meta.get("file"), msg["dir"]), meta, st.device)
-            except (OSError, ValueError, KeyError) as exc:
+                o2 = _read(meta, msg["dir"], st.device)
+            except (OSError, ValueError, KeyError, IpcUnavailable) as exc:
                 reasons.append(f"nondeterministic: second run's output {j} unreadable: {exc}")
                 continue
             if not verify.matches(outs[j], o2, st.atols[msg["trial"]][j], rtol):

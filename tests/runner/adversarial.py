@@ -131,6 +131,8 @@ def _forged(st, out, tag):
     metas, structure = _orig_write(st, out, tag)
     for m in metas:
         m["file"] = "/etc/hostname"  # have the judge read some other file
+        if "ipc" in m:  # CUDA outputs travel as IPC records: point it at other memory
+            m["ipc"]["offset"] += 1 << 40
     return metas, structure
 
 

@@ -340,6 +340,10 @@ GPU_CASES = {
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
     "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
                     threads=128, slices=4, mode="twopass")],
+    # one buffer (a whole 200 KB row per block), two buffers (100 KB halves on clusters of 2), clusters of 8
+    "softmax_long_rows": [cuda.CudaParams("cluster", vec=4, threads=512, slices=1, mode="twopass"),
+                          cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online"),
+                          cuda.CudaParams("cluster", vec=4, threads=1024, slices=8, mode="twopass")],
     "groupnorm": [cuda.CudaParams("rows", vec=1, threads=256, group=0, mode="online"),
                   cuda.CudaParams("split", vec=4, threads=128, slices=4, mode="twopass")],
 }

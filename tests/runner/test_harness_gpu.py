@@ -68,3 +68,12 @@ def test_load_inline_cuda_candidate_is_accepted(tmp_path):
     with Evaluator(scale_relu_spec(), backend="cuda", config=cfg) as ev:
         v = ev.evaluate(cand("load-inline-cu", {"candidate.py": src}))
     assert v.accepted, v.reasons
+
+
+def test_cuda_outputs_reach_the_judge_through_ipc(gpu_evaluator, caplog):
+    """No host copy of a CUDA output: the trial log names the hand-off, and the verdict is the honest one."""
+    with caplog.at_level("INFO", logger="runner.evaluate"):
+        v = gpu_evaluator.evaluate(cand("honest-cu-ipc", HONEST_FAST_CU))
+    assert v.accepted, v.reasons
+    trials = [r.getMessage() for r in caplog.records if " trial " in r.getMessage()]
+    assert trials and all("outputs by cuda-ipc" in m for m in trials), trials
