@@ -20,7 +20,7 @@ class IpcUnavailable(RuntimeError):
 
 
 class _Handle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]  # CUipcMemHandle
+    _fields_ = [("reserved", ctypes.c_uint8 * 64)]  # CUipcMemHandle (bytes: a c_char field would stop at a NUL)
 
 
 @functools.cache
@@ -77,7 +77,10 @@ def receive(record: dict, device: str) -> torch.Tensor:
     if nbytes == 0:
         return torch.empty(0, dtype=torch.uint8, device=device)
     handle = _Handle()
-    handle.reserved = bytes.fromhex(record["handle"])
+    raw = bytes.fromhex(record["handle"])
+    if len(raw) != 64:
+        raise ValueError(f"an IPC handle is 64 bytes, not {len(raw)}")
+    handle.reserved = (ctypes.c_uint8 * 64)(*raw)
     base = ctypes.c_uint64()
     _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(base), handle, 1), "cuIpcOpenMemHandle")  # lazy peer access
     try:

@@ -1,0 +1,105 @@
+"""Every CUDA parameter set the catalog would propose for a problem, built and timed directly (no harness): a
+development tool to see which templates reach the floor before spending a search on them.
+
+    python3 bench/template_sweep.py out/kb-suite/level1_23_Softmax.py [more problems] [--layout cluster] [--max 24]
+
+Per parameter set: does it match the reference on the problem's own inputs (allclose at the harness's tolerance,
+atol scaled to a small output's magnitude as the judge does), the median of CUDA-event timings with L2 flushed, and
+% of the roofline floor (bytes of inputs + outputs / --bandwidth). These numbers are exploration, not claims: what a
+PR or the bench table reports comes from the harness (fresh inputs, several trials, a separate process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+from runner import verify
+from runner.abi import KernelLibrary, as_tensor_args
+from runner.build import build_many
+from runner.cli import problem_from_file
+from runner.proposer import ProblemContext
+from runner.problem import build_model, load, make_inputs, strict_fp32
+from runner.proposers.catalog import CatalogProposer
+from runner.timing import Timer, TimerConfig
+
+log = logging.getLogger("template_sweep")
+
+
+def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float) -> list[dict]:
+    prop = CatalogProposer()
+    ctx = ProblemContext(name=path.stem, reference_source=path.read_text(), backend="cuda")
+    pat = prop.pattern(ctx)
+    if pat.program is None:
+        return [{"problem": path.stem, "label": f"unsupported: {pat.reason}"}]
+    params = [p for s in prop.strategies(ctx) for p in s.params if layouts is None or p.layout in layouts][:limit]
+    cands = [prop.candidate(ctx, pat, p) for p in params]
+    built = build_many(cands, cuda_arch="sm_90", jobs=16)
+
+    problem = load(problem_from_file(path))
+    model = build_model(problem, problem.model_cls, 0, "cuda")
+    inputs = make_inputs(problem, 1234, shape_set=0, randn=None, device="cuda")
+    with torch.no_grad():
+        ref = model(*inputs)
+    atol, rtol = problem.tolerance
+    atol = verify.effective_atol(atol, verify.magnitude(ref))
+    nbytes = sum(t.numel() * t.element_size() for t in [*inputs, ref] if isinstance(t, torch.Tensor))
+    floor_ms = nbytes / bandwidth * 1e3
+    extra = list(model.state_dict().values())
+    timer = Timer("cuda", TimerConfig(warmup=3, min_reps=10, max_reps=30, max_seconds=3))
+    rows = [{"problem": path.stem, "label": "torch eager", "ok": True,
+             "median_ms": timer.measure(lambda: model(*inputs)).median_ms}]
+    for c, p in zip(cands, params, strict=True):
+        b = built[c.id]
+        row = {"problem": path.stem, "label": p.label(), "ok": False, "median_ms": None}
+        rows.append(row)
+        if b.library is None:
+            row["label"] += " (build failed: " + b.info.log.strip().splitlines()[-1][:80] + ")"
+            continue
+        lib = KernelLibrary(b.library)
+        out = torch.full_like(ref, float("nan"))
+        args = as_tensor_args(inputs, "cuda") + extra
+        stream = torch.cuda.current_stream().cuda_stream
+        try:
+            lib(args, [out], stream)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - a failing candidate is a row, not the end of the sweep
+            row["label"] += f" ({type(exc).__name__}: {str(exc)[:80]})"
+            continue
+        row["ok"] = verify.compare_values(ref, out, atol, rtol, 0).passed
+        row["median_ms"] = timer.measure(lambda: lib(args, [out], stream)).median_ms  # noqa: B023
+        del out
+    for r in rows:
+        r["pct_floor"] = 100 * floor_ms / r["median_ms"] if r.get("median_ms") else None
+    del inputs, ref
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("problems", nargs="+", type=Path)
+    ap.add_argument("--layout", action="append", help="only these layouts (flat, rows, columns, split, cluster)")
+    ap.add_argument("--max", type=int, default=24, help="parameter sets per problem, in the catalog's order")
+    ap.add_argument("--bandwidth", type=float, default=3.01e12, help="bytes/s for the floor (the H100's copy rate)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    strict_fp32()
+    print_rows = []
+    for path in args.problems:
+        print_rows += sweep(path, set(args.layout) if args.layout else None, args.max, args.bandwidth)
+    sys.stdout.write(f"{torch.cuda.get_device_name()}\n| problem | parameters | matches | median ms | % floor |\n"
+                     "| --- | --- | --- | ---: | ---: |\n")
+    for r in print_rows:
+        ms = f"{r['median_ms']:.4g}" if r.get("median_ms") else "-"
+        pct = f"{r['pct_floor']:.0f}%" if r.get("pct_floor") else "-"
+        sys.stdout.write(f"| {r['problem']} | {r['label']} | {'yes' if r.get('ok') else 'NO'} | {ms} | {pct} |\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
