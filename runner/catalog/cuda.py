@@ -48,6 +48,7 @@ class CudaParams:
     mode: str = "online"  # online | twopass
     grid: str = "stride"  # flat: stride (a few waves of blocks per SM) | once (one vector per thread)
     fast_math: bool = False
+    buffers: int = 2  # cluster: 2 = the next row streams into a second buffer where two fit; 1 = one (two blocks/SM)
 
     def label(self) -> str:
         base = f"cuda-{self.layout}-v{self.vec}-t{self.threads}"
@@ -58,7 +59,7 @@ class CudaParams:
         elif self.layout == "split":
             base += f"-s{self.slices}-{self.mode}"
         elif self.layout == "cluster":
-            base += f"-c{self.slices}-{self.mode}"
+            base += f"-c{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
         else:
             base += f"-{self.grid}"
         return base + ("-fast" if self.fast_math else "")

@@ -295,7 +295,7 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   const int v = wide ? {V} : 1;
   const long long chunk = ((a.R + {C} - 1) / {C} + v - 1) / v * v;
   const long long bufbytes = {sizes};
-  const int nbuf = 2 * bufbytes <= 227 * 1024 ? 2 : 1;
+  const int nbuf = {params.buffers} == 2 && 2 * bufbytes <= 227 * 1024 ? 2 : 1;
   const long long smem = nbuf * bufbytes;
   if (smem > 227 * 1024) {{
     snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);

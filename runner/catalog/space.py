@@ -139,8 +139,9 @@ def _cuda(p: Program) -> list[Strategy]:
             f"Keep each row on chip: {'one block holds' if cs[0] == 1 else f'a cluster of {cs[0]} blocks holds'} the "
             "row in shared memory (distributed shared memory across the cluster), so the row is read once and "
             f"written once however many passes {_what(p)} needs; partials merge through DSMEM.",
-            [CudaParams("cluster", vec=wide, threads=t, slices=c, mode=m) for m in modes for c in cs
-             for t in (512, 256, 1024)])
+            # the row is on chip, so a second pass over it is cheap: exact two-pass first
+            [CudaParams("cluster", vec=wide, threads=t, slices=c, mode=m, buffers=b) for m in sorted(modes, reverse=True)
+             for c in cs for b in (1, 2) for t in (512, 256)])
         # a row beyond L1 would be re-read from L2 or memory by the other layouts: on chip first
         order = [s_cluster, *order] if row_bytes > 96 * 1024 else [*order, s_cluster]
     out += order

@@ -65,6 +65,8 @@ def _neighbours(p) -> list:
         out.append(replace(p, fast_math=not p.fast_math))
         if p.layout == "rows":
             out.append(replace(p, group=0 if p.group == 32 else 32))
+        if p.layout == "cluster":
+            out.append(replace(p, buffers=3 - p.buffers))
         if p.layout == "flat":
             out.append(replace(p, grid="once" if p.grid == "stride" else "stride"))
         if p.layout == "columns":
