@@ -22,8 +22,8 @@ from runner import verify
 from runner.abi import KernelLibrary, as_tensor_args
 from runner.build import build_many
 from runner.cli import problem_from_file
-from runner.proposer import ProblemContext
 from runner.problem import build_model, load, make_inputs, strict_fp32
+from runner.proposer import ProblemContext
 from runner.proposers.catalog import CatalogProposer
 from runner.timing import Timer, TimerConfig
 
@@ -72,11 +72,8 @@ def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float) ->
             continue
         row["ok"] = verify.compare_values(ref, out, atol, rtol, 0).passed
         row["median_ms"] = timer.measure(lambda: lib(args, [out], stream)).median_ms  # noqa: B023
-        del out
     for r in rows:
         r["pct_floor"] = 100 * floor_ms / r["median_ms"] if r.get("median_ms") else None
-    del inputs, ref
-    torch.cuda.empty_cache()
     return rows
 
 
