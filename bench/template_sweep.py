@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print_rows = []
     for path in args.problems:
         print_rows += sweep(path, set(args.layout) if args.layout else None, args.max, args.bandwidth)
+        torch.cuda.empty_cache()
     sys.stdout.write(f"{torch.cuda.get_device_name()}\n| problem | parameters | matches | median ms | % floor |\n"
                      "| --- | --- | --- | ---: | ---: |\n")
     for r in print_rows:
