@@ -111,7 +111,9 @@ def init(st: State, msg: dict) -> dict:
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return _equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+    x, y = a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+    step = 1 << 28  # a chunk at a time: torch.equal over a 7.5 GB input allocated 7 GB more on the H100 (OOM)
+    return all(_equal(x[i:i + step], y[i:i + step]) for i in range(0, x.numel(), step))
 
 
 def _poison_fill(t: torch.Tensor) -> None:
