@@ -9,13 +9,14 @@
 set -u
 BATCH=${1:?globs over out/kb-suite without .py, joined by commas, e.g. "level1_2*" or "level1_23*,level1_40*"}
 BUDGET=${BUDGET:-90}          # search seconds per problem (the issue allows 300; one device command allows 600)
+# BENCH_TIMEOUT (s, default 540) stops the bench itself before the device command's limit, so the results still come back
 ROUNDS=${ROUNDS:-6}           # with outputs handed over by CUDA IPC a 6 GB problem's candidate verifies in ~3 s:
 IMPLS=${IMPLS:-3}             # the wall budget, not the rounds, should end a search
 source bench/gpu_setup.sh || exit 1
 mkdir -p out/h100-catalog
 # The H100's measured copy bandwidth (bench/results/h100-harness); on any other GPU the harness measures its own.
 BW=""; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "H100" && BW="--bandwidth 3.01e12"
-python3 -m bot.cli bench out/kb-suite --out out/h100-catalog --backend cuda $BW \
+timeout "${BENCH_TIMEOUT:-540}" python3 -m bot.cli bench out/kb-suite --out out/h100-catalog --backend cuda $BW \
   --budget-seconds "$BUDGET" --rounds "$ROUNDS" --ideas 2 --implementations "$IMPLS" --verbose --pattern "$(echo "$BATCH" | sed 's/,/.py,/g').py" 2>&1 | tee -a out/h100-catalog/bench.log | grep -v " INFO " | tail -40
 if [ -n "${OUT:-}" ]; then  # the device returns files at most a few folders deep: the problems' folders as one archive
   mkdir -p "$OUT/h100-catalog" && cp out/h100-catalog/README.md out/h100-catalog/results.json out/h100-catalog/bench.log "$OUT/h100-catalog/"
