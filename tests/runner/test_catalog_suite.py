@@ -1,0 +1,136 @@
+"""Regressions from checking the catalog against the bench suite's patterns (bench/catalog_suite.txt), each on a small
+module written here: the spellings of norms, instance and batch norms, losses and reductions the catalog must
+recognise, C++ candidates that must compute what torch does (all programs in one g++ build), and a proposer that never
+spends a trial on code it already measured or on a template that cannot run on the captured shapes."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import subprocess
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: N812
+
+from runner.abi import FbTensor, describe
+from runner.capture import capture_model
+from runner.catalog import cpu
+from runner.catalog.lower import recognise
+from tests.runner.test_catalog import CSRC, one_translation_unit
+
+
+class Fn(nn.Module):
+    """forward(x) = fn(self, x), with parameters self.ps[k] and buffers as given."""
+
+    def __init__(self, fn, *params: torch.Tensor, buffers: dict | None = None):
+        super().__init__()
+        self.fn = fn
+        self.ps = nn.ParameterList([nn.Parameter(p) for p in params])
+        for k, v in (buffers or {}).items():
+            self.register_buffer(k, v)
+
+    def forward(self, x):
+        return self.fn(self, x)
+
+
+class Fn2(Fn):
+    def forward(self, x, y):
+        return self.fn(self, x, y)
+
+
+def _x(*shape, lo=-1.0, hi=1.0):
+    g = torch.Generator().manual_seed(math.prod(shape))
+    return torch.rand(shape, generator=g) * (hi - lo) + lo
+
+
+class Wrap(nn.Module):
+    """A module inside a Model, as KernelBench writes it (the capture sees it as one call)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+# name -> (module, inputs): every one must be recognised and its C++ candidate must match torch
+CASES = {
+    "linalg_norm_fro": (Fn(lambda m, x: x / torch.linalg.norm(x)), [_x(3, 5, 7)]),
+    "linalg_norm_dims": (Fn(lambda m, x: x / torch.linalg.norm(x, dim=(1, 2), keepdim=True)), [_x(3, 5, 7)]),
+    "linalg_norm_ord1": (Fn(lambda m, x: torch.linalg.norm(x, ord=1, dim=1)), [_x(3, 5, 7)]),
+    "vector_norm_l2": (Fn(lambda m, x: x / torch.linalg.vector_norm(x, dim=1, keepdim=True)), [_x(3, 33)]),
+    "vector_norm_inf": (Fn(lambda m, x: torch.linalg.vector_norm(x, ord=float("inf"), dim=-1)), [_x(3, 5, 7)]),
+    "vector_norm_minf": (Fn(lambda m, x: torch.linalg.vector_norm(x, ord=float("-inf"), dim=-1)), [_x(3, 5, 7)]),
+    "norm_p3": (Fn(lambda m, x: x / torch.norm(x, p=3, dim=1, keepdim=True)), [_x(3, 33)]),
+    "normalize_l2": (Fn(lambda m, x: F.normalize(x, dim=1)), [_x(3, 5, 7)]),
+    "normalize_l1_last": (Fn(lambda m, x: F.normalize(x, p=1.0, dim=-1)), [_x(3, 5, 7)]),
+    "hinge_broadcast": (Fn2(lambda m, p, t: torch.mean(torch.clamp(1 - p * t, min=0))),
+                        [_x(37, 37), torch.randint(0, 2, (37,), generator=torch.Generator().manual_seed(1)) * 2.0 - 1]),
+}
+
+
+def _lower(model: nn.Module, inputs: list):
+    return recognise(capture_model(model.eval(), inputs))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Every case's pattern, and one C++ candidate of each recognised case, all compiled in one g++ run."""
+    from runner.build import toolchain
+
+    pats = {name: _lower(m, xs) for name, (m, xs) in CASES.items()}
+    ok = [name for name, pat in pats.items() if pat.program is not None]
+    srcs = [cpu.render(pats[n].program, cpu.CpuParams("rows" if pats[n].program.is_row else "flat", "twopass", "one"))
+            for n in ok]
+    tmp = tmp_path_factory.mktemp("suite")
+    (tmp / "all.cpp").write_text(one_translation_unit(srcs))
+    tc = toolchain("cpu")
+    flags = [f if f != "-O3" else "-O1" for f in tc.flags]
+    proc = subprocess.run([tc.compiler, *flags, "-I", str(CSRC), "all.cpp", "-o", "all.so"], cwd=tmp,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return pats, ok, ctypes.CDLL(str(tmp / "all.so"))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_suite_spellings_are_recognised_and_their_cpu_kernel_matches_torch(built, name):
+    pats, ok, lib = built
+    assert pats[name].program is not None, pats[name].reason
+    k = ok.index(name)
+    model, xs = CASES[name]
+    with torch.no_grad():
+        ref = model.eval()(*xs)
+    out = torch.empty_like(ref)
+    args = [*xs, *model.state_dict().values()]
+    fwd = getattr(lib, f"fusebot_forward_{k}")
+    fwd.restype = ctypes.c_int
+    ins = (FbTensor * len(args))(*[describe(t.contiguous()) for t in args])
+    outs = (FbTensor * 1)(describe(out))
+    assert fwd(ins, len(args), outs, 1, None) == 0
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda m, x: F.batch_norm(x, m.rm, m.rv, training=True), "training mode"),
+    (lambda m, x: torch.linalg.norm(x, ord=2), "matrix norm"),
+    (lambda m, x: torch.norm(x, p=0), "p=0"),
+])
+def test_what_the_catalog_cannot_compute_says_why(fn, why):
+    m = Fn(fn, buffers={"rm": torch.zeros(6), "rv": torch.ones(6)})
+    pat = _lower(m, [_x(6, 6)])
+    assert pat.family == "unsupported" and why in pat.reason, pat.reason
+
+
+def test_batch_norm_without_running_stats_is_unsupported_in_eval_mode_too():
+    pat = _lower(Wrap(nn.BatchNorm2d(6, track_running_stats=False)), [_x(3, 6, 5, 7)])
+    assert pat.family == "unsupported" and "batch statistics" in pat.reason
+
+
+def test_kernelbench_batch_norm_is_lowered_as_the_harness_runs_it():
+    """The harness builds the reference in eval mode (runner.problem.build_model): running statistics, elementwise."""
+    pat = _lower(Wrap(nn.BatchNorm2d(6)), [_x(3, 6, 5, 7)])
+    assert pat.family == "elementwise" and any("running statistics" in n for n in pat.notes)
+    assert {i.abi for i in pat.program.inputs} == {0, 1, 2, 3, 4}  # x, weight, bias, running mean and var
