@@ -390,20 +390,31 @@ class _Lower:
         return self._normalize(x, d, eps, w, b, "layer norm")
 
     def lower_instance_norm(self, n: CNode) -> _Val:
+        """Mean and variance per sample and channel over the spatial dims; with running statistics (a module that
+        tracks them, in eval mode, or the functional form with use_input_stats=False) an affine per channel."""
         x = self.val(self.arg(n, 0, "input"))
-        if n.kwargs.get("running"):
-            raise Unsupported("instance norm with running statistics")
-        eps = float(n.kwargs.get("eps", 1e-5))
-        w = b = None
-        if n.kwargs.get("affine") and len(n.args) >= 3:
-            c = x.shape[1]
-            view = (c,) + (1,) * (len(x.shape) - 2)
-            wi, bi = self.val(n.args[1]).expr, self.val(n.args[2]).expr
-            w = _Val(self.load(self.inputs[wi.k].abi, view, self.inputs[wi.k].dtype, True), view)  # type: ignore[union-attr]
-            b = _Val(self.load(self.inputs[bi.k].abi, view, self.inputs[bi.k].dtype, True), view)  # type: ignore[union-attr]
-        elif "module" not in n.kwargs:
-            raise Unsupported("functional instance_norm")
-        return self._normalize(x, tuple(range(2, len(x.shape))), eps, w, b, "instance norm")
+        if len(x.shape) < 3:
+            raise Unsupported("instance norm of an unbatched input")
+        if "module" in n.kwargs:
+            eps = float(n.kwargs.get("eps", 1e-5))
+            refs = list(n.args[1:])
+            if n.kwargs.get("running"):
+                mean, var, refs = refs[0], refs[1], refs[2:]
+            w, b = (refs[0], refs[1]) if n.kwargs.get("affine") and len(refs) >= 2 else (None, None)
+            if n.kwargs.get("running"):
+                return self._running_affine(x, mean, var, w, b, eps, "instance norm with running statistics")
+        else:
+            w, b = self.arg(n, 3, "weight"), self.arg(n, 4, "bias")
+            eps = float(self.arg(n, 7, "eps", 1e-5))
+            if not self.arg(n, 5, "use_input_stats", True):
+                mean, var = self.arg(n, 1, "running_mean"), self.arg(n, 2, "running_var")
+                if mean is None or var is None:
+                    raise Unsupported("instance norm without input statistics or running ones")
+                return self._running_affine(x, mean, var, w, b, eps, "instance norm with running statistics")
+        view = (x.shape[1],) + (1,) * (len(x.shape) - 2)
+        wv = _Val(self._channel(w, x), view) if w is not None else None
+        bv = _Val(self._channel(b, x), view) if b is not None else None
+        return self._normalize(x, tuple(range(2, len(x.shape))), eps, wv, bv, "instance norm")
 
     def _channel(self, ref, x: _Val) -> Expr:
         """A per-channel vector [C] read as [C, 1, ..., 1] against x [N, C, *]."""
@@ -430,13 +441,19 @@ class _Lower:
             mean, var = self.arg(n, 1, "running_mean"), self.arg(n, 2, "running_var")
             w, b = self.arg(n, 3, "weight"), self.arg(n, 4, "bias")
             eps = float(self.arg(n, 7, "eps", 1e-5))
+        return self._running_affine(x, mean, var, w, b, eps, "batch norm with running statistics")
+
+    def _running_affine(self, x: _Val, mean, var, w, b, eps: float, what: str) -> _Val:
+        """(x - mean) * rsqrt(var + eps) * w + b with per-channel statistics and weights: elementwise."""
+        if len(x.shape) < 2:
+            raise Unsupported(f"{what} of a tensor without a channel dim")
         e = op("mul", op("sub", x.expr, self._channel(mean, x)),
                op("rsqrt", op("add", self._channel(var, x), Const(eps))))
         if w is not None:
             e = op("mul", e, self._channel(w, x))
         if b is not None:
             e = op("add", e, self._channel(b, x))
-        self.notes.append("batch norm with running statistics: an elementwise affine per channel")
+        self.notes.append(f"{what}: an elementwise affine per channel")
         return _Val(e, x.shape)
 
     def lower_group_norm(self, n: CNode) -> _Val:

@@ -56,6 +56,16 @@ class Wrap(nn.Module):
         return self.inner(x)
 
 
+def _in_stats() -> nn.Module:
+    m = nn.InstanceNorm1d(6, affine=True, track_running_stats=True)
+    with torch.no_grad():
+        m.running_mean.uniform_(-1, 1)
+        m.running_var.uniform_(0.5, 2.0)
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.uniform_(-1, 1)
+    return Wrap(m)
+
+
 # name -> (module, inputs): every one must be recognised and its C++ candidate must match torch
 CASES = {
     "linalg_norm_fro": (Fn(lambda m, x: x / torch.linalg.norm(x)), [_x(3, 5, 7)]),
@@ -67,6 +77,9 @@ CASES = {
     "norm_p3": (Fn(lambda m, x: x / torch.norm(x, p=3, dim=1, keepdim=True)), [_x(3, 33)]),
     "normalize_l2": (Fn(lambda m, x: F.normalize(x, dim=1)), [_x(3, 5, 7)]),
     "normalize_l1_last": (Fn(lambda m, x: F.normalize(x, p=1.0, dim=-1)), [_x(3, 5, 7)]),
+    "instance_norm_functional": (Fn(lambda m, x: F.instance_norm(x, weight=m.ps[0], bias=m.ps[1], eps=1e-3),
+                                    _x(6), _x(6)), [_x(3, 6, 5, 7)]),
+    "instance_norm_running_stats": (_in_stats(), [_x(3, 6, 11)]),
     "hinge_broadcast": (Fn2(lambda m, p, t: torch.mean(torch.clamp(1 - p * t, min=0))),
                         [_x(37, 37), torch.randint(0, 2, (37,), generator=torch.Generator().manual_seed(1)) * 2.0 - 1]),
 }
