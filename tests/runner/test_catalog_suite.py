@@ -66,6 +66,12 @@ def _in_stats() -> nn.Module:
     return Wrap(m)
 
 
+def _targets(shape):  # a KL-div target with zeros (xlogy(0, 0) = 0) and negatives (xlogy(t, t) = NaN for t < 0)
+    t = _x(*shape)
+    t[0, :5] = 0.0
+    return t
+
+
 # name -> (module, inputs): every one must be recognised and its C++ candidate must match torch
 CASES = {
     "linalg_norm_fro": (Fn(lambda m, x: x / torch.linalg.norm(x)), [_x(3, 5, 7)]),
@@ -80,6 +86,7 @@ CASES = {
     "instance_norm_functional": (Fn(lambda m, x: F.instance_norm(x, weight=m.ps[0], bias=m.ps[1], eps=1e-3),
                                     _x(6), _x(6)), [_x(3, 6, 5, 7)]),
     "instance_norm_running_stats": (_in_stats(), [_x(3, 6, 11)]),
+    "kl_div_none": (Fn2(lambda m, x, t: F.kl_div(x, t, reduction="none")), [_x(7, 33), _targets((7, 33))]),
     "hinge_broadcast": (Fn2(lambda m, p, t: torch.mean(torch.clamp(1 - p * t, min=0))),
                         [_x(37, 37), torch.randint(0, 2, (37,), generator=torch.Generator().manual_seed(1)) * 2.0 - 1]),
 }
@@ -124,6 +131,13 @@ def test_suite_spellings_are_recognised_and_their_cpu_kernel_matches_torch(built
     outs = (FbTensor * 1)(describe(out))
     assert fwd(ins, len(args), outs, 1, None) == 0
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+def test_the_kl_div_case_has_zero_and_negative_targets():
+    """torch.xlogy(t, t) is 0 where t == 0 and NaN where t < 0 (the kernel used to give 0 for a negative t)."""
+    model, xs = CASES["kl_div_none"]
+    ref = model(*xs)
+    assert ref.isnan().any() and (ref[0, :5] == 0).all()
 
 
 @pytest.mark.parametrize("fn, why", [
