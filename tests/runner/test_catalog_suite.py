@@ -6,6 +6,7 @@ spends a trial on code it already measured or on a template that cannot run on t
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 import subprocess
 
@@ -16,8 +17,12 @@ import torch.nn.functional as F  # noqa: N812
 
 from runner.abi import FbTensor, describe
 from runner.capture import capture_model
-from runner.catalog import cpu
+from runner.catalog import cpu, cuda
+from runner.catalog.ir import Input, Load, Op, Program, Red
 from runner.catalog.lower import recognise
+from runner.contract import Timing, Verdict
+from runner.proposer import Attempt, History, ProblemContext
+from runner.proposers.catalog import CatalogProposer, code_key, fits, label_of, remember
 from tests.runner.test_catalog import CSRC, one_translation_unit
 
 
@@ -161,3 +166,56 @@ def test_kernelbench_batch_norm_is_lowered_as_the_harness_runs_it():
     pat = _lower(Wrap(nn.BatchNorm2d(6)), [_x(3, 6, 5, 7)])
     assert pat.family == "elementwise" and any("running statistics" in n for n in pat.notes)
     assert {i.abi for i in pat.program.inputs} == {0, 1, 2, 3, 4}  # x, weight, bias, running mean and var
+
+
+# ---- the proposer ------------------------------------------------------------------------------------------------
+
+SUM_MID = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.sum(x, dim=1)
+
+def get_inputs():
+    return [torch.rand(8, 37, 45)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _accepted(c, ms: float) -> Attempt:
+    t = Timing(median_ms=ms, iqr_ms=0.0, mean_ms=ms, min_ms=ms, n=5, samples_ms=[ms] * 5, clock="monotonic",
+               l2_flushed=False)
+    return Attempt(round=1, proposer="catalog", idea="", candidate=c,
+                   verdict=Verdict(candidate_id=c.id, problem="sum", accepted=True, timing=t))
+
+
+def test_the_proposer_never_proposes_code_it_already_tried():
+    """A plain sum over a middle dim: the columns layout ignores the vector width and the online/two-pass switch, so
+    the refinements of the best kernel used to be the same code under another label (a GPU trial each)."""
+    m = Fn(lambda m, x: torch.sum(x, dim=1))
+    remember(SUM_MID, _lower(m, [torch.rand(8, 37, 45)]))
+    c = ProblemContext(name="sum_mid", reference_source=SUM_MID, backend="cuda")
+    prop, h, seen = CatalogProposer(), History(), []
+    for _ in range(30):
+        new = [x for i in prop.ideas(c, h, 4) for x in prop.implement(c, i, h, 2)]
+        if not new:
+            break
+        for x in new:
+            h.attempts.append(_accepted(x, 1.0 + int(hashlib.sha256(x.id.encode()).hexdigest()[:6], 16) / 2**24))
+        seen += new
+    keys = [code_key(x) for x in seen]
+    assert len(seen) >= 8 and len(set(keys)) == len(keys), sorted(label_of(x) for x in seen)
+    twins = cuda.CudaParams("columns", vec=2, threads=256, col_width=32, slices=8, mode="twopass")
+    assert twins.label() not in {label_of(x) for x in seen}  # the same code as vec=1, online
+
+
+def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
+    row = Program(inputs=[Input(0, (4, 393216), "float32")], out=Op("exp", (Op("sub", (Load(0), Red("lse", Load(0)))),)),
+                  shape=(4, 393216), axes=(1,), out_shape=(4, 393216))
+    assert fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=16), row)  # 96 KiB a block
+    assert fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=8), row)  # 192 KiB
+    assert not fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=4), row)  # 384 KiB: a launch error
+    assert fits(cuda.CudaParams("rows", vec=4, threads=512), row)
