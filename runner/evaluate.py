@@ -188,7 +188,7 @@ class Evaluator:
         self._baselines: Baselines | None = None
         self._roofline: Roofline | None = None
         self._reference_kernels: list[str] | None = None
-        self._digests: list[tuple[int, str, float]] = []
+        self._digests: list[tuple[str, float, list | None]] = []  # per trial: digest, value range, [min, max]
         self._cuda_arch: str | None = None
         self._siblings_now: tuple[Worker, ...] = ()
         self._out_specs: dict[int, tuple[list, str]] = {}  # shape set -> the reference's output specs, structure
@@ -465,11 +465,11 @@ class Evaluator:
     def _verify(self, worker: Worker, candidate: Candidate, plan: list[dict]) -> tuple[list[TrialResult], list[str]]:
         results: list[TrialResult] = []
         profiled: set[int] = set()
-        digests: list[tuple[str, float]] = []
+        digests: list[tuple[str, float, list | None]] = []
         for k, p in enumerate(plan):
             prep = self._ask_judge({"cmd": "prepare", **p}, self.config.trial_timeout_s, "reference")
             self._out_specs.setdefault(p["shape_set"], (prep["outputs"], prep["structure"]))
-            digests.append((prep["digest"], prep["value_range"]))
+            digests.append((prep["digest"], prep["value_range"], prep.get("value_span")))
             profile = p["shape_set"] not in profiled
             profiled.add(p["shape_set"])
             msg = {"cmd": "trial", **p, "out_specs": prep["outputs"], "structure": prep["structure"],
@@ -507,12 +507,16 @@ class Evaluator:
         return results, []
 
     def _degenerate(self) -> str | None:
-        digests = [d for d, _ in self._digests]
+        digests = [d[0] for d in self._digests]
         atol = self._info.get("atol", 1e-4)
         if len(set(digests)) == 1 and len(digests) > 1:
             return "the reference's output is the same for every input drawn: it does not depend on its input"
-        if self._digests and all(r <= atol for _, r in self._digests):
-            return "the reference's output is (near-)constant: every value within atol of every other"
+        if self._digests and all(d[1] <= atol for d in self._digests):
+            # every value within atol of every other in each trial, and across the trials too: a scalar (a loss) has
+            # no spread within one output, yet it is not constant when each input drawn gives another value
+            spans = [d[2] for d in self._digests if d[2]]
+            if not spans or max(s[1] for s in spans) - min(s[0] for s in spans) <= atol:
+                return "the reference's output is (near-)constant: every value within atol of every other"
         return None
 
     def _time(self, worker: Worker, candidate: Candidate, library: Path | None, verdict: Verdict) -> None:

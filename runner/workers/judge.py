@@ -120,6 +120,7 @@ def prepare(st: State, msg: dict) -> dict:
         return _problem_error(exc)
     specs, digest = [], hashlib.sha256()
     value_range = 0.0
+    lo, hi = float("inf"), float("-inf")  # over every output: a scalar (a loss) has no range of its own
     for t in flat:
         if not isinstance(t, torch.Tensor):
             return _problem_error(ProblemError("reference", str(st.problem.file),
@@ -133,12 +134,14 @@ def prepare(st: State, msg: dict) -> dict:
             finite = sample[torch.isfinite(sample)]
             if finite.numel():
                 value_range = max(value_range, float(finite.max() - finite.min()))
+                lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
         elif t.numel():
             value_range = max(value_range, float(t.any()) - float(t.all()))
     if st.refs:  # the previous trial's outputs, kept as evenly spaced samples (not a second copy of 7 GB)
         st.prev_ref = [verify.sample(t) for t in st.refs.pop(max(st.refs))]
     st.refs = {msg["trial"]: flat}
     return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(), "value_range": value_range,
+            "value_span": [lo, hi] if lo <= hi else None,
             "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat),
             "seconds": round(time.perf_counter() - t0, 4)}
 

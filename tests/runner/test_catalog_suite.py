@@ -219,3 +219,52 @@ def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
     assert fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=8), row)  # 192 KiB
     assert not fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=4), row)  # 384 KiB: a launch error
     assert fits(cuda.CudaParams("rows", vec=4, threads=512), row)
+
+
+# ---- the harness ---------------------------------------------------------------------------------------------------
+
+MSE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, predictions, targets):
+        return torch.mean((predictions - targets) ** 2)
+
+
+def get_inputs():
+    return [torch.rand(37, 45), torch.rand(37, 45)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _degenerate(tmp_path, source: str) -> str | None:
+    """The harness's verdict on a problem's degeneracy from three of the judge's trials (its prepare step, run here)."""
+    from runner.contract import ProblemSpec
+    from runner.evaluate import Evaluator
+    from runner.problem import load
+    from runner.workers import judge
+
+    (tmp_path / "p.py").write_text(source)
+    spec = ProblemSpec(name="p", path=str(tmp_path / "p.py"))
+    st = judge.State()
+    st.problem = load(spec)
+    st.model = st.problem.model_cls(*st.problem.init_args)
+    st.refs = {}
+    preps = [judge.prepare(st, {"seed": 11 * k, "shape_set": 0, "randn": [1.0, 0.5] if k % 2 else None, "trial": k})
+             for k in range(1, 4)]
+    with Evaluator(spec, backend="cpu") as ev:
+        ev._info = {"atol": 1e-4}
+        ev._digests = [(r["digest"], r["value_range"], r.get("value_span")) for r in preps]
+        return ev._degenerate()
+
+
+def test_a_scalar_loss_is_not_called_degenerate(tmp_path):
+    """A loss is one number: no spread within the output, yet each input gives another value. The judge called every
+    scalar output near-constant, so the suite's losses (MSE, Huber, KL, hinge) could never report a speedup."""
+    assert _degenerate(tmp_path, MSE) is None
+    constant = MSE.replace("torch.mean((predictions - targets) ** 2)", "1.0 + 1e-6 * torch.mean(predictions)")
+    assert "every value within atol" in (_degenerate(tmp_path, constant) or "")
