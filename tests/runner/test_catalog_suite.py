@@ -168,6 +168,18 @@ def test_kernelbench_batch_norm_is_lowered_as_the_harness_runs_it():
     assert {i.abi for i in pat.program.inputs} == {0, 1, 2, 3, 4}  # x, weight, bias, running mean and var
 
 
+def test_a_cuda_argmax_stores_its_index_without_rounding_it_through_a_float():
+    """fb_to<long long>(float) rounded every index above 2^24 (an argmax over a whole 4096 x 393216 tensor): the index
+    is a long long and goes through the long long overload (compiled for every layout by the nvcc sweep)."""
+    import re
+
+    pat = _lower(Fn(lambda m, x: torch.argmax(x)), [_x(4, 4096)])
+    src = cuda.render(pat.program, cuda.CudaParams("split", vec=4, threads=256, slices=8))
+    assert "template <typename T> __device__ __forceinline__ T fb_to(long long v)" in src
+    (name,) = re.findall(r"const long long (rv\d+) = acc\d+\.i;", src)[:1]
+    assert f"fb_to<long long>({name})" in src
+
+
 # ---- the proposer ------------------------------------------------------------------------------------------------
 
 SUM_MID = '''import torch
