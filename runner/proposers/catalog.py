@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 
 from runner.capture import capture_source
 from runner.catalog import cpu, cuda, epilogue
-from runner.catalog.cgen import NotExpressible
+from runner.catalog.cgen import ACCUMULATORS, MATH, NotExpressible
 from runner.catalog.lower import Pattern, recognise
 from runner.catalog.space import Strategy, strategies
 from runner.contract import Candidate, Verdict
@@ -48,13 +48,30 @@ def label_of(c: Candidate) -> str | None:
     return None
 
 
+# fast math only changes these (cgen.MATH); nvcc and g++ get no fast-math flag
+_FAST_CALLS = ("fb_exp(", "fb_div(", "fb_log(", "fb_tanh(", "fb_sigmoid(", "AccLse")
+
+
+def _unused_fast_math_dropped(text: str) -> str:
+    """The source without its fast-math defines when nothing in it calls what they change (a ReLU, a sum, a batch
+    norm's affine): the fast variant is then the same machine code. Also inside a ModelNew's repr()'d kernel."""
+    for block in (cuda.FAST, cpu.FAST):
+        for b, math_, accs in ((block + "\n", MATH, ACCUMULATORS),  # the templates join their parts with newlines
+                               (repr(block + "\n")[1:-1], repr(MATH)[1:-1], repr(ACCUMULATORS)[1:-1])):
+            if b in text:
+                body = text.replace(b, "").replace(math_, "").replace(accs, "")
+                return text if any(call in body for call in _FAST_CALLS) else text.replace(b, "")
+    return text
+
+
 def code_key(c: Candidate) -> str:
     """What a candidate's code is, its label left out: parameter sets that render the same code (the online/two-pass
-    switch of a plain sum, the vector width the columns layout ignores) are one candidate, measured once."""
+    switch of a plain sum, the vector width the columns layout ignores, fast math where nothing uses it) are one
+    candidate, measured once."""
     lab = label_of(c)
     h = hashlib.sha256()
     for name in sorted(c.sources):
-        text = c.sources[name].replace(lab, "") if lab else c.sources[name]
+        text = _unused_fast_math_dropped(c.sources[name].replace(lab, "") if lab else c.sources[name])
         h.update(name.encode() + b"\0" + text.encode() + b"\0")
     return h.hexdigest()
 

@@ -9,6 +9,7 @@ import ctypes
 import hashlib
 import math
 import subprocess
+from dataclasses import replace
 
 import pytest
 import torch
@@ -222,6 +223,58 @@ def test_the_proposer_never_proposes_code_it_already_tried():
     assert len(seen) >= 8 and len(set(keys)) == len(keys), sorted(label_of(x) for x in seen)
     twins = cuda.CudaParams("columns", vec=2, threads=256, col_width=32, slices=8, mode="twopass")
     assert twins.label() not in {label_of(x) for x in seen}  # the same code as vec=1, online
+
+
+CONV = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3)
+        self.bias = nn.Parameter(torch.randn(5, 1, 1))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + self.bias
+
+
+def get_inputs():
+    return [torch.rand(2, 3, 9, 11)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_fast_math_where_nothing_uses_it_is_the_same_code():
+    """Fast math changes exp, log and division only: for a ReLU, a batch norm's affine or a conv's ReLU + bias
+    epilogue, the fast variant is the same machine code and must not take a trial of its own."""
+    from runner.contract import Candidate
+
+    def key(prog, params):
+        src = (cuda if isinstance(params, cuda.CudaParams) else cpu).render(prog, params)
+        backend = "cuda" if isinstance(params, cuda.CudaParams) else "cpu"
+        return code_key(Candidate(id=params.label(), format="fast", backend=backend, sources={"k": src}))
+
+    relu = Program(inputs=[Input(0, (64, 256), "float32")], out=Op("relu", (Load(0),)), shape=(64, 256),
+                   out_shape=(64, 256))
+    softmax = Program(inputs=[Input(0, (64, 256), "float32")], out=Op("exp", (Op("sub", (Load(0), Red("lse", Load(0)))),)),
+                      shape=(64, 256), axes=(1,), out_shape=(64, 256))
+    for p in (cuda.CudaParams("flat", vec=4, threads=256), cpu.CpuParams("flat", threads="one")):
+        assert key(relu, p) == key(relu, replace(p, fast_math=True))
+    rows = cuda.CudaParams("rows", vec=4, threads=256, group=32)
+    assert key(softmax, rows) != key(softmax, replace(rows, fast_math=True))
+    ns: dict = {}
+    exec(compile(CONV, "conv.py", "exec"), ns)  # noqa: S102 - the test's own module
+    remember(CONV, _lower(ns["Model"](), ns["get_inputs"]()))
+    c = ProblemContext(name="conv", reference_source=CONV, backend="cuda")
+    prop = CatalogProposer()
+    flat = cuda.CudaParams("flat", vec=4, threads=256)
+    assert prop.pattern(c).family == "epilogue"
+    assert code_key(prop.candidate(c, prop.pattern(c), flat)) == \
+        code_key(prop.candidate(c, prop.pattern(c), replace(flat, fast_math=True)))
 
 
 def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
