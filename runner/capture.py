@@ -90,7 +90,8 @@ def _module_op(mod) -> tuple[str, dict]:
         stats = mod.track_running_stats and not mod.training
         return "batch_norm", {"eps": mod.eps, "affine": mod.affine, "running": stats}
     if isinstance(mod, nn.InstanceNorm1d | nn.InstanceNorm2d | nn.InstanceNorm3d):
-        return "instance_norm", {"eps": mod.eps, "affine": mod.affine, "running": mod.track_running_stats}
+        stats = mod.track_running_stats and not mod.training  # in training mode the input's own statistics
+        return "instance_norm", {"eps": mod.eps, "affine": mod.affine, "running": stats}
     if isinstance(mod, nn.Softmax | nn.LogSoftmax):
         return ("softmax" if isinstance(mod, nn.Softmax) else "log_softmax"), {"dim": mod.dim}
     if isinstance(mod, nn.GELU):
@@ -244,7 +245,7 @@ def graph_from_fx(gm, model, args: list, tracer: str = "fx") -> CGraph:
             mod = modules[str(n.target)]
             op, hp = _module_op(mod)
             names_ = [p for p, _ in mod.named_parameters(recurse=False)]
-            if op == "batch_norm" and hp.get("running"):  # its statistics are buffers, in the state_dict too
+            if op in ("batch_norm", "instance_norm") and hp.get("running"):  # statistics: buffers, in the state_dict
                 names_ = ["running_mean", "running_var", *names_]
             extra = [param_node(f"{n.target}.{p}") for p in names_]
             kw = {**hp, **kwargs, "params": names_, "module": n.target}

@@ -188,7 +188,9 @@ class Evaluator:
         self._baselines: Baselines | None = None
         self._roofline: Roofline | None = None
         self._reference_kernels: list[str] | None = None
-        self._digests: list[tuple[str, bool]] = []  # per trial: the reference output's fingerprint, near-constant
+        # per trial: the reference output's fingerprint, near-constant (within the atol its check uses), [min, max]
+        # over its values, and that atol
+        self._digests: list[tuple[str, bool, list | None, float]] = []
         self._tolerance_notes: set[str] = set()  # where the judge scaled atol to a small output's magnitude
         self._cuda_arch: str | None = None
         self._siblings_now: tuple[Worker, ...] = ()
@@ -466,11 +468,11 @@ class Evaluator:
     def _verify(self, worker: Worker, candidate: Candidate, plan: list[dict]) -> tuple[list[TrialResult], list[str]]:
         results: list[TrialResult] = []
         profiled: set[int] = set()
-        digests: list[tuple[str, float]] = []
+        digests: list[tuple[str, float, list | None]] = []
         for k, p in enumerate(plan):
             prep = self._ask_judge({"cmd": "prepare", **p}, self.config.trial_timeout_s, "reference")
             self._out_specs.setdefault(p["shape_set"], (prep["outputs"], prep["structure"]))
-            digests.append((prep["digest"], prep["near_constant"]))
+            digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
             self._tolerance_notes.update(prep.get("tolerance_notes", []))
             profile = p["shape_set"] not in profiled
             profiled.add(p["shape_set"])
@@ -509,11 +511,16 @@ class Evaluator:
         return results, []
 
     def _degenerate(self) -> str | None:
-        digests = [d for d, _ in self._digests]
+        digests = [d[0] for d in self._digests]
         if len(set(digests)) == 1 and len(digests) > 1:
             return "the reference's output is the same for every input drawn: it does not depend on its input"
-        if self._digests and all(near for _, near in self._digests):
-            return "the reference's output is (near-)constant: every value within atol of every other"
+        if self._digests and all(d[1] for d in self._digests):
+            # every value within atol of every other in each trial, and across the trials too: a scalar (a loss) has
+            # no spread within one output, yet it is not constant when each input drawn gives another value
+            spans = [d[2] for d in self._digests if d[2]]
+            tol = min(d[3] for d in self._digests)
+            if not spans or max(s[1] for s in spans) - min(s[0] for s in spans) <= tol:
+                return "the reference's output is (near-)constant: every value within atol of every other"
         return None
 
     def _time(self, worker: Worker, candidate: Candidate, library: Path | None, verdict: Verdict) -> None:

@@ -156,7 +156,8 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
         "hardswish": f"({x} * fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))",
         "mish": f"({x} * fb_tanh({x} > 20.0f ? {x} : log1pf(fb_exp({x}))))",
         "where_lt": f"({x} < {y} ? {a[2] if len(a) > 2 else ''} : {a[3] if len(a) > 3 else ''})",
-        "xlogy_minus": f"(({x} > 0.0f ? {x} * fb_log({x}) : 0.0f) - {x} * {y})",
+        # kl_div's xlogy(t, t) - t * y: 0 where t == 0, NaN where t < 0 (torch.xlogy), never 0 for a negative t
+        "xlogy_minus": f"(({x} == 0.0f ? 0.0f : {x} * fb_log({x})) - {x} * {y})",
     }
     if name in table:
         return table[name]

@@ -51,6 +51,10 @@ typedef double fb_acc;
 """
 
 
+FAST = ("#define FB_FAST\n#define FB_FAST_EXP(x) expf(x)\n#define FB_FAST_DIV(x, y) ((x) * (1.0f / (y)))\n"
+        "#define FB_FAST_LOG(x) logf(x)\n")
+
+
 def _ctype(dtype: str) -> str:
     if dtype not in CTYPE_CPU:
         raise NotExpressible(f"{dtype} on the CPU backend")
@@ -77,8 +81,7 @@ def render(p: Program, params: CpuParams, abi_offset: int = 0) -> str:
         _ctype(inp.dtype)
     head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", PRELUDE]
     if params.fast_math:
-        head.append("#define FB_FAST\n#define FB_FAST_EXP(x) expf(x)\n#define FB_FAST_DIV(x, y) ((x) * (1.0f / (y)))\n"
-                    "#define FB_FAST_LOG(x) logf(x)\n")
+        head.append(FAST)
     head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn(), setup_code(p, abi_offset)]
     if params.layout == "flat":
         body = _flat(p, params, out_t)

@@ -91,6 +91,8 @@ __device__ __forceinline__ float fb_f(signed char x) { return (float)x; }
 template <typename T> __device__ __forceinline__ T fb_to(float v) { return (T)v; }
 template <> __device__ __forceinline__ __half fb_to<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 fb_to<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// an index (argmax/argmin) is stored as it is: through a float it would round above 2^24
+template <typename T> __device__ __forceinline__ T fb_to(long long v) { return (T)v; }
 template <typename T, int V> struct alignas(sizeof(T) * V) FbVec { T v[V]; };
 
 template <typename A> __device__ __forceinline__ A fb_shfl_xor(const A& a, int off) {

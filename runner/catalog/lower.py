@@ -235,7 +235,7 @@ class _Lower:
         if o in ("view", "reshape", "unsqueeze", "squeeze", "flatten", "expand", "expand_as"):
             return self.lower_view(n)
         if o in ("sum", "mean", "amax", "amin", "logsumexp", "argmax", "argmin", "max", "min", "var", "std", "norm",
-                 "prod"):
+                 "prod", "linalg_norm", "linalg_vector_norm", "normalize"):
             return self.lower_reduction(n)
         if o == "getitem":
             src = self.env[n.args[0]["ref"]]
@@ -310,21 +310,33 @@ class _Lower:
         dim = self.arg(n, 1, "dim")
         if o in ("max", "min") and isinstance(dim, dict):  # torch.max(a, b): elementwise
             return _Val(op("maximum" if o == "max" else "minimum", x.expr, self.val(dim).expr), tuple(n.shape or ()))
-        if o == "norm":
+        if o == "norm":  # torch.norm / Tensor.norm: a vector norm over `dim` (all dims when None)
             p = self.arg(n, 1, "p", "fro")
-            dim = self.arg(n, 2, "dim")
+            if p == "fro" or p is None:
+                p = 2.0
+            return self.pnorm(x, p, self.dims(self.arg(n, 2, "dim"), nd), bool(self.arg(n, 3, "keepdim", False)))
+        if o == "linalg_vector_norm":
+            if n.kwargs.get("dtype") not in (None, "float32"):
+                raise Unsupported(f"vector_norm with dtype={n.kwargs['dtype']}")
+            return self.pnorm(x, self.arg(n, 1, "ord", 2.0), self.dims(self.arg(n, 2, "dim"), nd),
+                              bool(self.arg(n, 3, "keepdim", False)))
+        if o == "linalg_norm":
+            ord_, dim = self.arg(n, 1, "ord"), self.arg(n, 2, "dim")
             keep = bool(self.arg(n, 3, "keepdim", False))
-            d = self.dims(dim, nd)
-            if p in ("fro", 2, 2.0):
-                r = self.reduce("sum", _Val(op("square", x.expr), x.shape), d, keep)
-                self.notes.append("L2/Frobenius norm: sqrt of a sum of squares")
-                return _Val(op("sqrt", r.expr), r.shape)
-            if p in (1, 1.0):
-                self.notes.append("L1 norm: sum of absolute values")
-                return self.reduce("sum", _Val(op("abs", x.expr), x.shape), d, keep)
-            if p in (float("inf"), "inf"):
-                return self.reduce("max", _Val(op("abs", x.expr), x.shape), d, keep)
-            raise Unsupported(f"norm with p={p}")
+            if n.kwargs.get("dtype") not in (None, "float32"):
+                raise Unsupported(f"linalg.norm with dtype={n.kwargs['dtype']}")
+            matrix = (isinstance(dim, list | tuple) and len(dim) == 2) or (dim is None and ord_ is not None and nd == 2)
+            if matrix and ord_ not in (None, "fro"):
+                raise Unsupported(f"matrix norm with ord={ord_}")  # spectral, nuclear, max row/column sums
+            if dim is None and ord_ is not None and nd > 2:
+                raise Unsupported("linalg.norm with ord and no dim over more than 2 dims")
+            return self.pnorm(x, 2.0 if ord_ in (None, "fro") else ord_, self.dims(dim, nd), keep)
+        if o == "normalize":  # F.normalize: x / max(||x||_p along dim, eps)
+            p, dim, eps = self.arg(n, 1, "p", 2.0), self.arg(n, 2, "dim", 1), float(self.arg(n, 3, "eps", 1e-12))
+            if self.arg(n, 4, "out") is not None:
+                raise Unsupported("normalize with out=")
+            nrm = self.pnorm(x, p, self.dims(dim, nd), True)
+            return self.pointwise(n, "div", x, _Val(op("clamp_min", nrm.expr, attrs=(eps,)), nrm.shape))
         keep = bool(self.arg(n, 2, "keepdim", False))
         d = self.dims(dim, nd)
         kind = {"amax": "max", "amin": "min", "logsumexp": "lse", "std": "var"}.get(o, o)
@@ -341,6 +353,28 @@ class _Lower:
             return (vals, idx)
         return self.reduce(kind, x, d, keep)
 
+    def pnorm(self, x: _Val, p, d: tuple[int, ...], keep: bool) -> _Val:
+        """The vector p-norm of x over dims d: L2 (and Frobenius), L1, max/min |x|, or (sum |x|^p)^(1/p)."""
+        if isinstance(p, str) and p.lstrip("-") == "inf":
+            p = float(p)
+        if isinstance(p, bool) or not isinstance(p, int | float):
+            raise Unsupported(f"norm with p={p!r}")
+        p = float(p)
+        if p == 2.0:
+            self.notes.append("L2/Frobenius norm: sqrt of a sum of squares")
+            r = self.reduce("sum", _Val(op("square", x.expr), x.shape), d, keep)
+            return _Val(op("sqrt", r.expr), r.shape)
+        if p == 1.0:
+            self.notes.append("L1 norm: sum of absolute values")
+            return self.reduce("sum", _Val(op("abs", x.expr), x.shape), d, keep)
+        if math.isinf(p):
+            return self.reduce("max" if p > 0 else "min", _Val(op("abs", x.expr), x.shape), d, keep)
+        if p > 0:
+            self.notes.append(f"p-norm with p={p:g}: a sum of |x|^p, then its 1/p-th power")
+            r = self.reduce("sum", _Val(op("powc", op("abs", x.expr), attrs=(p,)), x.shape), d, keep)
+            return _Val(op("powc", r.expr, attrs=(1.0 / p,)), r.shape)
+        raise Unsupported(f"norm with p={p:g}")  # p = 0 counts non-zeros; p < 0 is not a norm
+
     def lower_layer_norm(self, n: CNode) -> _Val:
         x = self.val(self.arg(n, 0, "input"))
         ns = n.kwargs.get("normalized_shape") or self.arg(n, 1, "normalized_shape")
@@ -356,20 +390,31 @@ class _Lower:
         return self._normalize(x, d, eps, w, b, "layer norm")
 
     def lower_instance_norm(self, n: CNode) -> _Val:
+        """Mean and variance per sample and channel over the spatial dims; with running statistics (a module that
+        tracks them, in eval mode, or the functional form with use_input_stats=False) an affine per channel."""
         x = self.val(self.arg(n, 0, "input"))
-        if n.kwargs.get("running"):
-            raise Unsupported("instance norm with running statistics")
-        eps = float(n.kwargs.get("eps", 1e-5))
-        w = b = None
-        if n.kwargs.get("affine") and len(n.args) >= 3:
-            c = x.shape[1]
-            view = (c,) + (1,) * (len(x.shape) - 2)
-            wi, bi = self.val(n.args[1]).expr, self.val(n.args[2]).expr
-            w = _Val(self.load(self.inputs[wi.k].abi, view, self.inputs[wi.k].dtype, True), view)  # type: ignore[union-attr]
-            b = _Val(self.load(self.inputs[bi.k].abi, view, self.inputs[bi.k].dtype, True), view)  # type: ignore[union-attr]
-        elif "module" not in n.kwargs:
-            raise Unsupported("functional instance_norm")
-        return self._normalize(x, tuple(range(2, len(x.shape))), eps, w, b, "instance norm")
+        if len(x.shape) < 3:
+            raise Unsupported("instance norm of an unbatched input")
+        if "module" in n.kwargs:
+            eps = float(n.kwargs.get("eps", 1e-5))
+            refs = list(n.args[1:])
+            if n.kwargs.get("running"):
+                mean, var, refs = refs[0], refs[1], refs[2:]
+            w, b = (refs[0], refs[1]) if n.kwargs.get("affine") and len(refs) >= 2 else (None, None)
+            if n.kwargs.get("running"):
+                return self._running_affine(x, mean, var, w, b, eps, "instance norm with running statistics")
+        else:
+            w, b = self.arg(n, 3, "weight"), self.arg(n, 4, "bias")
+            eps = float(self.arg(n, 7, "eps", 1e-5))
+            if not self.arg(n, 5, "use_input_stats", True):
+                mean, var = self.arg(n, 1, "running_mean"), self.arg(n, 2, "running_var")
+                if mean is None or var is None:
+                    raise Unsupported("instance norm without input statistics or running ones")
+                return self._running_affine(x, mean, var, w, b, eps, "instance norm with running statistics")
+        view = (x.shape[1],) + (1,) * (len(x.shape) - 2)
+        wv = _Val(self._channel(w, x), view) if w is not None else None
+        bv = _Val(self._channel(b, x), view) if b is not None else None
+        return self._normalize(x, tuple(range(2, len(x.shape))), eps, wv, bv, "instance norm")
 
     def _channel(self, ref, x: _Val) -> Expr:
         """A per-channel vector [C] read as [C, 1, ..., 1] against x [N, C, *]."""
@@ -396,13 +441,19 @@ class _Lower:
             mean, var = self.arg(n, 1, "running_mean"), self.arg(n, 2, "running_var")
             w, b = self.arg(n, 3, "weight"), self.arg(n, 4, "bias")
             eps = float(self.arg(n, 7, "eps", 1e-5))
+        return self._running_affine(x, mean, var, w, b, eps, "batch norm with running statistics")
+
+    def _running_affine(self, x: _Val, mean, var, w, b, eps: float, what: str) -> _Val:
+        """(x - mean) * rsqrt(var + eps) * w + b with per-channel statistics and weights: elementwise."""
+        if len(x.shape) < 2:
+            raise Unsupported(f"{what} of a tensor without a channel dim")
         e = op("mul", op("sub", x.expr, self._channel(mean, x)),
                op("rsqrt", op("add", self._channel(var, x), Const(eps))))
         if w is not None:
             e = op("mul", e, self._channel(w, x))
         if b is not None:
             e = op("add", e, self._channel(b, x))
-        self.notes.append("batch norm with running statistics: an elementwise affine per channel")
+        self.notes.append(f"{what}: an elementwise affine per channel")
         return _Val(e, x.shape)
 
     def lower_group_norm(self, n: CNode) -> _Val:

@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 
 from runner.capture import capture_source
 from runner.catalog import cpu, cuda, epilogue
-from runner.catalog.cgen import NotExpressible
+from runner.catalog.cgen import ACCUMULATORS, MATH, NotExpressible
 from runner.catalog.lower import Pattern, recognise
 from runner.catalog.space import Strategy, strategies
 from runner.contract import Candidate, Verdict
@@ -46,6 +46,48 @@ def label_of(c: Candidate) -> str | None:
         if MARK in first:
             return first.split(MARK, 1)[1].strip()
     return None
+
+
+# fast math only changes these (cgen.MATH); nvcc and g++ get no fast-math flag
+_FAST_CALLS = ("fb_exp(", "fb_div(", "fb_log(", "fb_tanh(", "fb_sigmoid(", "AccLse")
+
+
+def _unused_fast_math_dropped(text: str) -> str:
+    """The source without its fast-math defines when nothing in it calls what they change (a ReLU, a sum, a batch
+    norm's affine): the fast variant is then the same machine code. Also inside a ModelNew's repr()'d kernel."""
+    for block in (cuda.FAST, cpu.FAST):
+        for b, math_, accs in ((block + "\n", MATH, ACCUMULATORS),  # the templates join their parts with newlines
+                               (repr(block + "\n")[1:-1], repr(MATH)[1:-1], repr(ACCUMULATORS)[1:-1])):
+            if b in text:
+                body = text.replace(b, "").replace(math_, "").replace(accs, "")
+                return text if any(call in body for call in _FAST_CALLS) else text.replace(b, "")
+    return text
+
+
+def code_key(c: Candidate) -> str:
+    """What a candidate's code is, its label left out: parameter sets that render the same code (the online/two-pass
+    switch of a plain sum, the vector width the columns layout ignores, fast math where nothing uses it) are one
+    candidate, measured once."""
+    lab = label_of(c)
+    h = hashlib.sha256()
+    for name in sorted(c.sources):
+        text = _unused_fast_math_dropped(c.sources[name].replace(lab, "") if lab else c.sources[name])
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()
+
+
+SMEM_BYTES = 227 * 1024  # dynamic shared memory one sm_90 block may have: the cluster template's limit
+
+
+def fits(p, prog) -> bool:
+    """False for a parameter set the template would refuse at run time on the captured shapes (a cluster slice of
+    the row larger than a block's shared memory): proposing it would spend a build and a trial on an error."""
+    if isinstance(p, cuda.CudaParams) and p.layout == "cluster" and prog is not None and prog.is_row:
+        _, R, _ = prog.split()
+        width = {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8}
+        per_elem = sum(width.get(i.dtype, 4) for k, i in enumerate(prog.inputs) if prog.access(k) == "full")
+        return R * per_elem / max(p.slices, 1) <= SMEM_BYTES - 1024
+    return True
 
 
 def _neighbours(p) -> list:
@@ -89,6 +131,8 @@ class CatalogProposer:
         self._ideas: dict[str, list] = {}  # idea text -> parameter sets, in order
         self._by_label: dict[str, object] = {}
         self._issued: set[str] = set()  # labels implemented since the last ideas() call (one round)
+        self._issued_codes: set[str] = set()  # and their code keys
+        self._rendered: dict[tuple[str, str, str], Candidate | None] = {}  # (source key, backend, label) -> candidate
 
     def bind(self, session: Session) -> None:
         self.session = session
@@ -121,8 +165,9 @@ class CatalogProposer:
         strats = self.strategies(ctx)
         if not strats:
             return []
-        self._issued = set()
+        self._issued, self._issued_codes = set(), set()
         tried = self._tried(history)
+        codes = self._tried_codes(history)
         pat = self.pattern(ctx)
         lead = f"[{pat.family}: {'; '.join(pat.notes[:3])}] " if pat.notes else f"[{pat.family}] "
         out: list[Idea] = []
@@ -130,7 +175,7 @@ class CatalogProposer:
         best_label = label_of(best.candidate) if best and best.candidate else None
         if best_label and best_label in self._by_label:
             near = [p for p in _neighbours(self._by_label[best_label]) if p.label() not in tried]
-            near = [p for p in dict.fromkeys(near) if self._expressible(ctx, p)]
+            near = [p for p in dict.fromkeys(near) if self._fresh(ctx, p, codes)]
             for p in near:
                 self._by_label.setdefault(p.label(), p)
             if near:
@@ -138,7 +183,7 @@ class CatalogProposer:
                         f"template one step away in one parameter at a time ({', '.join(p.label() for p in near[:4])}"
                         f"{', ...' if len(near) > 4 else ''}).")
                 out.append(self._register(text, near))
-        lefts = [(s, [p for p in s.params if p.label() not in tried]) for s in strats]
+        lefts = [(s, [p for p in s.params if p.label() not in tried and self._fresh(ctx, p, codes)]) for s in strats]
         for s, left in lefts:
             if left:
                 out.append(self._register(lead + s.text, left))
@@ -161,19 +206,25 @@ class CatalogProposer:
             self.ideas(ctx, history, 64)
             params = self._ideas.get(idea.text, [])
         tried = self._tried(history) | self._issued  # nor twice in one round (two ideas may share a parameter set)
-        pat = self.pattern(ctx)
+        codes = self._tried_codes(history) | self._issued_codes
         out: list[Candidate] = []
         for p in params:
             if len(out) >= n:
                 break
             if p.label() in tried:
                 continue
-            try:
-                out.append(self.candidate(ctx, pat, p))
-            except NotExpressible as e:
-                log.info("catalog: %s cannot express this program: %s", p.label(), e)
             tried.add(p.label())
             self._issued.add(p.label())
+            c = self._render(ctx, p)
+            if c is None or not fits(p, self.pattern(ctx).program):
+                continue
+            key = code_key(c)
+            if key in codes:
+                log.info("catalog: %s renders the same code as a candidate already tried", p.label())
+                continue
+            codes.add(key)
+            self._issued_codes.add(key)
+            out.append(c)
         return out
 
     def repair(self, ctx: ProblemContext, candidate: Candidate, verdict: Verdict) -> Candidate | None:
@@ -187,12 +238,24 @@ class CatalogProposer:
     def _tried(self, history: History) -> set[str]:
         return {lab for a in history.attempts if a.candidate and (lab := label_of(a.candidate))}
 
-    def _expressible(self, ctx: ProblemContext, p) -> bool:
-        try:
-            self.candidate(ctx, self.pattern(ctx), p)
-            return True
-        except NotExpressible:
-            return False
+    def _tried_codes(self, history: History) -> set[str]:
+        return {code_key(a.candidate) for a in history.attempts if a.candidate and label_of(a.candidate)}
+
+    def _render(self, ctx: ProblemContext, p) -> Candidate | None:
+        """The candidate of parameter set p (None when the template cannot express the program), rendered once."""
+        key = (_key(ctx.reference_source), ctx.backend, p.label())
+        if key not in self._rendered:
+            try:
+                self._rendered[key] = self.candidate(ctx, self.pattern(ctx), p)
+            except NotExpressible as e:
+                log.info("catalog: %s cannot express this program: %s", p.label(), e)
+                self._rendered[key] = None
+        return self._rendered[key]
+
+    def _fresh(self, ctx: ProblemContext, p, codes: set[str]) -> bool:
+        """p renders, fits the captured shapes, and its code is not one already tried."""
+        c = self._render(ctx, p)
+        return c is not None and fits(p, self.pattern(ctx).program) and code_key(c) not in codes
 
     def candidate(self, ctx: ProblemContext, pat: Pattern, p) -> Candidate:
         """One concrete candidate: the template rendered with parameters p (raises NotExpressible)."""

@@ -122,6 +122,7 @@ def prepare(st: State, msg: dict) -> dict:
         return _problem_error(exc)
     specs, digest = [], hashlib.sha256()
     value_range, near_constant, atols, notes = 0.0, True, [], []
+    lo, hi = float("inf"), float("-inf")  # over every output: a scalar (a loss) has no range of its own
     atol = st.problem.tolerance[0]
     for i, t in enumerate(flat):
         if not isinstance(t, torch.Tensor):
@@ -141,6 +142,7 @@ def prepare(st: State, msg: dict) -> dict:
             finite = sample[torch.isfinite(sample)]
             if finite.numel():
                 spread = float(finite.max() - finite.min())
+                lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
         elif t.numel():
             spread = float(t.any()) - float(t.all())
         value_range = max(value_range, spread)
@@ -150,7 +152,8 @@ def prepare(st: State, msg: dict) -> dict:
     st.refs = {msg["trial"]: flat}
     st.atols = {msg["trial"]: atols}
     return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(), "value_range": value_range,
-            "near_constant": near_constant, "tolerance_notes": notes,
+            "near_constant": near_constant, "tolerance_notes": notes, "atol_min": min(atols, default=atol),
+            "value_span": [lo, hi] if lo <= hi else None,
             "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat),
             "seconds": round(time.perf_counter() - t0, 4)}
 

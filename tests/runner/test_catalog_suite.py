@@ -1,0 +1,334 @@
+"""Regressions from checking the catalog against the bench suite's patterns (bench/catalog_suite.txt), each on a small
+module written here: the spellings of norms, instance and batch norms, losses and reductions the catalog must
+recognise, C++ candidates that must compute what torch does (all programs in one g++ build), and a proposer that never
+spends a trial on code it already measured or on a template that cannot run on the captured shapes."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import subprocess
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: N812
+
+from runner.abi import FbTensor, describe
+from runner.capture import capture_model
+from runner.catalog import cpu, cuda
+from runner.catalog.ir import Input, Load, Op, Program, Red
+from runner.catalog.lower import recognise
+from runner.contract import Timing, Verdict
+from runner.proposer import Attempt, History, ProblemContext
+from runner.proposers.catalog import CatalogProposer, code_key, fits, label_of, remember
+from tests.runner.test_catalog import CSRC, one_translation_unit
+
+
+class Fn(nn.Module):
+    """forward(x) = fn(self, x), with parameters self.ps[k] and buffers as given."""
+
+    def __init__(self, fn, *params: torch.Tensor, buffers: dict | None = None):
+        super().__init__()
+        self.fn = fn
+        self.ps = nn.ParameterList([nn.Parameter(p) for p in params])
+        for k, v in (buffers or {}).items():
+            self.register_buffer(k, v)
+
+    def forward(self, x):
+        return self.fn(self, x)
+
+
+class Fn2(Fn):
+    def forward(self, x, y):
+        return self.fn(self, x, y)
+
+
+def _x(*shape, lo=-1.0, hi=1.0):
+    g = torch.Generator().manual_seed(math.prod(shape))
+    return torch.rand(shape, generator=g) * (hi - lo) + lo
+
+
+class Wrap(nn.Module):
+    """A module inside a Model, as KernelBench writes it (the capture sees it as one call)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def _in_stats() -> nn.Module:
+    m = nn.InstanceNorm1d(6, affine=True, track_running_stats=True)
+    with torch.no_grad():
+        m.running_mean.uniform_(-1, 1)
+        m.running_var.uniform_(0.5, 2.0)
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.uniform_(-1, 1)
+    return Wrap(m)
+
+
+def _targets(shape):  # a KL-div target with zeros (xlogy(0, 0) = 0) and negatives (xlogy(t, t) = NaN for t < 0)
+    t = _x(*shape)
+    t[0, :5] = 0.0
+    return t
+
+
+# name -> (module, inputs): every one must be recognised and its C++ candidate must match torch
+CASES = {
+    "linalg_norm_fro": (Fn(lambda m, x: x / torch.linalg.norm(x)), [_x(3, 5, 7)]),
+    "linalg_norm_dims": (Fn(lambda m, x: x / torch.linalg.norm(x, dim=(1, 2), keepdim=True)), [_x(3, 5, 7)]),
+    "linalg_norm_ord1": (Fn(lambda m, x: torch.linalg.norm(x, ord=1, dim=1)), [_x(3, 5, 7)]),
+    "vector_norm_l2": (Fn(lambda m, x: x / torch.linalg.vector_norm(x, dim=1, keepdim=True)), [_x(3, 33)]),
+    "vector_norm_inf": (Fn(lambda m, x: torch.linalg.vector_norm(x, ord=float("inf"), dim=-1)), [_x(3, 5, 7)]),
+    "vector_norm_minf": (Fn(lambda m, x: torch.linalg.vector_norm(x, ord=float("-inf"), dim=-1)), [_x(3, 5, 7)]),
+    "norm_p3": (Fn(lambda m, x: x / torch.norm(x, p=3, dim=1, keepdim=True)), [_x(3, 33)]),
+    "normalize_l2": (Fn(lambda m, x: F.normalize(x, dim=1)), [_x(3, 5, 7)]),
+    "normalize_l1_last": (Fn(lambda m, x: F.normalize(x, p=1.0, dim=-1)), [_x(3, 5, 7)]),
+    "instance_norm_functional": (Fn(lambda m, x: F.instance_norm(x, weight=m.ps[0], bias=m.ps[1], eps=1e-3),
+                                    _x(6), _x(6)), [_x(3, 6, 5, 7)]),
+    "instance_norm_running_stats": (_in_stats(), [_x(3, 6, 11)]),
+    "kl_div_none": (Fn2(lambda m, x, t: F.kl_div(x, t, reduction="none")), [_x(7, 33), _targets((7, 33))]),
+    "hinge_broadcast": (Fn2(lambda m, p, t: torch.mean(torch.clamp(1 - p * t, min=0))),
+                        [_x(37, 37), torch.randint(0, 2, (37,), generator=torch.Generator().manual_seed(1)) * 2.0 - 1]),
+}
+
+
+def _lower(model: nn.Module, inputs: list):
+    return recognise(capture_model(model.eval(), inputs))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Every case's pattern, and one C++ candidate of each recognised case, all compiled in one g++ run."""
+    from runner.build import toolchain
+
+    pats = {name: _lower(m, xs) for name, (m, xs) in CASES.items()}
+    ok = [name for name, pat in pats.items() if pat.program is not None]
+    srcs = [cpu.render(pats[n].program, cpu.CpuParams("rows" if pats[n].program.is_row else "flat", "twopass", "one"))
+            for n in ok]
+    tmp = tmp_path_factory.mktemp("suite")
+    (tmp / "all.cpp").write_text(one_translation_unit(srcs))
+    tc = toolchain("cpu")
+    flags = [f if f != "-O3" else "-O1" for f in tc.flags]
+    proc = subprocess.run([tc.compiler, *flags, "-I", str(CSRC), "all.cpp", "-o", "all.so"], cwd=tmp,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return pats, ok, ctypes.CDLL(str(tmp / "all.so"))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_suite_spellings_are_recognised_and_their_cpu_kernel_matches_torch(built, name):
+    pats, ok, lib = built
+    assert pats[name].program is not None, pats[name].reason
+    k = ok.index(name)
+    model, xs = CASES[name]
+    with torch.no_grad():
+        ref = model.eval()(*xs)
+    out = torch.empty_like(ref)
+    args = [*xs, *model.state_dict().values()]
+    fwd = getattr(lib, f"fusebot_forward_{k}")
+    fwd.restype = ctypes.c_int
+    ins = (FbTensor * len(args))(*[describe(t.contiguous()) for t in args])
+    outs = (FbTensor * 1)(describe(out))
+    assert fwd(ins, len(args), outs, 1, None) == 0
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+def test_the_kl_div_case_has_zero_and_negative_targets():
+    """torch.xlogy(t, t) is 0 where t == 0 and NaN where t < 0 (the kernel used to give 0 for a negative t)."""
+    model, xs = CASES["kl_div_none"]
+    ref = model(*xs)
+    assert ref.isnan().any() and (ref[0, :5] == 0).all()
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda m, x: F.batch_norm(x, m.rm, m.rv, training=True), "training mode"),
+    (lambda m, x: torch.linalg.norm(x, ord=2), "matrix norm"),
+    (lambda m, x: torch.norm(x, p=0), "p=0"),
+])
+def test_what_the_catalog_cannot_compute_says_why(fn, why):
+    m = Fn(fn, buffers={"rm": torch.zeros(6), "rv": torch.ones(6)})
+    pat = _lower(m, [_x(6, 6)])
+    assert pat.family == "unsupported" and why in pat.reason, pat.reason
+
+
+def test_batch_norm_without_running_stats_is_unsupported_in_eval_mode_too():
+    pat = _lower(Wrap(nn.BatchNorm2d(6, track_running_stats=False)), [_x(3, 6, 5, 7)])
+    assert pat.family == "unsupported" and "batch statistics" in pat.reason
+
+
+def test_kernelbench_batch_norm_is_lowered_as_the_harness_runs_it():
+    """The harness builds the reference in eval mode (runner.problem.build_model): running statistics, elementwise."""
+    pat = _lower(Wrap(nn.BatchNorm2d(6)), [_x(3, 6, 5, 7)])
+    assert pat.family == "elementwise" and any("running statistics" in n for n in pat.notes)
+    assert {i.abi for i in pat.program.inputs} == {0, 1, 2, 3, 4}  # x, weight, bias, running mean and var
+
+
+def test_a_cuda_argmax_stores_its_index_without_rounding_it_through_a_float():
+    """fb_to<long long>(float) rounded every index above 2^24 (an argmax over a whole 4096 x 393216 tensor): the index
+    is a long long and goes through the long long overload (compiled for every layout by the nvcc sweep)."""
+    import re
+
+    pat = _lower(Fn(lambda m, x: torch.argmax(x)), [_x(4, 4096)])
+    src = cuda.render(pat.program, cuda.CudaParams("split", vec=4, threads=256, slices=8))
+    assert "template <typename T> __device__ __forceinline__ T fb_to(long long v)" in src
+    (name,) = re.findall(r"const long long (rv\d+) = acc\d+\.i;", src)[:1]
+    assert f"fb_to<long long>({name})" in src
+
+
+# ---- the proposer ------------------------------------------------------------------------------------------------
+
+SUM_MID = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.sum(x, dim=1)
+
+def get_inputs():
+    return [torch.rand(8, 37, 45)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _accepted(c, ms: float) -> Attempt:
+    t = Timing(median_ms=ms, iqr_ms=0.0, mean_ms=ms, min_ms=ms, n=5, samples_ms=[ms] * 5, clock="monotonic",
+               l2_flushed=False)
+    return Attempt(round=1, proposer="catalog", idea="", candidate=c,
+                   verdict=Verdict(candidate_id=c.id, problem="sum", accepted=True, timing=t))
+
+
+def test_the_proposer_never_proposes_code_it_already_tried():
+    """A plain sum over a middle dim: the columns layout ignores the vector width and the online/two-pass switch, so
+    the refinements of the best kernel used to be the same code under another label (a GPU trial each)."""
+    m = Fn(lambda m, x: torch.sum(x, dim=1))
+    remember(SUM_MID, _lower(m, [torch.rand(8, 37, 45)]))
+    c = ProblemContext(name="sum_mid", reference_source=SUM_MID, backend="cuda")
+    prop, h, seen = CatalogProposer(), History(), []
+    for _ in range(30):
+        new = [x for i in prop.ideas(c, h, 4) for x in prop.implement(c, i, h, 2)]
+        if not new:
+            break
+        for x in new:
+            h.attempts.append(_accepted(x, 1.0 + int(hashlib.sha256(x.id.encode()).hexdigest()[:6], 16) / 2**24))
+        seen += new
+    keys = [code_key(x) for x in seen]
+    assert len(seen) >= 8 and len(set(keys)) == len(keys), sorted(label_of(x) for x in seen)
+    twins = cuda.CudaParams("columns", vec=2, threads=256, col_width=32, slices=8, mode="twopass")
+    assert twins.label() not in {label_of(x) for x in seen}  # the same code as vec=1, online
+
+
+CONV = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3)
+        self.bias = nn.Parameter(torch.randn(5, 1, 1))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + self.bias
+
+
+def get_inputs():
+    return [torch.rand(2, 3, 9, 11)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_fast_math_where_nothing_uses_it_is_the_same_code():
+    """Fast math changes exp, log and division only: for a ReLU, a batch norm's affine or a conv's ReLU + bias
+    epilogue, the fast variant is the same machine code and must not take a trial of its own."""
+    from runner.contract import Candidate
+
+    def key(prog, params):
+        src = (cuda if isinstance(params, cuda.CudaParams) else cpu).render(prog, params)
+        backend = "cuda" if isinstance(params, cuda.CudaParams) else "cpu"
+        return code_key(Candidate(id=params.label(), format="fast", backend=backend, sources={"k": src}))
+
+    relu = Program(inputs=[Input(0, (64, 256), "float32")], out=Op("relu", (Load(0),)), shape=(64, 256),
+                   out_shape=(64, 256))
+    softmax = Program(inputs=[Input(0, (64, 256), "float32")], out=Op("exp", (Op("sub", (Load(0), Red("lse", Load(0)))),)),
+                      shape=(64, 256), axes=(1,), out_shape=(64, 256))
+    for p in (cuda.CudaParams("flat", vec=4, threads=256), cpu.CpuParams("flat", threads="one")):
+        assert key(relu, p) == key(relu, replace(p, fast_math=True))
+    rows = cuda.CudaParams("rows", vec=4, threads=256, group=32)
+    assert key(softmax, rows) != key(softmax, replace(rows, fast_math=True))
+    ns: dict = {}
+    exec(compile(CONV, "conv.py", "exec"), ns)  # noqa: S102 - the test's own module
+    remember(CONV, _lower(ns["Model"](), ns["get_inputs"]()))
+    c = ProblemContext(name="conv", reference_source=CONV, backend="cuda")
+    prop = CatalogProposer()
+    flat = cuda.CudaParams("flat", vec=4, threads=256)
+    assert prop.pattern(c).family == "epilogue"
+    assert code_key(prop.candidate(c, prop.pattern(c), flat)) == \
+        code_key(prop.candidate(c, prop.pattern(c), replace(flat, fast_math=True)))
+
+
+def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
+    row = Program(inputs=[Input(0, (4, 393216), "float32")], out=Op("exp", (Op("sub", (Load(0), Red("lse", Load(0)))),)),
+                  shape=(4, 393216), axes=(1,), out_shape=(4, 393216))
+    assert fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=16), row)  # 96 KiB a block
+    assert fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=8), row)  # 192 KiB
+    assert not fits(cuda.CudaParams("cluster", vec=4, threads=512, slices=4), row)  # 384 KiB: a launch error
+    assert fits(cuda.CudaParams("rows", vec=4, threads=512), row)
+
+
+# ---- the harness ---------------------------------------------------------------------------------------------------
+
+MSE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, predictions, targets):
+        return torch.mean((predictions - targets) ** 2)
+
+
+def get_inputs():
+    return [torch.rand(37, 45), torch.rand(37, 45)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _degenerate(tmp_path, source: str) -> str | None:
+    """The harness's verdict on a problem's degeneracy from three of the judge's trials (its prepare step, run here)."""
+    from runner.contract import ProblemSpec
+    from runner.evaluate import Evaluator
+    from runner.problem import load
+    from runner.workers import judge
+
+    (tmp_path / "p.py").write_text(source)
+    spec = ProblemSpec(name="p", path=str(tmp_path / "p.py"))
+    st = judge.State()
+    st.problem = load(spec)
+    st.model = st.problem.model_cls(*st.problem.init_args)
+    st.refs = {}
+    preps = [judge.prepare(st, {"seed": 11 * k, "shape_set": 0, "randn": [1.0, 0.5] if k % 2 else None, "trial": k})
+             for k in range(1, 4)]
+    with Evaluator(spec, backend="cpu") as ev:
+        ev._digests = [(r["digest"], r["near_constant"], r.get("value_span"), r["atol_min"]) for r in preps]
+        return ev._degenerate()
+
+
+def test_a_scalar_loss_is_not_called_degenerate(tmp_path):
+    """A loss is one number: no spread within the output, yet each input gives another value. The judge called every
+    scalar output near-constant, so the suite's losses (MSE, Huber, KL, hinge) could never report a speedup."""
+    assert _degenerate(tmp_path, MSE) is None
+    constant = MSE.replace("torch.mean((predictions - targets) ** 2)", "1.0 + 1e-6 * torch.mean(predictions)")
+    assert "every value within atol" in (_degenerate(tmp_path, constant) or "")
