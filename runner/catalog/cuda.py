@@ -3,8 +3,9 @@
 Layouts (this module: the shared prelude, helpers and `flat`; cuda_rows.py: `rows` and `columns`;
 cuda_multiblock.py: `split` and `cluster`):
 
-- `flat`: an elementwise program; each thread handles V consecutive elements per step through one aligned vector
-  access (V=2 halves is a half2 load, V=4 floats a float4), grid-stride or one pass of the grid;
+- `flat`: an elementwise program; each thread handles U vectors of V consecutive elements per step, each through one
+  aligned vector access (V=2 halves is a half2 load, V=4 floats a float4), all U loaded before any is computed;
+  grid-stride over one full wave of blocks, or one pass of the grid;
 - `rows`: a row program whose reduced dims are innermost (I = 1): a warp (GROUP=32) or a whole block per row,
   vector loads along the row, warp-shuffle then shared-memory merges of the accumulators;
 - `columns`: reduced dims in the middle (I > 1): CW threads across contiguous inner elements (coalesced), RS threads
@@ -39,15 +40,16 @@ from runner.catalog.ir import Program
 
 @dataclass(frozen=True)
 class CudaParams:
-    layout: str = "rows"  # flat | rows | columns | split
+    layout: str = "rows"  # flat | rows | columns | split | cluster
     vec: int = 4  # elements per vector access (1 = scalar)
     threads: int = 256  # threads per block
     group: int = 0  # rows: threads per row (32 = a warp, 0 = the whole block)
     col_width: int = 32  # columns: threads across the inner dim
     slices: int = 8  # columns: threads splitting the reduced dim; split: blocks per row; cluster: blocks per cluster
     mode: str = "online"  # online | twopass
-    grid: str = "stride"  # flat: stride (a few waves of blocks per SM) | once (one vector per thread)
+    grid: str = "stride"  # flat: stride (one wave of resident blocks) | once (one pass: U vectors per thread)
     fast_math: bool = False
+    unroll: int = 1  # flat: vectors per thread per step, all loaded before any is computed
 
     def label(self) -> str:
         base = f"cuda-{self.layout}-v{self.vec}-t{self.threads}"
@@ -60,7 +62,7 @@ class CudaParams:
         elif self.layout == "cluster":
             base += f"-c{self.slices}-{self.mode}"
         else:
-            base += f"-{self.grid}"
+            base += f"-{self.grid}" + (f"-u{self.unroll}" if self.unroll != 1 else "")
         return base + ("-fast" if self.fast_math else "")
 
 
@@ -124,6 +126,32 @@ static int fb_sms() {
   return n > 0 ? n : 1;
 }
 static bool fb_aligned(const void* p, int bytes) { return ((unsigned long long)p % (unsigned long long)bytes) == 0; }
+// a read-only load of V elements through the non-coherent path (ld.global.nc), as one access when it is 2-16 bytes
+template <typename T, int V> __device__ __forceinline__ FbVec<T, V> fb_ldv(const T* p) {
+  FbVec<T, V> r;
+  constexpr int B = (int)sizeof(T) * V;
+  if constexpr (B == 16) { const uint4 x = __ldg((const uint4*)p); memcpy(&r, &x, 16); }
+  else if constexpr (B == 8) { const uint2 x = __ldg((const uint2*)p); memcpy(&r, &x, 8); }
+  else if constexpr (B == 4) { const unsigned x = __ldg((const unsigned*)p); memcpy(&r, &x, 4); }
+  else if constexpr (B == 2) { const unsigned short x = __ldg((const unsigned short*)p); memcpy(&r, &x, 2); }
+  else if constexpr (B == 1) { const unsigned char x = __ldg((const unsigned char*)p); memcpy(&r, &x, 1); }
+  else {
+    static_assert(B % 16 == 0, "vector loads of 1, 2, 4, 8 or a multiple of 16 bytes");
+#pragma unroll
+    for (int c = 0; c < B / 16; ++c) { const uint4 x = __ldg((const uint4*)p + c); memcpy((char*)&r + 16 * c, &x, 16); }
+  }
+  return r;
+}
+template <typename T> __device__ __forceinline__ T fb_ld1(const T* p) { return fb_ldv<T, 1>(p).v[0]; }
+// blocks of `threads` that fill every SM once (what a grid-stride loop wants)
+template <typename K> static long long fb_wave(K kernel, int threads) {
+  int nb = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, threads, 0) != cudaSuccess || nb < 1) {
+    (void)cudaGetLastError();
+    nb = 1;
+  }
+  return (long long)nb * fb_sms();
+}
 """
 
 FAST = "#define FB_FAST\n#define FB_FAST_EXP(x) __expf(x)\n#define FB_FAST_DIV(x, y) __fdividef(x, y)\n" \
@@ -216,66 +244,116 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 """
 
 
-# ---- flat ---------------------------------------------------------------------------------------------------------
+# ---- flat --------------------------------------------------------------------------------------------------
+
+
+class _FlatLoads:
+    """Element loads of the flat kernels, by how each input is read: `vec` (V elements in registers v{k}[u], filled
+    by the load pass), `scalar` (read once per thread into s{k}) or `general` (an index from the strides, per
+    element)."""
+
+    def __init__(self, p: Program, how: dict[int, str]):
+        self.p, self.how = p, how
+
+    def __call__(self, k: int) -> str:
+        h = self.how[k]
+        if h == "vec":
+            return f"fb_f(v{k}[u].v[j])"
+        if h == "scalar":
+            return f"s{k}"
+        return f"fb_f(fb_ld1((const {_ctype(self.p.inputs[k].dtype)}*)a.in[{k}] + fb_bidx(a, {k}, flat)))"
+
+
+def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: int, out_t: str) -> str:
+    """One flat kernel: per step a block covers T * U vectors of V elements; each thread loads its U vectors first,
+    then computes and stores them."""
+    used = p.used_inputs()
+    tu = T * U
+    hoist, decls, loads = [], [], []
+    for k in used:
+        t = _ctype(p.inputs[k].dtype)
+        ptr = f"(const {t}*)a.in[{k}]"
+        if how[k] == "scalar":
+            hoist.append(f"const float s{k} = fb_f(fb_ld1({ptr}));")
+        elif how[k] == "vec":
+            at = f"q * {V}"
+            decls.append(f"FbVec<{t}, {V}> v{k}[{U}];")
+            loads.append(f"v{k}[u] = fb_ldv<{t}, {V}>({ptr} + {at});")
+    em = Emitter(_FlatLoads(p, how))
+    res = em(p.out)
+    body = [f"const long long nv = a.N / {V};", f"const long long t0 = (long long)blockIdx.x * {tu};", *hoist]
+    loop = list(decls)
+    if loads:
+        loop += ["#pragma unroll", f"for (int u = 0; u < {U}; ++u) {{",
+                 f"  const long long q = t + u * {T} + threadIdx.x;",
+                 "  if (q < nv) {", *_indent("\n".join(loads), 4).split("\n"), "  }", "}"]
+    compute = [f"const long long base = q * {V};", f"FbVec<{out_t}, {V}> ov;", "#pragma unroll",
+               f"for (int j = 0; j < {V}; ++j) {{", "  const long long flat = base + j; (void)flat;",
+               *("  " + x for x in em.lines), f"  ov.v[j] = fb_to<{out_t}>({res});", "}",
+               f"*(FbVec<{out_t}, {V}>*)(({out_t}*)a.out + base) = ov;"]
+    loop += ["#pragma unroll", f"for (int u = 0; u < {U}; ++u) {{", f"  const long long q = t + u * {T} + threadIdx.x;",
+             "  if (q < nv) {", *("    " + x for x in compute), "  }", "}"]
+    body += [f"for (long long t = t0; t < nv; t += (long long)gridDim.x * {tu}) {{", *("  " + x for x in loop), "}"]
+    if V > 1:
+        body += ["if (blockIdx.x == 0) {  // the last N % V elements",
+                 f"  for (long long flat = nv * {V} + threadIdx.x; flat < a.N; flat += blockDim.x) {{",
+                 "    const long long o = flat, r = 0, i = 0; (void)o; (void)r; (void)i;",
+                 *("    " + x for x in Emitter_tail(p).split("\n")), "  }", "}"]
+    body = [x.rstrip() for x in body if x.strip()]
+    code = "\n".join("  " + x for x in body)
+    return f"\n__global__ void __launch_bounds__({T}) {name}(FbArgs a) {{\n{code}\n}}\n"
+
+
+def _flat_how(p: Program) -> dict[int, str]:
+    return {k: {"full": "vec", "scalar": "scalar"}.get(p.access(k), "general") for k in range(len(p.inputs))}
+
+
+def _indent(text: str, n: int) -> str:
+    return "\n".join((" " * n + x) if x else x for x in text.split("\n"))
+
+
+def _launch(kernel: str, V: int, T: int, U: int, grid: str, args: str = "a", prep: str = "") -> str:
+    """Host code launching `kernel` over nv = a.N / V vectors, T * U per block: one pass of the grid, or (stride) at
+    most one full wave of resident blocks, from the occupancy the compiled kernel reaches."""
+    out = [f"long long blocks = (a.N / {V} + {T * U - 1}) / {T * U};"]
+    if grid == "stride":
+        out.append(f"{{ static const long long wave = fb_wave({kernel}, {T}); if (blocks > wave) blocks = wave; }}")
+    out.append("if (blocks < 1) blocks = 1;")
+    if prep:
+        out.append(prep)
+    out.append(f"{kernel}<<<(unsigned)blocks, {T}, 0, s>>>({args});")
+    return "\n".join(out)
+
+
+def _either(cond: str, then: str, other: str) -> str:
+    return f"if ({cond}) {{\n{_indent(then, 2)}\n}} else {{\n{_indent(other, 2)}\n}}"
 
 
 def _flat(p: Program, params: CudaParams, out_t: str) -> str:
     if p.is_row:
         raise NotExpressible("flat is for elementwise programs")
-    V, T = params.vec, params.threads
-    vec_in = _vec_inputs(p, ("full",))
-    kernels = []
-    for v in sorted({1, V}):
-        loads = _Loads(p, vec_in if v > 1 else set())
-        loads.used.clear()
-        em = Emitter(loads)
-        res = em(p.out)
-        lines = "\n          ".join(em.lines)
-        decl = loads.vector_decls("base", v) if v > 1 else ""
-        kernels.append(f"""
-__global__ void __launch_bounds__({T}) fb_flat_v{v}(FbArgs a) {{
-  const long long nv = a.N / {v};
-  for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < nv; q += (long long)gridDim.x * blockDim.x) {{
-    const long long base = q * {v};
-    {decl}
-    FbVec<{out_t}, {v}> ov;
-#pragma unroll
-    for (int j = 0; j < {v}; ++j) {{
-          const long long flat = base + j, o = flat, r = 0, i = 0; (void)o; (void)r; (void)i;
-          {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
-    }}
-    *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + base) = ov;
-  }}
-  if ({v} > 1 && blockIdx.x == 0) {{
-    for (long long flat = nv * {v} + threadIdx.x; flat < a.N; flat += blockDim.x) {{
-      const long long o = flat, r = 0, i = 0; (void)o; (void)r; (void)i;
-      {Emitter_tail(p)}
-    }}
-  }}
-}}
-""")
-    cap = "fb_sms() * 8" if params.grid == "stride" else "0x7fffffffLL"
-    ok = _align_check(p, vec_in, out_t, V, "")
-    launch = f"""  if (a.N == 0) return 0;
-  const bool wide = {V} > 1 && ({ok});
-  const long long nv = wide ? a.N / {V} : a.N;
-  long long blocks = (nv + {T} - 1) / {T};
-  if (blocks > (long long)({cap})) blocks = (long long)({cap});
-  if (blocks < 1) blocks = 1;
-  if (wide) fb_flat_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a);
-  else fb_flat_v1<<<(unsigned)blocks, {T}, 0, s>>>(a);""" if V > 1 else f"""  if (a.N == 0) return 0;
-  long long blocks = (a.N + {T} - 1) / {T};
-  if (blocks > (long long)({cap})) blocks = (long long)({cap});
-  fb_flat_v1<<<(unsigned)blocks, {T}, 0, s>>>(a);"""
-    return "".join(kernels) + _forward(launch)
+    if params.unroll not in (1, 2, 4, 8):
+        raise NotExpressible(f"unroll {params.unroll}")
+    V, T, U = params.vec, params.threads, params.unroll
+    how = _flat_how(p)
+    kernels = [_flat_kernel(p, f"fb_flat_v{v}", how, v, T, U, out_t) for v in sorted({1, V})]
+    launch = "if (a.N == 0) return 0;\n" + _flat_launch(p, how, V, T, U, params.grid, out_t)
+    return "".join(kernels) + _forward(_indent(launch, 2))
+
+
+def _flat_launch(p: Program, how: dict[int, str], V: int, T: int, U: int, grid: str, out_t: str) -> str:
+    narrow = _launch("fb_flat_v1", 1, T, U, grid)
+    if V == 1:
+        return narrow
+    vec_in = {k for k in p.used_inputs() if how[k] == "vec"}
+    return _either(_align_check(p, vec_in, out_t, V, ""), _launch(f"fb_flat_v{V}", V, T, U, grid), narrow)
 
 
 def Emitter_tail(p: Program) -> str:  # noqa: N802 - reads as the scalar twin of the vector body
     out_t = _ctype(p.out_dtype)
     em = Emitter(_Loads(p, set()))
     res = em(p.out)
-    return "\n      ".join([*em.lines, f"(({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});"])
+    return "\n".join([*em.lines, f"(({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});"])
 
 
 # ---- rows -----------------------------------------------------------------------------------------------------------

@@ -54,6 +54,8 @@ def _neighbours(p) -> list:
     if isinstance(p, cuda.CudaParams):
         steps = {"vec": [1, 2, 4, 8], "threads": [128, 256, 512, 1024], "slices": [1, 2, 4, 8, 16, 32, 64, 128],
                  "col_width": [32, 64]}
+        if p.layout == "flat":
+            steps["unroll"] = [1, 2, 4, 8]
         for f in fields(p):
             v = getattr(p, f.name)
             if f.name in steps:

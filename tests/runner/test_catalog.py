@@ -161,6 +161,7 @@ def _as_dtype(prog: Program, dtype: str) -> Program:
 CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fast math, an epilogue
     ("mingpt_gelu", cuda.CudaParams("flat", vec=4, threads=256, grid="stride")),
     ("ew_broadcast", cuda.CudaParams("flat", vec=2, threads=128, grid="once", fast_math=True)),
+    ("mingpt_gelu", cuda.CudaParams("flat", vec=2, threads=128, grid="once", unroll=2, fast_math=True)),
     ("softmax", cuda.CudaParams("rows", vec=4, threads=256, group=32, mode="online")),
     ("softmax", cuda.CudaParams("rows", vec=4, threads=512, group=0, mode="twopass", fast_math=True)),
     ("layernorm", cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="online")),
@@ -335,6 +336,8 @@ GPU_CASES = {
     "rmsnorm": [cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8),
                 cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1)],
     "ew_broadcast": [cuda.CudaParams("flat", vec=4, threads=256), cuda.CudaParams("flat", vec=1, threads=128)],
+    "mingpt_gelu": [cuda.CudaParams("flat", vec=4, threads=256, grid="once", unroll=4),
+                    cuda.CudaParams("flat", vec=4, threads=512, grid="stride", unroll=2, fast_math=True)],
     "argmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32),
                cuda.CudaParams("split", vec=4, threads=256, slices=4)],
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
