@@ -10,7 +10,7 @@ from math import prod
 
 from runner.catalog.cgen import NotExpressible, op_code, red_kinds, uses_general
 from runner.catalog.cpu import CpuParams
-from runner.catalog.cuda import CudaParams
+from runner.catalog.cuda import CudaParams, broadcast_view
 from runner.catalog.ir import Op, Program, walk
 
 SMS = 132  # H100; only the ordering of guesses depends on it
@@ -91,10 +91,27 @@ def _cuda(p: Program) -> list[Strategy]:
         # thread first (the one-pass grid beat grid-stride on the H100), then one, then grid-stride over one wave
         shapes = [(256, "once", 2), (256, "once", 4), (256, "once", 1), (256, "stride", 2), (512, "once", 2),
                   (128, "once", 4), (256, "stride", 4), (512, "stride", 1)]
+        view = broadcast_view(p)
         general = [CudaParams("flat", vec=v, threads=t, grid=g) for v in (wide, wide // 2, 1) for t in (256, 512, 128)
                    for g in ("once", "stride")]
         ps = [CudaParams("flat", vec=v, threads=t, grid=g, unroll=u) for v in (wide, wide // 2, 1)
               for t, g, u in shapes]
+        if view is not None:
+            a, b, c = view.sizes
+            seen = f"[{a}, {b}, {c}] ({a * b} rows of {c})" if view.three else f"{b} rows of {c}"
+            bcs = [view.present[k] for k in p.used_inputs() if p.access(k) == "general"]
+            kinds = []
+            if any(pr[2] for pr in bcs):
+                kinds.append("a vector along the row (like a bias b[None, :])")
+            if any(not pr[2] for pr in bcs):
+                kinds.append("a per-row value read once per vector (like a[:, None]"
+                             + (" or a per-channel c[:, None, None])" if view.three else ")"))
+            out.append(Strategy(
+                "cuda-flat-broadcast",
+                f"One fused elementwise kernel that reads the output as {seen}: each broadcast input is "
+                f"{' or '.join(kinds)}, indexed from row and column counters each thread steps forward, with no "
+                f"division per element; full inputs and the output keep {access} access ({wide} elements), several "
+                "vectors in flight per thread.", [replace(x, layout="bcast") for x in ps]))
         if uses_general(p):  # an index from the strides per element: compute-bound, and unrolled slow to compile
             out.append(Strategy("cuda-flat-vector",
                                 f"One fused elementwise kernel, {access} loads and stores of the full inputs "
