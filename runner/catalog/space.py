@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
-from runner.catalog.cgen import red_kinds
+from runner.catalog.cgen import NotExpressible, op_code, red_kinds, uses_general
 from runner.catalog.cpu import CpuParams
-from runner.catalog.cuda import CudaParams
-from runner.catalog.ir import Program
+from runner.catalog.cuda import CudaParams, broadcast_view
+from runner.catalog.ir import Op, Program, walk
 
 SMS = 132  # H100; only the ordering of guesses depends on it
 
@@ -87,15 +87,46 @@ def _cuda(p: Program) -> list[Strategy]:
     access = "bfloat162/half2-or-wider" if _halfish(p) else "float4"
     out: list[Strategy] = []
     if not p.is_row:
-        ps = [CudaParams("flat", vec=v, threads=t, grid=g)
-              for v in (wide, wide // 2, 1) for t in (256, 512, 128) for g in ("stride", "once")]
-        out.append(Strategy("cuda-flat-vector",
-                            f"One fused elementwise kernel, {access} loads and stores ({wide} elements per access), "
-                            "grid-stride over the output: one read of every input, one write.", ps))
-        out.append(Strategy("cuda-flat-fast",
-                            "The same fused elementwise kernel with fast-math intrinsics (__expf, __fdividef, tanh "
-                            "through exp): cheaper transcendental math, checked against the tolerance.",
-                            [replace(x, fast_math=True) for x in ps[:6]]))
+        # round 1 implements each idea's first two sets: one pass of the grid with two and four vectors in flight per
+        # thread first (the one-pass grid beat grid-stride on the H100), then one, then grid-stride over one wave
+        shapes = [(256, "once", 2), (256, "once", 4), (256, "once", 1), (256, "stride", 2), (512, "once", 2),
+                  (128, "once", 4), (256, "stride", 4), (512, "stride", 1)]
+        view = broadcast_view(p)
+        general = [CudaParams("flat", vec=v, threads=t, grid=g) for v in (wide, wide // 2, 1) for t in (256, 512, 128)
+                   for g in ("once", "stride")]
+        ps = [CudaParams("flat", vec=v, threads=t, grid=g, unroll=u) for v in (wide, wide // 2, 1)
+              for t, g, u in shapes]
+        if view is not None:
+            a, b, c = view.sizes
+            seen = f"[{a}, {b}, {c}] ({a * b} rows of {c})" if view.three else f"{b} rows of {c}"
+            bcs = [view.present[k] for k in p.used_inputs() if p.access(k) == "general"]
+            kinds = []
+            if any(pr[2] for pr in bcs):
+                kinds.append("a vector along the row (like a bias b[None, :])")
+            if any(not pr[2] for pr in bcs):
+                kinds.append("a per-row value read once per vector (like a[:, None]"
+                             + (" or a per-channel c[:, None, None])" if view.three else ")"))
+            out.append(Strategy(
+                "cuda-flat-broadcast",
+                f"One fused elementwise kernel that reads the output as {seen}: each broadcast input is "
+                f"{' or '.join(kinds)}, indexed from row and column counters each thread steps forward, with no "
+                f"division per element; full inputs and the output keep {access} access ({wide} elements), several "
+                "vectors in flight per thread.", [replace(x, layout="bcast") for x in ps]))
+        if uses_general(p):  # an index from the strides per element: compute-bound, and unrolled slow to compile
+            out.append(Strategy("cuda-flat-vector",
+                                f"One fused elementwise kernel, {access} loads and stores of the full inputs "
+                                f"({wide} elements per access) through the read-only path; broadcast inputs through "
+                                "an index computed from their strides; one read of every input, one write.", general))
+        else:
+            out.append(Strategy("cuda-flat-vector",
+                                f"One fused elementwise kernel, {access} loads and stores ({wide} elements per access) "
+                                "through the read-only path, two to four vectors loaded per thread before any is "
+                                "computed (more bytes in flight); one read of every input, one write.", ps))
+        if _fast_math_matters(p):
+            out.append(Strategy("cuda-flat-fast",
+                                "The same fused elementwise kernel with fast-math intrinsics (__expf, __fdividef, tanh "
+                                "through exp): cheaper transcendental math, checked against the tolerance.",
+                                [replace(x, fast_math=True) for x in out[0].params[:6]]))
         return out
     rows, R, inner = p.split()
     modes = _modes(p)
@@ -149,6 +180,20 @@ def _cuda(p: Program) -> list[Strategy]:
                         "__fdividef): cheaper exp/log in the reductions, checked against the tolerance.",
                         [replace(x, fast_math=True) for x in order[0].params[:4]]))
     return out
+
+
+def _fast_math_matters(p: Program) -> bool:
+    """Does any op of the program go through the math that FB_FAST replaces (exp, log, division, tanh, sigmoid)?"""
+    fast = ("fb_exp(", "fb_log(", "fb_div(", "fb_tanh(", "fb_sigmoid(")
+    for e in walk(p.out):
+        if isinstance(e, Op):
+            try:
+                code = op_code(e.name, ["x"] * max(len(e.args), 4), e.attrs)
+            except NotExpressible:  # an op the templates cannot express: the render says so
+                return True
+            if any(f in code for f in fast):
+                return True
+    return False
 
 
 def _bytes(dtype: str) -> int:

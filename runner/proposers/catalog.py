@@ -96,6 +96,8 @@ def _neighbours(p) -> list:
     if isinstance(p, cuda.CudaParams):
         steps = {"vec": [1, 2, 4, 8], "threads": [128, 256, 512, 1024], "slices": [1, 2, 4, 8, 16, 32, 64, 128],
                  "col_width": [32, 64]}
+        if p.layout in ("flat", "bcast"):
+            steps["unroll"] = [1, 2, 4, 8]
         for f in fields(p):
             v = getattr(p, f.name)
             if f.name in steps:
@@ -109,7 +111,7 @@ def _neighbours(p) -> list:
             out.append(replace(p, group=0 if p.group == 32 else 32))
         if p.layout == "cluster":
             out.append(replace(p, buffers=3 - p.buffers))
-        if p.layout == "flat":
+        if p.layout in ("flat", "bcast"):
             out.append(replace(p, grid="once" if p.grid == "stride" else "stride"))
         if p.layout == "columns":
             out = [replace(x, threads=x.col_width * x.slices) for x in out]

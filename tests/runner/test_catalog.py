@@ -158,9 +158,10 @@ def _as_dtype(prog: Program, dtype: str) -> Program:
     return replace(prog, inputs=ins, out_dtype=out)
 
 
-CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fast math, an epilogue
+CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fast math, an epilogue (the general-index
+    # flat kernels are compiled as the bcast source's fall-back)
     ("mingpt_gelu", cuda.CudaParams("flat", vec=4, threads=256, grid="stride")),
-    ("ew_broadcast", cuda.CudaParams("flat", vec=2, threads=128, grid="once", fast_math=True)),
+    ("mingpt_gelu", cuda.CudaParams("flat", vec=2, threads=128, grid="once", unroll=2, fast_math=True)),
     ("softmax", cuda.CudaParams("rows", vec=4, threads=256, group=32, mode="online")),
     ("softmax", cuda.CudaParams("rows", vec=4, threads=512, group=0, mode="twopass", fast_math=True)),
     ("layernorm", cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="online")),
@@ -176,6 +177,7 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("softmax", cuda.CudaParams("cluster", vec=4, threads=512, slices=16, mode="online")),
     ("argmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=1, mode="online")),
     ("layernorm", cuda.CudaParams("cluster", vec=2, threads=1024, slices=2, mode="twopass", fast_math=True)),
+    ("channel_affine", cuda.CudaParams("bcast", vec=4, threads=128, grid="stride", unroll=2)),  # [N, C, HW]
 ]
 
 
@@ -227,7 +229,9 @@ def test_every_cuda_template_declares_the_kernels_it_launches(patterns):
 
 def _structure(p: cuda.CudaParams) -> tuple:
     """What changes the generated code's shape (the rest are constants in it)."""
-    return (p.layout, p.mode if p.layout != "flat" else "", p.fast_math and p.layout != "cluster",
+    # (fast math swaps the math functions every template shares: bcast's are flat's, checked with flat's)
+    return (p.layout, p.mode if p.layout not in ("flat", "bcast") else "",
+            p.fast_math and p.layout not in ("cluster", "bcast"),
             p.group == 32 if p.layout == "rows" else None,
             p.slices == 1 if p.layout == "columns" else None, p.vec == 1)
 
@@ -243,11 +247,13 @@ def test_the_compiled_cases_cover_every_structure_the_catalog_proposes(patterns)
 
 def test_cuda_strategies_cover_the_row_shapes(patterns):
     """Few long rows start with several blocks per row; many short rows with a warp per row; a middle dim with
-    columns; fp16 widens vectors to 8."""
+    columns; elementwise programs with broadcast inputs with the broadcast layout; fp16 widens vectors to 8."""
     prop = CatalogProposer()
     first = {n: prop.strategies(ctx(n, "cuda"))[0].key for n in ("softmax", "rmsnorm", "mingpt_gelu", "frobenius")}
     assert first == {"softmax": "cuda-rows-split", "rmsnorm": "cuda-columns-online", "mingpt_gelu": "cuda-flat-vector",
                      "frobenius": "cuda-rows-split"}
+    bc = {n: prop.strategies(ctx(n, "cuda"))[0] for n in ("diag_matmul", "ew_broadcast", "channel_affine")}
+    assert {s.key for s in bc.values()} == {"cuda-flat-broadcast"}  # broadcast inputs: no index division first
     half = _as_dtype(patterns["layernorm"].program, "float16")
     from runner.catalog.space import strategies
 
@@ -334,7 +340,13 @@ GPU_CASES = {
                   cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass")],
     "rmsnorm": [cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8),
                 cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1)],
-    "ew_broadcast": [cuda.CudaParams("flat", vec=4, threads=256), cuda.CudaParams("flat", vec=1, threads=128)],
+    "ew_broadcast": [cuda.CudaParams("flat", vec=4, threads=256), cuda.CudaParams("flat", vec=1, threads=128),
+                     cuda.CudaParams("bcast", vec=4, threads=256, grid="once", unroll=2),
+                     cuda.CudaParams("bcast", vec=4, threads=128, grid="stride", unroll=4, fast_math=True)],
+    "channel_affine": [cuda.CudaParams("bcast", vec=4, threads=256, grid="stride", unroll=2)],
+    "diag_matmul": [cuda.CudaParams("bcast", vec=4, threads=256, grid="once", unroll=4)],
+    "mingpt_gelu": [cuda.CudaParams("flat", vec=4, threads=256, grid="once", unroll=4),
+                    cuda.CudaParams("flat", vec=4, threads=512, grid="stride", unroll=2, fast_math=True)],
     "argmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32),
                cuda.CudaParams("split", vec=4, threads=256, slices=4)],
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
