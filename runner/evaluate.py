@@ -507,7 +507,7 @@ class Evaluator:
             result.passed = not result.reasons
             if not result.passed:
                 return results, result.reasons
-        self._digests = digests
+        self._digests += digests  # every verification's trials: whether the problem is degenerate is the problem's
         return results, []
 
     def _degenerate(self) -> str | None:
@@ -615,7 +615,9 @@ class Evaluator:
         try:
             verdict.stage = "verify"
             with run.stage("verify"):
-                verdict.trials, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/confirm")[:1])
+                # two trials, the problem's own inputs and a randn draw: a scalar loss is one number per trial, so
+                # one trial alone cannot tell a loss from a constant (every loss was called degenerate on the H100)
+                verdict.trials, reasons = self._verify(worker, candidate, self._plan(f"{candidate.id}/confirm")[:2])
             if reasons:
                 verdict.reasons += reasons
                 return run.finish()

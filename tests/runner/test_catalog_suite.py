@@ -10,6 +10,7 @@ import hashlib
 import math
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -332,3 +333,25 @@ def test_a_scalar_loss_is_not_called_degenerate(tmp_path):
     assert _degenerate(tmp_path, MSE) is None
     constant = MSE.replace("torch.mean((predictions - targets) ** 2)", "1.0 + 1e-6 * torch.mean(predictions)")
     assert "every value within atol" in (_degenerate(tmp_path, constant) or "")
+
+
+def test_a_confirmed_loss_is_not_called_degenerate(tmp_path):
+    """The final confirmation re-verifies in a fresh process. On one trial a scalar loss is one number, which cannot
+    be told from a constant: every loss of the H100 bench was called degenerate there. It takes two draws now."""
+    from runner.cli import problem_from_file
+    from runner.evaluate import Evaluator, HarnessConfig
+    from runner.proposer import ProblemContext
+    from runner.proposers.catalog import CatalogProposer
+
+    from .conftest import FAST_TIMER
+
+    path = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog/mse_loss.py"
+    ctx = ProblemContext(name="mse_loss", reference_source=path.read_text(), backend="cpu")
+    prop = CatalogProposer()
+    params = next(p for s in prop.strategies(ctx) for p in s.params if p.threads == "one")
+    cand = prop.candidate(ctx, prop.pattern(ctx), params)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    with Evaluator(problem_from_file(path), backend="cpu", config=cfg) as ev:
+        v = ev.confirm(cand, rounds=1)
+    assert v.accepted, v.reasons
+    assert len(v.trials) == 2 and not v.degenerate, v.warnings
