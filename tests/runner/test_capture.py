@@ -85,6 +85,7 @@ EXPECTED = {
     "prod_dim": ("row", (32, 64), (1,), {"prod"}, "prod over dims [1]"),
     "rmsnorm": ("row", (4, 24, 10, 12), (1,), {"mean"}, "RMS norm"),
     "softmax": ("row", (64, 1000), (1,), {"lse"}, "softmax"),
+    "softmax_long_rows": ("row", (300, 50000), (1,), {"lse"}, "softmax"),
     "rowsum_identities": ("row", (32, 100), (1,), {"sum"}, "lse over dims of size 1 is the identity"),
     "sum_dim": ("row", (8, 96, 40), (1,), {"sum"}, "sum over dims [1]"),
 }
