@@ -90,6 +90,18 @@ def fits(p, prog) -> bool:
     return True
 
 
+def effective(p, prog):
+    """The parameter set that runs on the captured shapes: the rows, split and cluster templates take their vector
+    path only when a row's length is a multiple of the width (level1 38/39: rows of 65535), else their scalar kernels,
+    so a wider parameter set would be measured as a scalar one under another name."""
+    if isinstance(p, cuda.CudaParams) and p.vec > 1 and p.layout in ("rows", "split", "cluster") and prog is not None \
+            and prog.is_row:
+        _, R, inner = prog.split()
+        if inner == 1 and R % p.vec:
+            return replace(p, vec=1)
+    return p
+
+
 def _neighbours(p) -> list:
     """Parameter sets one step away from p: the 'explore around the best' move."""
     out = []
@@ -156,7 +168,8 @@ class CatalogProposer:
         pat = self.pattern(ctx)
         if pat.program is None:
             return []
-        out = strategies(pat.program, ctx.backend)
+        out = [replace(s, params=list(dict.fromkeys(effective(p, pat.program) for p in s.params)))
+               for s in strategies(pat.program, ctx.backend)]
         for s in out:
             for p in s.params:
                 self._by_label.setdefault(p.label(), p)
@@ -176,7 +189,8 @@ class CatalogProposer:
         best = history.best()
         best_label = label_of(best.candidate) if best and best.candidate else None
         if best_label and best_label in self._by_label:
-            near = [p for p in _neighbours(self._by_label[best_label]) if p.label() not in tried]
+            near = [effective(p, pat.program) for p in _neighbours(self._by_label[best_label])]
+            near = [p for p in near if p.label() not in tried]
             near = [p for p in dict.fromkeys(near) if self._fresh(ctx, p, codes)]
             for p in near:
                 self._by_label.setdefault(p.label(), p)

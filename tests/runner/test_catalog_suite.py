@@ -278,6 +278,27 @@ def test_fast_math_where_nothing_uses_it_is_the_same_code():
         code_key(prop.candidate(c, prop.pattern(c), replace(flat, fast_math=True)))
 
 
+def test_an_odd_row_length_proposes_the_scalar_kernels_it_would_run():
+    """Rows of 65535 (level1 38/39): the vector path needs a row length divisible by the width, so every float4
+    candidate ran its scalar kernel: the proposer names them as what they are (vec=1), and proposes each once."""
+    from runner.catalog.lower import Pattern
+    from runner.proposers.catalog import effective
+
+    prog = Program(inputs=[Input(0, (64, 65535), "float32")], out=Op("div", (Load(0), Red("sum", Op("abs", (Load(0),))))),
+                   shape=(64, 65535), axes=(1,), out_shape=(64, 65535))
+    assert effective(cuda.CudaParams("rows", vec=4, threads=256), prog).vec == 1
+    assert effective(cuda.CudaParams("columns", vec=4, threads=256), prog).vec == 4  # columns load one at a time
+    even = replace(prog, inputs=[Input(0, (64, 65536), "float32")], shape=(64, 65536), out_shape=(64, 65536))
+    assert effective(cuda.CudaParams("split", vec=4, threads=256), even).vec == 4
+    src = "# a row of 65535\n"
+    remember(src, Pattern("row", program=prog))
+    c = ProblemContext(name="odd", reference_source=src, backend="cuda")
+    params = [p for s in CatalogProposer().strategies(c) for p in s.params]
+    assert params and all(p.vec == 1 for p in params if p.layout != "flat")
+    labels = [p.label() for s in CatalogProposer().strategies(c) for p in s.params]
+    assert len(labels) == len(set(labels))
+
+
 def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
     row = Program(inputs=[Input(0, (4, 393216), "float32")], out=Op("exp", (Op("sub", (Load(0), Red("lse", Load(0)))),)),
                   shape=(4, 393216), axes=(1,), out_shape=(4, 393216))
