@@ -121,7 +121,7 @@ def prepare(st: State, msg: dict) -> dict:
     except ProblemError as exc:
         return _problem_error(exc)
     specs, digest = [], hashlib.sha256()
-    value_range, near_constant, atols, notes = 0.0, True, [], []
+    near_constant, atols, notes = True, [], []
     lo, hi = float("inf"), float("-inf")  # over every output: a scalar (a loss) has no range of its own
     atol = st.problem.tolerance[0]
     for i, t in enumerate(flat):
@@ -145,13 +145,12 @@ def prepare(st: State, msg: dict) -> dict:
                 lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
         elif t.numel():
             spread = float(t.any()) - float(t.all())
-        value_range = max(value_range, spread)
         near_constant = near_constant and spread <= atols[-1]
     if st.refs:  # the previous trial's outputs, kept as evenly spaced samples (not a second copy of 7 GB)
         st.prev_ref = [verify.sample(t) for t in st.refs.pop(max(st.refs))]
     st.refs = {msg["trial"]: flat}
     st.atols = {msg["trial"]: atols}
-    return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(), "value_range": value_range,
+    return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(),
             "near_constant": near_constant, "tolerance_notes": notes, "atol_min": min(atols, default=atol),
             "value_span": [lo, hi] if lo <= hi else None,
             "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat),
