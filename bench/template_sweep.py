@@ -12,6 +12,7 @@ PR or the bench table reports comes from the harness (fresh inputs, several tria
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 from runner import verify
 from runner.abi import KernelLibrary, as_tensor_args
 from runner.build import build_many
+from runner.catalog.cuda import CudaParams
 from runner.cli import problem_from_file
 from runner.problem import build_model, load, make_inputs, strict_fp32
 from runner.proposer import ProblemContext
@@ -30,13 +32,27 @@ from runner.timing import Timer, TimerConfig
 log = logging.getLogger("template_sweep")
 
 
-def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float) -> list[dict]:
+def parse_params(text: str) -> CudaParams:
+    """`layout=split,vec=4,threads=512,slices=16,unroll=4`: any CudaParams fields, the others at their defaults."""
+    fields = {f.name: f.type for f in dataclasses.fields(CudaParams)}
+    kw: dict[str, object] = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise SystemExit(f"--param: no field {key!r} (fields: {', '.join(fields)})")
+        kw[key] = value == "true" if fields[key] == "bool" else int(value) if fields[key] == "int" else value
+    return CudaParams(**kw)  # type: ignore[arg-type]
+
+
+def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float,
+          explicit: list[CudaParams] | None = None) -> list[dict]:
     prop = CatalogProposer()
     ctx = ProblemContext(name=path.stem, reference_source=path.read_text(), backend="cuda")
     pat = prop.pattern(ctx)
     if pat.program is None:
         return [{"problem": path.stem, "label": f"unsupported: {pat.reason}"}]
-    params = [p for s in prop.strategies(ctx) for p in s.params if layouts is None or p.layout in layouts][:limit]
+    params = explicit or [p for s in prop.strategies(ctx) for p in s.params
+                          if layouts is None or p.layout in layouts][:limit]
     cands = [prop.candidate(ctx, pat, p) for p in params]
     built = build_many(cands, cuda_arch="sm_90", jobs=16)
 
@@ -61,7 +77,7 @@ def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float) ->
             row["label"] += " (build failed: " + b.info.log.strip().splitlines()[-1][:80] + ")"
             continue
         lib = KernelLibrary(b.library)
-        out = torch.full_like(ref, float("nan"))
+        out = torch.full_like(ref, float("nan") if ref.is_floating_point() else -1)
         args = as_tensor_args(inputs, "cuda") + extra
         stream = torch.cuda.current_stream().cuda_stream
         try:
@@ -82,13 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("problems", nargs="+", type=Path)
     ap.add_argument("--layout", action="append", help="only these layouts (flat, rows, columns, split, cluster)")
     ap.add_argument("--max", type=int, default=24, help="parameter sets per problem, in the catalog's order")
+    ap.add_argument("--param", action="append", type=parse_params,
+                    help="time these parameter sets instead of the catalog's (layout=split,vec=4,slices=16,...)")
     ap.add_argument("--bandwidth", type=float, default=3.01e12, help="bytes/s for the floor (the H100's copy rate)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     strict_fp32()
     print_rows = []
     for path in args.problems:
-        print_rows += sweep(path, set(args.layout) if args.layout else None, args.max, args.bandwidth)
+        print_rows += sweep(path, set(args.layout) if args.layout else None, args.max, args.bandwidth, args.param)
         torch.cuda.empty_cache()
     sys.stdout.write(f"{torch.cuda.get_device_name()}\n| problem | parameters | matches | median ms | % floor |\n"
                      "| --- | --- | --- | ---: | ---: |\n")

@@ -339,13 +339,19 @@ struct AccMin { float m;
   FB_M void add(float x, long long) { m = (x < m || x != x) ? x : m; }
   FB_M void merge(const AccMin& o) { add(o.m, 0); } };
 struct AccArgMax { float v; long long i;
-  FB_M void init() { v = -INFINITY; i = 0x7fffffffffffffffLL; }
-  FB_M void add(float x, long long j) { if (x > v || (x == v && j < i) || (x != x && v == v)) { v = x; i = j; } }
-  FB_M void merge(const AccArgMax& o) { add(o.v, o.i); } };
+  FB_M void init() { v = -INFINITY; i = -1; }  // i < 0: nothing seen yet
+  // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element)
+  FB_M void add(float x, long long j) { if (x > v || (x != x && v == v) || (x == v && i < 0)) { v = x; i = j; } }
+  FB_M void merge(const AccArgMax& o) {
+    if (o.i < 0) return;
+    if (i < 0 || o.v > v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };
 struct AccArgMin { float v; long long i;
-  FB_M void init() { v = INFINITY; i = 0x7fffffffffffffffLL; }
-  FB_M void add(float x, long long j) { if (x < v || (x == v && j < i) || (x != x && v == v)) { v = x; i = j; } }
-  FB_M void merge(const AccArgMin& o) { add(o.v, o.i); } };
+  FB_M void init() { v = INFINITY; i = -1; }  // i < 0: nothing seen yet
+  // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element)
+  FB_M void add(float x, long long j) { if (x < v || (x != x && v == v) || (x == v && i < 0)) { v = x; i = j; } }
+  FB_M void merge(const AccArgMin& o) {
+    if (o.i < 0) return;
+    if (i < 0 || o.v < v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };
 struct AccLse { float m; fb_acc s;
   FB_M void init() { m = -INFINITY; s = 0; }
   FB_M void add(float x, long long) {

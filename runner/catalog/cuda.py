@@ -53,7 +53,8 @@ class CudaParams:
     grid: str = "stride"  # flat, bcast: stride (one wave of resident blocks) | once (one pass: U vectors per thread)
     fast_math: bool = False
     buffers: int = 2  # cluster: 2 = the next row streams into a second buffer where two fit; 1 = one (two blocks/SM)
-    unroll: int = 1  # flat, bcast: vectors per thread per step, all loaded before any is computed
+    unroll: int = 1  # flat, bcast, split: vectors per thread per step, all loaded before any is computed;
+    # columns, cluster: the reduction loops unrolled U times (loads of U steps in flight)
 
     def label(self) -> str:
         base = f"cuda-{self.layout}-v{self.vec}-t{self.threads}"
@@ -66,8 +67,8 @@ class CudaParams:
         elif self.layout == "cluster":
             base += f"-c{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
         else:
-            base += f"-{self.grid}" + (f"-u{self.unroll}" if self.unroll != 1 else "")
-        return base + ("-fast" if self.fast_math else "")
+            base += f"-{self.grid}"
+        return base + (f"-u{self.unroll}" if self.unroll != 1 else "") + ("-fast" if self.fast_math else "")
 
 
 PRELUDE = r"""#include "fusebot.h"

@@ -27,7 +27,9 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
     the S partials of every earlier accumulator of its row (cheap: S values), then does its own slice."""
     if not p.is_row:
         raise NotExpressible("split is for row programs")
-    V, T, S = params.vec, params.threads, params.slices
+    V, T, S, U = params.vec, params.threads, params.slices, params.unroll
+    if U not in (1, 2, 4, 8):
+        raise NotExpressible(f"unroll {U}")
     plan = plan_passes(p, params.mode)
     vec_in = _vec_inputs(p, ("full", "rowvec"))
     accs = plan.accs
@@ -87,23 +89,24 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
                 store_out = f"""
         if ({v} == 1) (({out_t}*)a.out)[o * a.R + r0] = ov.v[0];
         else *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;"""
-            kernels.append(f"""
-__global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) {{
-  const long long row = blockIdx.x / {S}, o = row, i = 0;
-  const int slice = blockIdx.x % {S};
-  const long long chunk = ((a.R + {S} - 1) / {S} + {v} - 1) / {v} * {v};
-  const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
-  {gather(pno)}
-  {decl}
-  for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
-        {loads.vector_decls("(o * a.R + r0)", v) if v > 1 else ""}
-        {f"FbVec<{out_t}, {v}> ov;" if last else ""}
+            step = f"""{f"FbVec<{out_t}, {v}> ov;" if last else ""}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long r = r0 + j, flat = o * a.R + r; (void)flat;
           {body}
-        }}{store_out}
-  }}
+        }}{store_out}"""
+            # the last pass takes the blocks in reverse: its first blocks re-read what the pass before read last,
+            # still in L2
+            bid = "(gridDim.x - 1 - blockIdx.x)" if last and pno > 1 else "blockIdx.x"
+            kernels.append(f"""
+__global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) {{
+  const long long row = {bid} / {S}, o = row, i = 0;
+  const int slice = {bid} % {S};
+  const long long chunk = ((a.R + {S} - 1) / {S} + {v} - 1) / {v} * {v};
+  const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+  {gather(pno)}
+  {decl}
+{_split_loop(p, loads, v, T, U if v > 1 else 1, step)}
 {tail}
 }}
 """)
@@ -145,6 +148,39 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
     return ws_decl + "".join(kernels) + _forward(launch)
 
 
+def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str) -> str:
+    """A block's walk over its slice [lo, hi) of row o, `step` run at each vector r0: with U > 1 each thread loads
+    its next U vectors (read-only path) before any is used, so U loads per input are in flight."""
+    if U == 1:
+        return f"""  for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {loads.vector_decls("(o * a.R + r0)", v) if v > 1 else ""}
+        {step}
+  }}"""
+    arrays, fills, views = [], [], []
+    for k in sorted(loads.vec & loads.used):
+        t = _ctype(p.inputs[k].dtype)
+        at = "r0" if p.access(k) == "rowvec" else "(o * a.R + r0)"
+        arrays.append(f"FbVec<{t}, {v}> u{k}[{U}];")
+        fills.append(f"u{k}[u] = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + {at});")
+        views.append(f"const FbVec<{t}, {v}> v{k} = u{k}[u];")
+    return f"""  for (long long rb = lo + (long long)threadIdx.x * {v}; rb < hi; rb += {T * U}LL * {v}) {{
+    {" ".join(arrays)}
+#pragma unroll
+    for (int u = 0; u < {U}; ++u) {{
+      const long long r0 = rb + (long long)u * {T * v};
+      if (r0 < hi) {{ {" ".join(fills)} }}
+    }}
+#pragma unroll
+    for (int u = 0; u < {U}; ++u) {{
+      const long long r0 = rb + (long long)u * {T * v};
+      if (r0 < hi) {{
+        {" ".join(views)}
+        {step}
+      }}
+    }}
+  }}"""
+
+
 # ---- cluster: a row held on chip across a thread-block cluster --------------------------------------------------
 
 
@@ -154,7 +190,9 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     through distributed shared memory. C = 1 is a row cached in one block's shared memory."""
     if not p.is_row:
         raise NotExpressible("cluster is for row programs")
-    V, T, C = params.vec, params.threads, params.slices
+    V, T, C, U = params.vec, params.threads, params.slices, params.unroll
+    if U not in (1, 2, 4, 8):
+        raise NotExpressible(f"unroll {U}")
     if C not in (1, 2, 4, 8, 16):
         raise NotExpressible(f"cluster of {C} blocks")
     plan = plan_passes(p, params.mode)
@@ -189,7 +227,9 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         return (f"for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{ "
                 + " ".join(body) + " }")
 
-    slots = "\n  ".join(f"__shared__ {x.kind} part_{x.name}, tot_{x.name};" for x in plan.accs)
+    # partial slots alternate between rows (par): a block writes row r + 2's slot only after every block of its
+    # cluster passed row r + 1's first cluster barrier, so after they read row r's; no barrier closes a row
+    slots = "\n  ".join(f"__shared__ {x.kind} part_{x.name}[2], tot_{x.name};" for x in plan.accs)
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached))
@@ -200,19 +240,20 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
             decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
             merge = "\n    ".join(
                 f"""fb_block_reduce<{x.kind}, {T}>({x.name});
-    if (threadIdx.x == 0) part_{x.name} = {x.name};""" for x in accs)
+    if (threadIdx.x == 0) part_{x.name}[par] = {x.name};""" for x in accs)
             # lanes 0..C-1 of warp 0 each fetch one block's partial over DSMEM at once, merged by shuffles (every
             # thread fetching all C in turn cost C remote round trips per thread: 1024 threads ran at 26% of floor)
             gather = "\n    ".join(
                 f"""if (threadIdx.x < 32) {{
       {x.kind} t; t.init();
-      if (threadIdx.x < {C}) t = *cl.map_shared_rank(&part_{x.name}, (int)threadIdx.x);
+      if (threadIdx.x < {C}) t = *cl.map_shared_rank(&part_{x.name}[par], (int)threadIdx.x);
       fb_warp_reduce(t);
       if (threadIdx.x == 0) tot_{x.name} = t;
     }}
     __syncthreads();
     {x.name} = tot_{x.name};""" for x in accs)
             parts.append(f"""    {decl}
+#pragma unroll {U}
     for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
         {decls(v)}
 #pragma unroll
@@ -231,7 +272,8 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         if full_output(p):
             res = em(plan.out)
             lines = "\n          ".join(em.lines)
-            out = f"""    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+            out = f"""#pragma unroll {U}
+    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
         {decls(v)}
         FbVec<{out_t}, {v}> ov;
 #pragma unroll
@@ -261,7 +303,7 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   {slots}
   const long long clusters = gridDim.x / {C};
   const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
-  int buf = 0;
+  int buf = 0, par = 0;
   if (blockIdx.x / {C} < a.O) {{ {fill(v, "blockIdx.x / " + str(C), "0")} }}
   __pipeline_commit();
   for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
@@ -277,7 +319,8 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
     __syncthreads();
 {passes}
 {out}
-    cl.sync();  // the partial slots, and with one buffer the slices, are reused by the next row
+    __syncthreads();  // this block's slice buffer is refilled next (the partial slots alternate)
+    par ^= 1;
     if (nbuf == 2) {{
       buf ^= 1;
     }} else {{
@@ -285,6 +328,7 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
       __pipeline_commit();
     }}
   }}
+  cl.sync();  // no block leaves while another may still read its partial slots
 }}
 """)
     sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)

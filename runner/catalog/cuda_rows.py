@@ -106,8 +106,10 @@ __global__ void __launch_bounds__({T}) fb_rows_v{v}(FbArgs a) {{
 def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
     if not p.is_row:
         raise NotExpressible("columns is for row programs")
-    CW, RS = params.col_width, params.slices
+    CW, RS, U = params.col_width, params.slices, params.unroll
     T = CW * RS
+    if U not in (1, 2, 4, 8):
+        raise NotExpressible(f"unroll {U}")
     if T > 1024 or T % 32:
         raise NotExpressible(f"{CW}x{RS} threads")
     plan = plan_passes(p, params.mode)
@@ -130,9 +132,12 @@ def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
       {x.name} = sh[0][threadIdx.x];
       __syncthreads(); }}""" for x in accs)
         parts.append(f"""    {decl}
-    if (ok) for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
+    if (ok) {{
+#pragma unroll {U}
+      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
         const long long flat = (o * a.R + r) * a.I + i; (void)flat;
         {body}
+      }}
     }}
     {merge}
     {_value_decls(plan, pno)}""")
@@ -142,10 +147,13 @@ def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
     if full_output(p):
         res = em(plan.out)
         lines = "\n        ".join(em.lines)
-        out = f"""    if (ok) for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
+        out = f"""    if (ok) {{
+#pragma unroll {U}
+      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
         const long long flat = (o * a.R + r) * a.I + i;
         {lines}
         (({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});
+      }}
     }}"""
     else:
         res = _row_result(p, plan, em)

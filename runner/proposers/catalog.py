@@ -108,7 +108,7 @@ def _neighbours(p) -> list:
     if isinstance(p, cuda.CudaParams):
         steps = {"vec": [1, 2, 4, 8], "threads": [128, 256, 512, 1024], "slices": [1, 2, 4, 8, 16, 32, 64, 128],
                  "col_width": [32, 64]}
-        if p.layout in ("flat", "bcast"):
+        if p.layout in ("flat", "bcast", "split", "columns"):
             steps["unroll"] = [1, 2, 4, 8]
         for f in fields(p):
             v = getattr(p, f.name)

@@ -79,8 +79,18 @@ def _targets(shape):  # a KL-div target with zeros (xlogy(0, 0) = 0) and negativ
     return t
 
 
+def _ties(fill: float) -> torch.Tensor:
+    """Rows full of ties (5 levels), a row of `fill` only (every element ties at +-inf), a row with two NaNs."""
+    t = torch.round(_x(4, 9) * 2) / 2
+    t[1] = fill
+    t[2, 3] = t[2, 6] = float("nan")
+    return t
+
+
 # name -> (module, inputs): every one must be recognised and its C++ candidate must match torch
 CASES = {
+    "argmax_ties": (Fn(lambda m, x: torch.argmax(x, dim=1)), [_ties(float("-inf"))]),
+    "argmin_ties": (Fn(lambda m, x: torch.argmin(x, dim=-1)), [_ties(float("inf"))]),
     "linalg_norm_fro": (Fn(lambda m, x: x / torch.linalg.norm(x)), [_x(3, 5, 7)]),
     "linalg_norm_dims": (Fn(lambda m, x: x / torch.linalg.norm(x, dim=(1, 2), keepdim=True)), [_x(3, 5, 7)]),
     "linalg_norm_ord1": (Fn(lambda m, x: torch.linalg.norm(x, ord=1, dim=1)), [_x(3, 5, 7)]),
