@@ -281,6 +281,8 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
     lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ if (d < {a0}) a.O *= a.F[d]; else if (d < {a1}) a.R *= a.F[d]; "
                  "else a.I *= a.F[d]; }")
     lines.append("  a.N = a.O * a.R * a.I;")
+    if any(isinstance(e, Red) and e.kind in ("argmax", "argmin") for e in walk(p.out)):
+        lines.append("  if (a.R > 0x7fffffffLL) return fb_fail(\"an index along rows of 2^31 or more elements\");")
     for k in range(len(p.inputs)):
         lines.append(f"  {{ long long s = 1; for (int d = {nd} - 1; d >= 0; --d) {{ "
                      f"a.st[{k}][d] = shp[{k}][d] == 1 ? 0 : s; s *= shp[{k}][d]; }} }}")
@@ -338,17 +340,17 @@ struct AccMin { float m;
   FB_M void init() { m = INFINITY; }
   FB_M void add(float x, long long) { m = (x < m || x != x) ? x : m; }
   FB_M void merge(const AccMin& o) { add(o.m, 0); } };
-struct AccArgMax { float v; long long i;
+struct AccArgMax { float v; int i;  // an index along the reduced dims (the set-up refuses rows of 2^31 or more)
   FB_M void init() { v = -INFINITY; i = -1; }  // i < 0: nothing seen yet
   // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element)
-  FB_M void add(float x, long long j) { if (x > v || (x != x && v == v) || (x == v && i < 0)) { v = x; i = j; } }
+  FB_M void add(float x, long long j) { if (x > v || (x != x && v == v) || (x == v && i < 0)) { v = x; i = (int)j; } }
   FB_M void merge(const AccArgMax& o) {
     if (o.i < 0) return;
     if (i < 0 || o.v > v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };
-struct AccArgMin { float v; long long i;
+struct AccArgMin { float v; int i;  // an index along the reduced dims (the set-up refuses rows of 2^31 or more)
   FB_M void init() { v = INFINITY; i = -1; }  // i < 0: nothing seen yet
   // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element)
-  FB_M void add(float x, long long j) { if (x < v || (x != x && v == v) || (x == v && i < 0)) { v = x; i = j; } }
+  FB_M void add(float x, long long j) { if (x < v || (x != x && v == v) || (x == v && i < 0)) { v = x; i = (int)j; } }
   FB_M void merge(const AccArgMin& o) {
     if (o.i < 0) return;
     if (i < 0 || o.v < v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };

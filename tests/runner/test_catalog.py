@@ -174,6 +174,8 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("instancenorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="twopass")),
     ("logsumexp_max", cuda.CudaParams("split", vec=4, threads=512, slices=4, mode="online", fast_math=True)),
     ("frobenius", cuda.CudaParams("split", vec=4, threads=256, slices=64, mode="twopass")),
+    ("layernorm", cuda.CudaParams("split", vec=4, threads=512, slices=16, unroll=4)),  # rowvec loads hoisted too
+    ("rmsnorm", cuda.CudaParams("columns", vec=1, threads=512, col_width=64, slices=8, unroll=4)),
     ("softmax", cuda.CudaParams("cluster", vec=4, threads=512, slices=16, mode="online")),
     ("argmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=1, mode="online")),
     ("layernorm", cuda.CudaParams("cluster", vec=2, threads=1024, slices=2, mode="twopass", fast_math=True)),
@@ -337,9 +339,11 @@ GPU_CASES = {
                 cuda.CudaParams("rows", vec=4, threads=512, group=0, mode="twopass"),
                 cuda.CudaParams("split", vec=4, threads=256, slices=8, mode="online")],
     "layernorm": [cuda.CudaParams("rows", vec=4, threads=256, group=0, mode="online"),
-                  cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass")],
+                  cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass"),
+                  cuda.CudaParams("split", vec=4, threads=128, slices=16, unroll=4)],  # a slice's tail inside a step
     "rmsnorm": [cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8),
-                cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1)],
+                cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1),
+                cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4, mode="twopass")],
     "ew_broadcast": [cuda.CudaParams("flat", vec=4, threads=256), cuda.CudaParams("flat", vec=1, threads=128),
                      cuda.CudaParams("bcast", vec=4, threads=256, grid="once", unroll=2),
                      cuda.CudaParams("bcast", vec=4, threads=128, grid="stride", unroll=4, fast_math=True)],
@@ -348,7 +352,8 @@ GPU_CASES = {
     "mingpt_gelu": [cuda.CudaParams("flat", vec=4, threads=256, grid="once", unroll=4),
                     cuda.CudaParams("flat", vec=4, threads=512, grid="stride", unroll=2, fast_math=True)],
     "argmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32),
-               cuda.CudaParams("split", vec=4, threads=256, slices=4)],
+               cuda.CudaParams("split", vec=4, threads=256, slices=4),
+               cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1)],  # partials merged across blocks
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
     "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
                     threads=128, slices=4, mode="twopass")],
