@@ -363,7 +363,13 @@ struct AccLse { float m; fb_acc s;
     if (o.m > m) { s = s * (fb_acc)fb_exp(m - o.m) + o.s; m = o.m; } else { s += o.s * (fb_acc)fb_exp(o.m - m); } } };
 struct AccWelford { fb_acc n, mean, m2;
   FB_M void init() { n = 0; mean = 0; m2 = 0; }
+  // on the GPU the step of the mean, d / n, through the fast reciprocal (2 instructions, not an IEEE division per element:
+  // the step is small against the mean, so its last-bit error is far below the rounding of the sum itself)
+#ifdef __CUDA_ARCH__
+  FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += __fdividef(d, n); m2 += d * (x - mean); }
+#else
   FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += d / n; m2 += d * (x - mean); }
+#endif
   FB_M void merge(const AccWelford& o) {
     if (o.n == 0) return;
     if (n == 0) { n = o.n; mean = o.mean; m2 = o.m2; return; }
