@@ -193,6 +193,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     V, T, C, U = params.vec, params.threads, params.slices, params.unroll
     if U not in (1, 2, 4, 8):
         raise NotExpressible(f"unroll {U}")
+    unroll = f"#pragma unroll {U}\n" if U > 1 else ""  # (U = 1: the compiler's own unrolling; a pragma of 1 stops it)
     if C not in (1, 2, 4, 8, 16):
         raise NotExpressible(f"cluster of {C} blocks")
     plan = plan_passes(p, params.mode)
@@ -253,8 +254,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     __syncthreads();
     {x.name} = tot_{x.name};""" for x in accs)
             parts.append(f"""    {decl}
-#pragma unroll {U}
-    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
         {decls(v)}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
@@ -272,8 +272,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         if full_output(p):
             res = em(plan.out)
             lines = "\n          ".join(em.lines)
-            out = f"""#pragma unroll {U}
-    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+            out = f"""{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
         {decls(v)}
         FbVec<{out_t}, {v}> ov;
 #pragma unroll

@@ -110,6 +110,7 @@ def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
     T = CW * RS
     if U not in (1, 2, 4, 8):
         raise NotExpressible(f"unroll {U}")
+    unroll = f"#pragma unroll {U}\n" if U > 1 else ""  # (U = 1: the compiler's own unrolling; a pragma of 1 stops it)
     if T > 1024 or T % 32:
         raise NotExpressible(f"{CW}x{RS} threads")
     plan = plan_passes(p, params.mode)
@@ -133,8 +134,7 @@ def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
       __syncthreads(); }}""" for x in accs)
         parts.append(f"""    {decl}
     if (ok) {{
-#pragma unroll {U}
-      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
+{unroll}      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
         const long long flat = (o * a.R + r) * a.I + i; (void)flat;
         {body}
       }}
@@ -148,8 +148,7 @@ def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
         res = em(plan.out)
         lines = "\n        ".join(em.lines)
         out = f"""    if (ok) {{
-#pragma unroll {U}
-      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
+{unroll}      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
         const long long flat = (o * a.R + r) * a.I + i;
         {lines}
         (({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});
