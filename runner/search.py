@@ -93,6 +93,7 @@ class _Search:
         if replay.context is not None:  # prompts must be byte-identical to the killed run's to replay its answers
             self.ctx = ctx = ProblemContext.model_validate(replay.context)
         self.cache = replay.verdicts  # candidate_key -> verdict: every verdict this search (or its killed run) got
+        self.replayed = replay.attempts  # candidate_key -> the killed run's attempt, archived if this run misses it
         self.trace = Trace(trace_path, elapsed_offset_s=replay.elapsed_s)
         self.session = Session(
             answers=dict(replay.answers),
@@ -154,10 +155,10 @@ class _Search:
             allowed = self.counted | set(new[: limit - len(self.counted)])
             batch = [b for b, k in zip(batch, keys, strict=True) if k in allowed]
             keys = [k for k in keys if k in allowed]
-        fresh: dict[str, Candidate] = {}
-        for k, (_, _, c, _) in zip(keys, batch, strict=True):
+        fresh: dict[str, tuple[str, Candidate]] = {}
+        for k, (p, _, c, _) in zip(keys, batch, strict=True):
             if k not in self.cache:
-                fresh.setdefault(k, c)
+                fresh.setdefault(k, (p.name, c))
         todo = list(fresh.items())
         start = 0
         while start < len(todo):  # builds run in parallel within a chunk; a kill loses one
@@ -170,12 +171,12 @@ class _Search:
             chunk = todo[start : start + self._chunk_size()]
             start += len(chunk)
             t0 = self.trace.elapsed_s()
-            verdicts = self.evaluator.evaluate_many([c for _, c in chunk])
+            verdicts = self.evaluator.evaluate_many([c for _, (_, c) in chunk])
             self._eval_seconds += self.trace.elapsed_s() - t0
             self._eval_count += len(chunk)
-            for (k, c), v in zip(chunk, verdicts, strict=True):
+            for (k, (proposer, c)), v in zip(chunk, verdicts, strict=True):
                 self.cache[k] = v
-                self.trace.write("evaluated", round=self.round, key=k, candidate=c.model_dump(),
+                self.trace.write("evaluated", round=self.round, proposer=proposer, key=k, candidate=c.model_dump(),
                                  verdict=v.model_dump())
                 self._account(k)
         attempts = []
@@ -268,6 +269,17 @@ class _Search:
                 break
             pending = [a for a in self._evaluate(repairs) if not a.accepted]
 
+    def _archive_unreached(self) -> None:
+        """Archive the killed run's verdicts that this run did not reach (its budget ran out before they were proposed
+        again), as they were: the search's best is then the best of everything it evaluated, and it still goes through
+        the same beam, and the caller's confirmation, as a kernel found in this run."""
+        unreached = [k for k in self.replayed if k not in self.counted]
+        for k in unreached:
+            self._account(k)
+            self.history.attempts.append(self.replayed[k])
+        if unreached:
+            log.info("archived %d verdict(s) of the resumed trace that this run did not reach", len(unreached))
+
     def _beam(self) -> list[Attempt]:
         seen, beam = set(), []
         for a in self.history.accepted():
@@ -314,6 +326,7 @@ class _Search:
         except BudgetExhausted as e:
             stop = f"budget: {e}"
             log.info("search stops: %s", e)
+        self._archive_unreached()
         beam = self._beam()
         self.progress.best_speedup = self._best_speedup(beam[0] if beam else None)
         self.progress.message = stop

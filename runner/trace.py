@@ -6,7 +6,8 @@ Events (`event` field; every line also carries `t_s`, seconds of search so far):
   answer     a proposer's raw answer with its cache key and tokens: replayed on resume without new tokens
   ideas      the ideas one proposer gave in one round
   failed     an answer that yielded no candidate
-  evaluated  a candidate, its cache key and the harness's verdict: read back on resume instead of re-evaluating
+  evaluated  a candidate, its proposer, cache key and the harness's verdict: read back on resume instead of
+             re-evaluating, and archived as they were when the resumed run does not reach them (its budget ran out)
   round      the end of a round: best candidate and time so far, whether the round improved
   end        why the search stopped, with its totals
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.contract import Candidate, Verdict
-from runner.proposer import Answer
+from runner.proposer import Answer, Attempt
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Replay:
 
     answers: dict[str, Answer] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # candidate_key -> verdict
+    attempts: dict[str, Attempt] = field(default_factory=dict)  # candidate_key -> the attempt it was evaluated as
     elapsed_s: float = 0.0
     context: dict[str, Any] | None = None  # the problem context the first run's prompts were built from
 
@@ -76,7 +78,10 @@ class Replay:
                            ev.get("cost_usd", 0.0))
                 replay.answers[a.key] = a
             elif ev.get("event") == "evaluated":
-                replay.verdicts[ev["key"]] = Verdict.model_validate(ev["verdict"])
+                v = replay.verdicts[ev["key"]] = Verdict.model_validate(ev["verdict"])
+                c = Candidate.model_validate(ev["candidate"])
+                replay.attempts[ev["key"]] = Attempt(round=ev.get("round", 0), proposer=ev.get("proposer", ""),
+                                                     idea=c.idea, candidate=c, verdict=v, repair_of=c.parent)
         return replay
 
 

@@ -185,3 +185,76 @@ def test_chunks_shrink_to_what_the_remaining_wall_budget_holds(tmp_path):
                  tmp_path / "t.jsonl", chunk=2)
     assert ev.batches[:2] == [2, 1], ev.batches
     assert res.stop_reason.startswith("budget: wall")
+
+
+def _killed_after_spending_the_wall_budget(trace, budget, impl) -> list[dict]:
+    """Run the search, then cut its trace after round 1's verdicts with the clock at the wall budget: a run killed
+    once its budget was spent, before its round and end records. Returns the evaluated records kept."""
+    search(CTX, TableEvaluator(), [Scripted("a", impl)], budget, trace)
+    events = list(read_events(trace))
+    kept = events[: max(i for i, e in enumerate(events) if e["event"] == "evaluated" and e["round"] == 1) + 1]
+    kept[-1]["t_s"] = budget.wall_seconds
+    trace.write_text("".join(json.dumps(e) + "\n" for e in kept))
+    return [e for e in kept if e["event"] == "evaluated"]
+
+
+def test_a_resumed_search_whose_wall_budget_is_spent_still_reports_the_best_verified_kernel_of_its_trace(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    budget = SearchBudget(rounds=2, ideas_per_round=2, implementations_per_idea=2, wall_seconds=60.0)
+    impl = lambda r, k, j: "wrong" if j else f"ms={0.5 / r + k}"  # noqa: E731
+    evaluated = _killed_after_spending_the_wall_budget(trace, budget, impl)
+    assert len(evaluated) == 4
+    ev = TableEvaluator()
+    res = search(CTX, ev, [Scripted("a", impl)], budget, trace)
+    assert ev.evaluated == [] and res.stop_reason.startswith("budget: wall")
+    assert res.best is not None and res.best.candidate.id == "r1-a-i0-c0" and res.best.median_ms == 0.5
+    assert res.best.proposer == "a" and res.best.round == 1 and res.best.idea == "a idea r1k0"
+    assert [a.median_ms for a in res.beam] == [0.5, 1.5]
+    assert res.candidates == 4 and (res.progress.verified, res.progress.rejected) == (2, 2)
+    assert res.progress.best_speedup == pytest.approx(0.8 / 0.5)
+    end = list(read_events(trace))[-1]
+    assert end["event"] == "end" and end["best"] == "r1-a-i0-c0" and end["candidates"] == 4
+
+
+def test_a_kernel_from_a_resumed_trace_is_confirmed_like_a_fresh_one_before_it_is_proposed(tmp_path):
+    """The resumed search's best goes through the caller's confirmation: re-timed against the baselines, it is
+    proposed only if it wins every round, and a kernel that fails when verified again is not proposed."""
+    from runner.contract import Confirmation, Environment, ProblemSpec
+    from runner.optimize_cli import optimize_problem
+
+    class Confirming(TableEvaluator):
+        def __init__(self, wins: bool):
+            super().__init__()
+            self.wins, self.confirmed = wins, []
+
+        def reference_source(self):
+            return CTX.reference_source
+
+        def roofline(self):
+            return None
+
+        def environment(self):
+            return Environment(device="cpu", torch="x", python="x", fusebot="x")
+
+        def confirm(self, candidate, rounds=5):
+            self.confirmed.append(candidate.id)
+            v = self.evaluate(candidate)
+            if not self.wins:
+                return v.model_copy(update={"accepted": False, "stage": "verify", "reasons": ["mismatch: again"]})
+            ms = v.timing.median_ms
+            c = Confirmation(rounds=rounds, candidate_ms=[ms] * rounds, eager_ms=[1.0] * rounds,
+                             compile_ms=[0.8] * rounds, speedup_vs_eager=[1.0 / ms] * rounds,
+                             speedup_vs_compile=[0.8 / ms] * rounds)
+            return v.model_copy(update={"confirmation": c})
+
+    spec = ProblemSpec(name="relu", path=None, module="m")
+    budget = SearchBudget(rounds=2, ideas_per_round=1, implementations_per_idea=1, wall_seconds=60.0)
+    impl = lambda r, k, j: f"ms={0.5 / r}"  # noqa: E731
+    for wins in (True, False):
+        out = tmp_path / str(wins)
+        _killed_after_spending_the_wall_budget(out / "trace.jsonl", budget, impl)
+        ev = Confirming(wins)
+        o = optimize_problem(spec, out, budget, [Scripted("a", impl)], ev, "cpu")
+        assert ev.confirmed == ["r1-a-i0-c0"] and [c.id for c in ev.evaluated] == ["r1-a-i0-c0"]
+        assert o.improved is wins and o.best.candidate.id == "r1-a-i0-c0", o.message
+        assert (out / "kernel.cpp").exists() is wins
