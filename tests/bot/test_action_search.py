@@ -14,6 +14,7 @@ keeps the search to one idea with one implementation: one candidate, verified an
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,7 +61,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     context = context_for(env, budget="120")
     proc = run_fusebot_step(w, env, context, {
         "PYTHONPATH": str(ROOT),  # the harness's worker processes import this checkout's runner
-        "FUSEBOT_CACHE_DIR": str(w.tmp / "cache"), "FUSEBOT_DROPIN_CACHE": str(w.tmp / "dropin-cache"),
+        "FUSEBOT_CACHE_DIR": os.environ["FUSEBOT_CACHE_DIR"], "FUSEBOT_DROPIN_CACHE": str(w.tmp / "dropin-cache"),
     }, timeout=540)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]

@@ -42,8 +42,7 @@ def test_nothing_stale_opens_nothing(tmp_path):
     assert platform.pulls() == [] and [b.name for b in repo.branches] == ["main"]
 
 
-def test_a_kernel_the_module_changed_under_is_removed_by_a_pr(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUSEBOT_CACHE_DIR", str(tmp_path / "cache"))
+def test_a_kernel_the_module_changed_under_is_removed_by_a_pr(tmp_path):
     root = tmp_path / "repo"
     (root / "examples").mkdir(parents=True)
     shutil.copy(EXAMPLE, root / "examples" / EXAMPLE.name)

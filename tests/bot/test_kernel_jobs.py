@@ -42,8 +42,7 @@ KERNEL = f"{KERNELS}/{FOLDER}/kernel.cpp"
 
 
 @pytest.fixture
-def cpu_runner(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUSEBOT_CACHE_DIR", str(tmp_path / "kernel-cache"))
+def cpu_runner(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 

@@ -17,7 +17,7 @@ def scale_relu_spec() -> ProblemSpec:
 
 
 @pytest.fixture(scope="module")
-def cpu_evaluator(tmp_path_factory):
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path_factory.mktemp("cache"))
+def cpu_evaluator(harness_cache):
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
         yield ev

@@ -26,7 +26,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 
 BROKEN = GOOD.replace("float v =", "flaot v =")
 WRONG = GOOD.replace("(v > 0.0f ? v : 0.0f)", "v")
-SLOW = GOOD.replace("  return 0;\n}", "  for (volatile long k = 0; k < 100000000L; ++k) {}\n  return 0;\n}")
+SLOW = GOOD.replace("  return 0;\n}", "  for (volatile long k = 0; k < 20000000L; ++k) {}\n  return 0;\n}")  # ~5x eager
 
 
 def answer(code: str, variant: str = "a", tag: str = "cpp") -> str:

@@ -20,7 +20,8 @@ FIXTURES = ROOT / "tests/fixtures/problems"
 
 def env_without_llm(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
-    return env | {"FUSEBOT_CACHE_DIR": str(tmp / "cache"), "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
+    return env | {"FUSEBOT_CACHE_DIR": os.environ["FUSEBOT_CACHE_DIR"],  # the session's (tests/conftest.py)
+                  "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
                   "OMP_NUM_THREADS": "1",
                   # the harness's workers start in their own directories: import this checkout, not an installed one
                   "PYTHONPATH": str(ROOT)}

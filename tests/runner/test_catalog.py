@@ -63,10 +63,10 @@ VERIFY = {
 }
 
 
-def _verify(problem: str, cands: list[Candidate], tmp: Path) -> list[Verdict]:
+def _verify(problem: str, cands: list[Candidate], cache: Path) -> list[Verdict]:
     """The harness's verdicts; a verdict whose only reason is the timer cross-check is measured once more (on an
     overloaded CI machine a preempted process can fail it honestly; correctness is never retried)."""
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=cache)
     with Evaluator(problem_from_file(CATALOG / f"{problem}.py"), backend="cpu", config=cfg) as ev:
         verdicts = ev.evaluate_many(cands)
         for k, (c, v) in enumerate(zip(cands, verdicts, strict=True)):
@@ -76,17 +76,17 @@ def _verify(problem: str, cands: list[Candidate], tmp: Path) -> list[Verdict]:
 
 
 @pytest.mark.parametrize("problem", sorted(VERIFY))
-def test_cpu_candidates_are_verified_by_the_harness(patterns, problem, tmp_path_factory):
+def test_cpu_candidates_are_verified_by_the_harness(patterns, problem, harness_cache):
     prop = CatalogProposer()
     pat = patterns[problem]
     cands = [prop.candidate(ctx(problem), pat, p) for p in VERIFY[problem]]
-    verdicts = _verify(problem, cands, tmp_path_factory.mktemp("cache"))
+    verdicts = _verify(problem, cands, harness_cache)
     for c, v in zip(cands, verdicts, strict=True):
         assert v.accepted, (label_of(c), v.reasons)
         assert v.timing.median_ms > 0 and all(t.passed for t in v.trials)
 
 
-def test_a_wrong_template_is_rejected_by_the_harness(patterns, tmp_path):
+def test_a_wrong_template_is_rejected_by_the_harness(patterns, harness_cache):
     """The harness is the judge of the templates: a softmax with its max subtracted twice must fail verification."""
     prop = CatalogProposer()
     good = prop.candidate(ctx("softmax"), patterns["softmax"], cpu.CpuParams("rows", "twopass", "one"))
@@ -94,20 +94,20 @@ def test_a_wrong_template_is_rejected_by_the_harness(patterns, tmp_path):
     assert "fb_exp(" in src
     bad = good.model_copy(update={"id": "broken-softmax",
                                   "sources": {"kernel.cpp": src.replace("y[flat] = (float)", "y[flat] = 0.5f * (float)")}})
-    (v,) = _verify("softmax", [bad], tmp_path)
+    (v,) = _verify("softmax", [bad], harness_cache)
     assert not v.accepted and any("mismatch" in r for r in v.reasons), v.reasons
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("problem", ["linear_epilogue", "matmul_t_rowsum"])
-def test_epilogue_candidate_runs_torch_for_the_gemm_and_a_fused_cpu_extension(patterns, problem, tmp_path):
+def test_epilogue_candidate_runs_torch_for_the_gemm_and_a_fused_cpu_extension(patterns, problem, harness_cache):
     prop = CatalogProposer()
     pat = patterns[problem]
     params = cpu.CpuParams("flat" if pat.program.split()[1] == 1 and not pat.program.is_row else "rows", threads="one")
     c = prop.candidate(ctx(problem), pat, params)
     src = c.sources["candidate.py"]
     assert c.format == "kernelbench" and ("get_submodule('fc')" in src or "torch.matmul(t[0], t[1].T)" in src)
-    (v,) = _verify(problem, [c], tmp_path)
+    (v,) = _verify(problem, [c], harness_cache)
     assert v.accepted, v.reasons
 
 

@@ -366,7 +366,7 @@ def test_a_scalar_loss_is_not_called_degenerate(tmp_path):
     assert "every value within atol" in (_degenerate(tmp_path, constant) or "")
 
 
-def test_a_confirmed_loss_is_not_called_degenerate(tmp_path):
+def test_a_confirmed_loss_is_not_called_degenerate(harness_cache):
     """The final confirmation re-verifies in a fresh process. On one trial a scalar loss is one number, which cannot
     be told from a constant: every loss of the H100 bench was called degenerate there. It takes two draws now."""
     from runner.cli import problem_from_file
@@ -381,7 +381,7 @@ def test_a_confirmed_loss_is_not_called_degenerate(tmp_path):
     prop = CatalogProposer()
     params = next(p for s in prop.strategies(ctx) for p in s.params if p.threads == "one")
     cand = prop.candidate(ctx, prop.pattern(ctx), params)
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
     with Evaluator(problem_from_file(path), backend="cpu", config=cfg) as ev:
         v = ev.confirm(cand, rounds=1)
     assert v.accepted, v.reasons

@@ -15,8 +15,7 @@ def run_eval(tmp_path, candidate_text: str, *extra: str, suffix=".cpp", problem=
     proc = subprocess.run(
         [sys.executable, "-m", "bot.cli", "eval", str(PROBLEMS / problem), str(cand), "--json", str(out),
          "--no-compile", *extra],
-        capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "COLUMNS": "160",
-                                                          "FUSEBOT_CACHE_DIR": str(tmp_path / "cache")},
+        capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "COLUMNS": "160"},
     )
     return proc, (json.loads(out.read_text()) if out.exists() else None)
 

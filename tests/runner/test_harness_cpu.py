@@ -85,9 +85,10 @@ def test_a_crash_does_not_change_the_next_verdict(cpu_evaluator):
     assert after.accepted, after.reasons
 
 
-def test_hang_and_memory_hog_become_verdicts(tmp_path):
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, trial_timeout_s=15, memory_bytes=1 << 30,
-                        cache_dir=tmp_path)
+def test_hang_and_memory_hog_become_verdicts(harness_cache):
+    # (a trial of this 64 x 256 problem takes milliseconds: 5 s is ample for the honest one, and the hang costs 5 s)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, trial_timeout_s=5, memory_bytes=1 << 30,
+                        cache_dir=harness_cache)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
         hung = ev.evaluate(cand("hang", HANG))
         hog = ev.evaluate(cand("hog", MEMORY_HOG))
@@ -97,20 +98,20 @@ def test_hang_and_memory_hog_become_verdicts(tmp_path):
     assert fine.accepted, fine.reasons
 
 
-def test_below_floor_is_remeasured_and_flagged(tmp_path):
+def test_below_floor_is_remeasured_and_flagged(harness_cache):
     # A ceiling of 1 MB/s puts the floor far above any real time: the harness must re-measure and say so.
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path, bandwidth_bytes_per_s=1e6)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache, bandwidth_bytes_per_s=1e6)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
         v = ev.evaluate(cand("fast", HONEST_FAST))
     assert v.accepted and v.below_floor_confirmed
     assert any(w.startswith("below-floor") and "fresh process" in w for w in v.warnings)
 
 
-def test_degenerate_problem_is_flagged(tmp_path):
+def test_degenerate_problem_is_flagged(harness_cache):
     spec = scale_relu_spec().model_copy(update={"name": "constant", "path": str(PROBLEMS / "constant.py"),
                                                 "second_inputs": None})
     src = HONEST_FAST["kernel.cpp"].replace("float v = x[r * cols + c] * 2.0f + bias[c];", "float v = 1.0f;")
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
     with Evaluator(spec, backend="cpu", config=cfg) as ev:
         v = ev.evaluate(cand("const", {"kernel.cpp": src}))
     assert v.accepted, v.reasons
@@ -135,7 +136,8 @@ def test_published_style_load_inline_candidate_is_accepted(cpu_evaluator):
 
 
 def test_any_first_call_starts_the_judge(tmp_path):
-    # roofline() or environment() may be the first thing a caller asks for.
+    # roofline() or environment() may be the first thing a caller asks for. (A cache of its own: the roofline measures
+    # the bandwidth here, where the session's cache already holds it.)
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
         assert ev.roofline().bytes_moved == 64 * 256 * 4 * 2 + 256 * 4
@@ -154,13 +156,13 @@ def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cp
     assert c.timing.n >= 3 * 5 and len(c.trials) == 2 and all(t.passed for t in c.trials)  # its inputs, a randn draw
 
 
-def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(tmp_path):
+def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(harness_cache):
     hog_at_import = {"candidate.py": "import torch\nHOG = torch.ones(3 << 28)  # 3 GiB of float32 at import\n"
                                      + HONEST_KB["candidate.py"].split("import torch\n", 1)[1]}
     batch = [cand("a", HONEST_FAST), cand("segv", FAST_HACKS["segfault"][0]), cand("b", HONEST_KB),
              cand("bad-build", FAST_HACKS["build_error"][0]), cand("hog", hog_at_import),
              cand("c", {"kernel.cpp": HONEST_FAST["kernel.cpp"] + "\n// variant c\n"})]
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path, memory_bytes=int(1.5 * 2**30))
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache, memory_bytes=int(1.5 * 2**30))
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
         verdicts = ev.evaluate_many(batch)
     by_id = {v.candidate_id: v for v in verdicts}
@@ -173,13 +175,13 @@ def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(tmp_pat
         assert v.harness_seconds == pytest.approx(sum(v.stage_seconds.values()))
 
 
-def test_timing_uses_the_first_shapes_outputs_after_a_smaller_second_shape(tmp_path):
+def test_timing_uses_the_first_shapes_outputs_after_a_smaller_second_shape(harness_cache):
     # The last trial runs the (smaller) second shape; timing then runs the first shape with its own output buffers.
     spec = scale_relu_spec().model_copy(update={"path": str(PROBLEMS / "scale_relu_small_second.py")})
     strict = HONEST_FAST["kernel.cpp"].replace("int64_t rows = in[0].shape[0], cols = in[0].shape[1];",
                                                "int64_t rows = in[0].shape[0], cols = in[0].shape[1];\n"
                                                "  if (out[0].shape[0] != rows) return 9;")
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
     with Evaluator(spec, backend="cpu", config=cfg) as ev:
         v = ev.evaluate(cand("strict-shapes", {"kernel.cpp": strict}))
     assert "if (out[0].shape[0] != rows) return 9;" in strict
@@ -214,13 +216,13 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 @pytest.mark.parametrize("value, accepted", [("(float)(exp((double)(xr[c] - m)) / s)", True),
                                              ("0.0f", False),
                                              ("(float)(1.0 / cols)", False)])
-def test_an_output_smaller_than_atol_is_checked_at_its_own_scale(tmp_path, value, accepted):
+def test_an_output_smaller_than_atol_is_checked_at_its_own_scale(harness_cache, value, accepted):
     """Softmax over 100,003 columns: values near 1e-5 under atol 1e-4. Zeros or the uniform 1/cols would pass an
     elementwise check at atol; the judge scales atol to the output's magnitude, says so, and the problem is not
     called degenerate."""
     spec = scale_relu_spec().model_copy(update={"name": "long_softmax", "path": str(PROBLEMS / "long_softmax.py"),
                                                 "second_inputs": None})
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
     with Evaluator(spec, backend="cpu", config=cfg) as ev:
         v = ev.evaluate(cand("softmax", {"kernel.cpp": _SOFTMAX.replace("{VALUE}", value)}))
     assert v.accepted == accepted, v.reasons

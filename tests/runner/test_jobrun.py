@@ -45,7 +45,6 @@ def test_problem_spec_points_into_the_source_tree(tmp_path):
 
 
 def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUSEBOT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     src = _repo(tmp_path)
     job = Job(id="j1", repo="o/r", sha="0" * 40, targets=[

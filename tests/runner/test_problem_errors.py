@@ -12,9 +12,9 @@ from .conftest import FAST_TIMER, PROBLEMS
 BROKEN = PROBLEMS / "broken"
 
 
-def _evaluate(name: str, tmp_path, **cfg):
+def _evaluate(name: str, cache, **cfg):
     spec = ProblemSpec(name=name, path=str(BROKEN / f"{name}.py"))
-    config = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=tmp_path, **cfg)
+    config = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=cache, **cfg)
     with Evaluator(spec, backend="cpu", config=config) as ev:
         return ev.evaluate(Candidate(id="c", format="fast", backend="cpu", sources=HONEST_FAST))
 
@@ -27,19 +27,19 @@ def _evaluate(name: str, tmp_path, **cfg):
         ("reference_error", "reference", 6, "ValueError: the reference is broken"),
     ],
 )
-def test_broken_problem_names_file_line_and_cause(tmp_path, name, stage, line, cause):
+def test_broken_problem_names_file_line_and_cause(harness_cache, name, stage, line, cause):
     with pytest.raises(ProblemError) as info:
-        _evaluate(name, tmp_path)
+        _evaluate(name, harness_cache)
     err = info.value
     assert err.stage == stage
     assert err.where == f"{BROKEN / name}.py:{line}"
     assert cause in err.cause
 
 
-def test_hanging_input_factory_is_a_problem_error_not_a_hang(tmp_path):
+def test_hanging_input_factory_is_a_problem_error_not_a_hang(harness_cache):
     with pytest.raises(ProblemError) as info:
-        _evaluate("inputs_hang", tmp_path, trial_timeout_s=5)
-    assert "did not finish within 5 s" in info.value.cause
+        _evaluate("inputs_hang", harness_cache, trial_timeout_s=2)
+    assert "did not finish within 2 s" in info.value.cause
 
 
 def test_missing_file_is_a_problem_error(tmp_path):

@@ -55,8 +55,7 @@ def _source_tree(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def cpu_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUSEBOT_CACHE_DIR", str(tmp_path / "cache"))
+def cpu_env(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 

@@ -27,7 +27,8 @@ def cli_env(url: str, tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
     return env | {"FUSEBOT_LLM_BASE_URL": url, "FUSEBOT_LLM_API_KEY": SECRET, "FUSEBOT_LLM_MODELS": "scripted-a",
                   "FUSEBOT_LLM_BACKOFF_INITIAL_S": "0.01", "FUSEBOT_LLM_TIMEOUT_S": "30",
-                  "FUSEBOT_CACHE_DIR": str(tmp / "cache"), "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
+                  "FUSEBOT_CACHE_DIR": os.environ["FUSEBOT_CACHE_DIR"],  # the session's (tests/conftest.py)
+                  "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
                   # one thread for eager torch: on a small shared CI machine a thread pool makes baselines erratic
                   "OMP_NUM_THREADS": "1"}
 
@@ -118,7 +119,7 @@ def test_a_search_killed_mid_way_resumes_without_redoing_finished_work(tmp_path)
     script = [Reply(IDEAS, match=IDEAS_T), *impls, Reply(answer(BROKEN), match=IMPL_T)]
     out = tmp_path / "out"
     trace = out / "trace.jsonl"
-    args = ("--rounds", "2", "--ideas", "2", "--implementations", "2")
+    args = ("--rounds", "1", "--ideas", "2", "--implementations", "2")  # 4 candidates: the kill leaves 2 or 3 to do
     with ScriptedLLM(script) as srv:
         env = cli_env(srv.url, tmp_path)
         first = optimize(out, env, *args)
