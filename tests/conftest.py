@@ -24,11 +24,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The harness's cache (FUSEBOT_CACHE_DIR: compiled kernels, torch.compile's inductor cache, load_inline
-    extensions, the measured memory bandwidth), one for the whole session as one runner machine keeps it. Each entry
-    is keyed by what was built or measured, so sharing it changes no verdict; it spares the tests building the same
-    kernel, compiling the same module (a cold torch.compile of a small module is ~10 s on a 2-core CI machine) and
-    measuring the same bandwidth again. It also keeps the tests off the user's own ~/.cache/fusebot. Tests that
-    start processes with an environment of their own pass this path on (`FUSEBOT_CACHE_DIR`)."""
+    extensions, the measured memory bandwidth), one per test session (per process under `pytest -n`), as one runner
+    machine keeps it. Each entry is keyed by what was built or measured, so sharing it changes no verdict; it spares
+    the tests building the same kernel, compiling the same module (a cold torch.compile of a small module is ~10 s on
+    a 2-core CI machine) and measuring the same bandwidth again. It also keeps the tests off the user's own
+    ~/.cache/fusebot. Tests that start processes with an environment of their own pass FUSEBOT_CACHE_DIR on."""
     path = tmp_path_factory.mktemp("harness-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FUSEBOT_CACHE_DIR", str(path))
