@@ -55,6 +55,8 @@ class CudaParams:
     buffers: int = 2  # cluster: 2 = the next row streams into a second buffer where two fit; 1 = one (two blocks/SM)
     unroll: int = 1  # flat, bcast, split: vectors per thread per step, all loaded before any is computed;
     # columns, cluster: the reduction loops unrolled U times (loads of U steps in flight)
+    interleave: bool = False  # split: a row's blocks take turns along it (block s reads vectors s, s + S, ...: all
+    # of them read one window of memory at a time) instead of each walking its own contiguous chunk
 
     def label(self) -> str:
         base = f"cuda-{self.layout}-v{self.vec}-t{self.threads}"
@@ -63,7 +65,7 @@ class CudaParams:
         elif self.layout == "columns":
             base += f"-w{self.col_width}x{self.slices}-{self.mode}"
         elif self.layout == "split":
-            base += f"-s{self.slices}-{self.mode}"
+            base += f"-s{self.slices}-{self.mode}" + ("-il" if self.interleave else "")
         elif self.layout == "cluster":
             base += f"-c{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
         else:

@@ -47,19 +47,30 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
 }}
 """
 
-    def gather(upto: int) -> str:
-        """Merge the S partials of accumulators from passes < upto, then compute their values."""
+    def gather(upto: int, by_block: bool = True) -> str:
+        """Merge the S partials of accumulators from passes < upto, then compute their values. `by_block`: the
+        block's threads work on one row together (the pass kernels; not the finishing kernel, a thread per row)."""
         out = []
         for x in accs:
             if x.pass_no < upto:
-                out.append(f"{x.kind} {x.name}; {x.name}.init(); "
-                           f"for (int q = 0; q < {S}; ++q) {x.name}.merge(ws[row * {S} + q].{x.name});")
+                if S <= 32 or not by_block:  # a few partials: every thread merges them all
+                    out.append(f"{x.kind} {x.name}; {x.name}.init(); "
+                               f"for (int q = 0; q < {S}; ++q) {x.name}.merge(ws[row * {S} + q].{x.name});")
+                else:  # many: the block's threads share them, then a block merge (a serial walk cost microseconds)
+                    out.append(f"{x.kind} {x.name}; {x.name}.init(); "
+                               f"for (int q = threadIdx.x; q < {S}; q += {T}) {x.name}.merge(ws[row * {S} + q].{x.name}); "
+                               f"fb_block_reduce<{x.kind}, {T}>({x.name});")
         for pno in range(1, upto):
             out.append(_value_decls(plan, pno))
         return "\n    ".join(out)
 
     kernels = []
     for v in sorted({1, V}):
+        if params.interleave:  # block `slice` starts at its vector `slice` and steps over all S blocks' vectors
+            span_code = f"const long long lo = (long long)slice * {T * v}, hi = a.R;"
+        else:
+            span_code = f"""const long long chunk = ((a.R + {S} - 1) / {S} + {v} - 1) / {v} * {v};
+  const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;"""
         loads = _Loads(p, vec_in if v > 1 else set())
         for pno in range(1, plan.passes + 2):
             mine = [x for x in accs if x.pass_no == pno]
@@ -102,11 +113,10 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
 __global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) {{
   const long long row = {bid} / {S}, o = row, i = 0;
   const int slice = {bid} % {S};
-  const long long chunk = ((a.R + {S} - 1) / {S} + {v} - 1) / {v} * {v};
-  const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+  {span_code}
   {gather(pno)}
   {decl}
-{_split_loop(p, loads, v, T, U if v > 1 else 1, step)}
+{_split_loop(p, loads, v, T, U if v > 1 else 1, step, S if params.interleave else 1)}
 {tail}
 }}
 """)
@@ -120,7 +130,7 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
   const long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x, o = row, i = 0;
   if (row >= a.O) return;
   const long long r = 0, flat = o * a.R; (void)r; (void)flat;
-  {gather(plan.passes + 1)}
+  {gather(plan.passes + 1, by_block=False)}
   {lines}
   (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
 }}
@@ -148,11 +158,13 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
     return ws_decl + "".join(kernels) + _forward(launch)
 
 
-def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str) -> str:
-    """A block's walk over its slice [lo, hi) of row o, `step` run at each vector r0: with U > 1 each thread loads
-    its next U vectors (read-only path) before any is used, so U loads per input are in flight."""
+def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, span: int = 1) -> str:
+    """A block's walk over its slice [lo, hi) of row o, `step` run at each vector r0, a block's T vectors at a time
+    and `span` blocks' worth of vectors between its steps: with U > 1 each thread loads its next U vectors
+    (read-only path) before any is used, so U loads per input are in flight."""
+    T_ = T * span  # vectors from one step of the block to its next
     if U == 1:
-        return f"""  for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        return f"""  for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T_}LL * {v}) {{
         {loads.vector_decls("(o * a.R + r0)", v) if v > 1 else ""}
         {step}
   }}"""
@@ -163,16 +175,16 @@ def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str) ->
         arrays.append(f"FbVec<{t}, {v}> u{k}[{U}];")
         fills.append(f"u{k}[u] = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + {at});")
         views.append(f"const FbVec<{t}, {v}> v{k} = u{k}[u];")
-    return f"""  for (long long rb = lo + (long long)threadIdx.x * {v}; rb < hi; rb += {T * U}LL * {v}) {{
+    return f"""  for (long long rb = lo + (long long)threadIdx.x * {v}; rb < hi; rb += {T_ * U}LL * {v}) {{
     {" ".join(arrays)}
 #pragma unroll
     for (int u = 0; u < {U}; ++u) {{
-      const long long r0 = rb + (long long)u * {T * v};
+      const long long r0 = rb + (long long)u * {T_ * v};
       if (r0 < hi) {{ {" ".join(fills)} }}
     }}
 #pragma unroll
     for (int u = 0; u < {U}; ++u) {{
-      const long long r0 = rb + (long long)u * {T * v};
+      const long long r0 = rb + (long long)u * {T_ * v};
       if (r0 < hi) {{
         {" ".join(views)}
         {step}

@@ -123,6 +123,8 @@ def _neighbours(p) -> list:
             out.append(replace(p, group=0 if p.group == 32 else 32))
         if p.layout == "cluster":
             out.append(replace(p, buffers=3 - p.buffers))
+        if p.layout == "split":
+            out.append(replace(p, interleave=not p.interleave))
         if p.layout in ("flat", "bcast"):
             out.append(replace(p, grid="once" if p.grid == "stride" else "stride"))
         if p.layout == "columns":

@@ -174,6 +174,8 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("instancenorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="twopass")),
     ("logsumexp_max", cuda.CudaParams("split", vec=4, threads=512, slices=4, mode="online", fast_math=True)),
     ("frobenius", cuda.CudaParams("split", vec=4, threads=256, slices=64, mode="twopass")),
+    ("frobenius", cuda.CudaParams("split", vec=4, threads=512, slices=264, unroll=2, interleave=True)),
+    ("argmax", cuda.CudaParams("split", vec=4, threads=128, slices=16, interleave=True)),
     ("layernorm", cuda.CudaParams("split", vec=4, threads=512, slices=16, unroll=4)),  # rowvec loads hoisted too
     ("rmsnorm", cuda.CudaParams("columns", vec=1, threads=512, col_width=64, slices=8, unroll=4)),
     ("softmax", cuda.CudaParams("cluster", vec=4, threads=512, slices=16, mode="online")),
@@ -238,10 +240,19 @@ def _structure(p: cuda.CudaParams) -> tuple:
             p.slices == 1 if p.layout == "columns" else None, p.vec == 1)
 
 
+def _aspects(p: cuda.CudaParams) -> set[tuple]:
+    """The code shapes a parameter set instantiates: its structure, and for split how blocks share a row (a chunk
+    each or taking turns; partials merged by every thread or by the block), which does not depend on the rest."""
+    out = {_structure(p)}
+    if p.layout == "split":
+        out.add(("split-slices", p.interleave, p.slices > 32, p.vec == 1))
+    return out
+
+
 def test_the_compiled_cases_cover_every_structure_the_catalog_proposes(patterns):
     prop = CatalogProposer()
-    proposed = {_structure(p) for n in patterns for s in prop.strategies(ctx(n, "cuda")) for p in s.params}
-    covered = {_structure(p) for _, p in CUDA_CASES}
+    proposed = {a for n in patterns for s in prop.strategies(ctx(n, "cuda")) for p in s.params for a in _aspects(p)}
+    covered = {a for _, p in CUDA_CASES for a in _aspects(p)}
     # vec=1 variants are the same kernels as the wide ones' scalar fall-back (always compiled alongside)
     missing = {s for s in proposed - covered if not s[-1] or (*s[:-1], False) not in covered}
     assert not missing, missing
@@ -340,7 +351,8 @@ GPU_CASES = {
                 cuda.CudaParams("split", vec=4, threads=256, slices=8, mode="online")],
     "layernorm": [cuda.CudaParams("rows", vec=4, threads=256, group=0, mode="online"),
                   cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass"),
-                  cuda.CudaParams("split", vec=4, threads=128, slices=16, unroll=4)],  # a slice's tail inside a step
+                  cuda.CudaParams("split", vec=4, threads=128, slices=16, unroll=4),  # a slice's tail inside a step
+                  cuda.CudaParams("split", vec=4, threads=64, slices=40, mode="twopass")],  # Welford partials, block-merged
     "rmsnorm": [cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8),
                 cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1),
                 cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4, mode="twopass")],
@@ -353,8 +365,12 @@ GPU_CASES = {
                     cuda.CudaParams("flat", vec=4, threads=512, grid="stride", unroll=2, fast_math=True)],
     "argmax": [cuda.CudaParams("rows", vec=4, threads=256, group=32),
                cuda.CudaParams("split", vec=4, threads=256, slices=4),
+               # blocks taking turns along a row of 300 (most of the 64 see nothing), their partials merged by a block
+               cuda.CudaParams("split", vec=4, threads=32, slices=64, interleave=True),
+               cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4),
                cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1)],  # partials merged across blocks
-    "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64)],
+    "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64),
+                  cuda.CudaParams("split", vec=4, threads=128, slices=48, unroll=2, interleave=True)],
     "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
                     threads=128, slices=4, mode="twopass")],
     # one buffer (a whole 200 KB row per block), two buffers (100 KB halves on clusters of 2), clusters of 8
