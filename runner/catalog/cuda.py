@@ -55,7 +55,7 @@ class CudaParams:
     buffers: int = 2  # cluster: 2 = the next row streams into a second buffer where two fit; 1 = one (two blocks/SM)
     unroll: int = 1  # flat, bcast, split: vectors per thread per step, all loaded before any is computed;
     # columns, cluster: the reduction loops unrolled U times (loads of U steps in flight)
-    interleave: bool = False  # split: a row's blocks take turns along it (block s reads vectors s, s + S, ...: all
+    interleave: bool = False  # split: a row's blocks take turns along it (block s reads tiles s, s + S, ...: all
     # of them read one window of memory at a time) instead of each walking its own contiguous chunk
 
     def label(self) -> str:

@@ -66,7 +66,7 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
 
     kernels = []
     for v in sorted({1, V}):
-        if params.interleave:  # block `slice` starts at its vector `slice` and steps over all S blocks' vectors
+        if params.interleave:  # block `slice` starts at tile `slice` (T vectors) and steps over all S blocks' tiles
             span_code = f"const long long lo = (long long)slice * {T * v}, hi = a.R;"
         else:
             span_code = f"""const long long chunk = ((a.R + {S} - 1) / {S} + {v} - 1) / {v} * {v};
