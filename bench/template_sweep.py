@@ -96,7 +96,7 @@ def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("problems", nargs="+", type=Path)
-    ap.add_argument("--layout", action="append", help="only these layouts (flat, rows, columns, split, cluster)")
+    ap.add_argument("--layout", action="append", help="only these layouts (flat, bcast, rows, columns, split, cluster, grid)")
     ap.add_argument("--max", type=int, default=24, help="parameter sets per problem, in the catalog's order")
     ap.add_argument("--param", action="append", type=parse_params,
                     help="time these parameter sets instead of the catalog's (layout=split,vec=4,slices=16,...)")

@@ -43,16 +43,16 @@ from runner.catalog.ir import Program
 
 @dataclass(frozen=True)
 class CudaParams:
-    layout: str = "rows"  # flat | bcast | rows | columns | split | cluster
+    layout: str = "rows"  # flat | bcast | rows | columns | split | cluster | grid
     vec: int = 4  # elements per vector access (1 = scalar)
     threads: int = 256  # threads per block
     group: int = 0  # rows: threads per row (32 = a warp, 0 = the whole block)
     col_width: int = 32  # columns: threads across the inner dim
-    slices: int = 8  # columns: threads splitting the reduced dim; split: blocks per row; cluster: blocks per cluster
+    slices: int = 8  # columns: threads splitting the reduced dim; split, grid: blocks per row; cluster: blocks per cluster
     mode: str = "online"  # online | twopass
     grid: str = "stride"  # flat, bcast: stride (one wave of resident blocks) | once (one pass: U vectors per thread)
     fast_math: bool = False
-    buffers: int = 2  # cluster: 2 = the next row streams into a second buffer where two fit; 1 = one (two blocks/SM)
+    buffers: int = 2  # cluster, grid: 2 = the next row streams into a second buffer where two fit; 1 = one
     unroll: int = 1  # flat, bcast, split: vectors per thread per step, all loaded before any is computed;
     # columns, cluster: the reduction loops unrolled U times (loads of U steps in flight)
     interleave: bool = False  # split: a row's blocks take turns along it (block s reads tiles s, s + S, ...: all
@@ -68,6 +68,8 @@ class CudaParams:
             base += f"-s{self.slices}-{self.mode}" + ("-il" if self.interleave else "")
         elif self.layout == "cluster":
             base += f"-c{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
+        elif self.layout == "grid":
+            base += f"-s{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
         else:
             base += f"-{self.grid}"
         return base + (f"-u{self.unroll}" if self.unroll != 1 else "") + ("-fast" if self.fast_math else "")
@@ -231,10 +233,11 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
         head.append(FAST)
     head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn().replace("FB_HD", "static __device__ __forceinline__"),
              setup_code(p, abi_offset)]
-    from runner.catalog import cuda_multiblock, cuda_rows  # (they build on this module's helpers)
+    from runner.catalog import cuda_grid, cuda_multiblock, cuda_rows  # (they build on this module's helpers)
 
     body = {"flat": _flat, "bcast": _bcast, "rows": cuda_rows.render_rows, "columns": cuda_rows.render_columns,
-            "split": cuda_multiblock.render_split, "cluster": cuda_multiblock.render_cluster}.get(params.layout)
+            "split": cuda_multiblock.render_split, "cluster": cuda_multiblock.render_cluster,
+            "grid": cuda_grid.render_grid}.get(params.layout)
     if body is None:
         raise NotExpressible(f"layout {params.layout}")
     return "\n".join(head) + body(p, params, out_t)

@@ -185,6 +185,19 @@ def _cuda(p: Program) -> list[Strategy]:
              for m in sorted(modes, reverse=True)])
         # a row beyond L1 would be re-read from L2 or memory by the other layouts: on chip first
         order = [s_cluster, *order] if row_bytes > 96 * 1024 else [*order, s_cluster]
+    elif row_bytes and row_bytes / (3 * SMS) <= 200 * 1024:
+        # too long for a cluster, short enough for the whole GPU's shared memory (LayerNorm's 16 MB rows): a group of
+        # S resident blocks per row, slices of 124 KB (one block per SM) down to 41 KB (three)
+        s_grid = Strategy(
+            "cuda-rows-grid",
+            "Keep each row on chip across the whole GPU: a group of resident blocks (one to three per SM) holds the "
+            "row in shared memory, a slice each, so the row is read once and written once; each pass's partials meet "
+            f"in a global workspace where a row's blocks wait on a counter; {_what(p)}. Streaming reads and writes "
+            "are marked evict-first in L2 so that what every row reads again (weights) stays there.",
+            [CudaParams("grid", vec=wide, threads=t, slices=k * SMS, mode=m, buffers=1)
+             for m in modes for k, t in ((2, 512), (1, 1024), (3, 256), (2, 256))
+             if row_bytes / (k * SMS) <= 200 * 1024])
+        order = [s_grid, *order]
     out += order
     out.append(Strategy("cuda-rows-fast", "The best row layout with fast-math intrinsics (__expf, __logf, "
                         "__fdividef): cheaper exp/log in the reductions, checked against the tolerance.",

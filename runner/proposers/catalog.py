@@ -18,7 +18,7 @@ from runner.capture import capture_source
 from runner.catalog import cpu, cuda, epilogue
 from runner.catalog.cgen import ACCUMULATORS, MATH, NotExpressible
 from runner.catalog.lower import Pattern, recognise
-from runner.catalog.space import Strategy, strategies
+from runner.catalog.space import SMS, Strategy, strategies
 from runner.contract import Candidate, Verdict
 from runner.proposer import History, Idea, ProblemContext, Session
 
@@ -82,7 +82,7 @@ SMEM_BYTES = 227 * 1024  # dynamic shared memory one sm_90 block may have: the c
 def fits(p, prog) -> bool:
     """False for a parameter set the template would refuse at run time on the captured shapes (a cluster slice of
     the row larger than a block's shared memory): proposing it would spend a build and a trial on an error."""
-    if isinstance(p, cuda.CudaParams) and p.layout == "cluster" and prog is not None and prog.is_row:
+    if isinstance(p, cuda.CudaParams) and p.layout in ("cluster", "grid") and prog is not None and prog.is_row:
         _, R, _ = prog.split()
         width = {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8}
         per_elem = sum(width.get(i.dtype, 4) for k, i in enumerate(prog.inputs) if prog.access(k) == "full")
@@ -94,7 +94,8 @@ def effective(p, prog):
     """The parameter set that runs on the captured shapes: the rows, split and cluster templates take their vector
     path only when a row's length is a multiple of the width (level1 38/39: rows of 65535), else their scalar kernels,
     so a wider parameter set would be measured as a scalar one under another name."""
-    if isinstance(p, cuda.CudaParams) and p.vec > 1 and p.layout in ("rows", "split", "cluster") and prog is not None \
+    if isinstance(p, cuda.CudaParams) and p.vec > 1 and p.layout in ("rows", "split", "cluster", "grid") \
+            and prog is not None \
             and prog.is_row:
         _, R, inner = prog.split()
         if inner == 1 and R % p.vec:
@@ -125,6 +126,9 @@ def _neighbours(p) -> list:
             out.append(replace(p, buffers=3 - p.buffers))
         if p.layout == "split":
             out.append(replace(p, interleave=not p.interleave))
+        if p.layout == "grid":  # blocks per row in whole waves of SMs (one to three per SM)
+            out = [x for x in out if x.slices == p.slices]
+            out += [replace(p, slices=p.slices + d) for d in (-SMS, SMS) if SMS <= p.slices + d <= 3 * SMS]
         if p.layout in ("flat", "bcast"):
             out.append(replace(p, grid="once" if p.grid == "stride" else "stride"))
         if p.layout == "columns":

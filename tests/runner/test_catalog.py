@@ -182,6 +182,9 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("argmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=1, mode="online")),
     ("layernorm", cuda.CudaParams("cluster", vec=2, threads=1024, slices=2, mode="twopass", fast_math=True)),
     ("channel_affine", cuda.CudaParams("bcast", vec=4, threads=128, grid="stride", unroll=2)),  # [N, C, HW]
+    ("layernorm", cuda.CudaParams("grid", vec=4, threads=256, slices=8, mode="online", buffers=1)),
+    ("argmax", cuda.CudaParams("grid", vec=4, threads=128, slices=3, mode="online", unroll=2)),  # a per-row output
+    ("softmax", cuda.CudaParams("grid", vec=4, threads=512, slices=16, mode="twopass", fast_math=True)),
 ]
 
 
@@ -352,7 +355,10 @@ GPU_CASES = {
     "layernorm": [cuda.CudaParams("rows", vec=4, threads=256, group=0, mode="online"),
                   cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass"),
                   cuda.CudaParams("split", vec=4, threads=128, slices=16, unroll=4),  # a slice's tail inside a step
-                  cuda.CudaParams("split", vec=4, threads=64, slices=40, mode="twopass")],  # Welford partials, block-merged
+                  cuda.CudaParams("split", vec=4, threads=64, slices=40, mode="twopass"),  # Welford partials, block-merged
+                  # a row on chip across a group of blocks: weight and bias read per slice; two passes' partials
+                  cuda.CudaParams("grid", vec=4, threads=256, slices=8, mode="online", buffers=1),
+                  cuda.CudaParams("grid", vec=4, threads=64, slices=5, mode="twopass")],
     "rmsnorm": [cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8),
                 cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1),
                 cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4, mode="twopass")],
@@ -368,7 +374,8 @@ GPU_CASES = {
                # blocks taking turns along a row of 300 (most of the 64 see nothing), their partials merged by a block
                cuda.CudaParams("split", vec=4, threads=32, slices=64, interleave=True),
                cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4),
-               cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1)],  # partials merged across blocks
+               cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1),  # partials merged across blocks
+               cuda.CudaParams("grid", vec=4, threads=64, slices=3, unroll=2)],  # an index per row from slice 0
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64),
                   cuda.CudaParams("split", vec=4, threads=128, slices=48, unroll=2, interleave=True)],
     "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
@@ -376,7 +383,11 @@ GPU_CASES = {
     # one buffer (a whole 200 KB row per block), two buffers (100 KB halves on clusters of 2), clusters of 8
     "softmax_long_rows": [cuda.CudaParams("cluster", vec=4, threads=512, slices=1, mode="twopass"),
                           cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online"),
-                          cuda.CudaParams("cluster", vec=4, threads=1024, slices=8, mode="twopass")],
+                          cuda.CudaParams("cluster", vec=4, threads=1024, slices=8, mode="twopass"),
+                          # 300 rows on groups of 64 blocks of 1024 threads: a few groups, each walking ~75 rows
+                          # through its counters; the second shape set's odd rows take the scalar kernel
+                          cuda.CudaParams("grid", vec=4, threads=1024, slices=64, mode="online"),
+                          cuda.CudaParams("grid", vec=4, threads=256, slices=16, mode="twopass", buffers=1)],
     "groupnorm": [cuda.CudaParams("rows", vec=1, threads=256, group=0, mode="online"),
                   cuda.CudaParams("split", vec=4, threads=128, slices=4, mode="twopass")],
 }

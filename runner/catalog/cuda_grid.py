@@ -1,0 +1,248 @@
+"""CUDA template `grid`: rows longer than a cluster's shared memory held on chip across many blocks of one
+cooperative grid (LayerNorm over (16, 64, 256, 256): rows of 16 MB, a 62-124 KB slice per block).
+
+Each row is cut into S slices, one per block of a group of S co-resident blocks; the slice is read into shared memory
+once and the output written from it, so the row crosses memory once each way whatever the number of passes. A pass's
+partials meet in a global workspace: each block publishes its own and waits on its row's counter for the other S - 1
+(no grid-wide barrier; the launch is cooperative, so all the blocks it waits for are resident). Streaming data (the
+row, the output) is marked evict-first in L2 so that what every row reads again (a LayerNorm's weight and bias) stays
+there at normal priority."""
+
+from __future__ import annotations
+
+from runner.catalog.cgen import Emitter, NotExpressible, full_output, plan_passes
+from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _row_result, _value_decls, pass_feed
+from runner.catalog.ir import Program
+
+_SIZES = {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "bool": 1, "uint8": 1, "int8": 1}
+
+SUPPORT = r"""
+// L2 policy for data read or written once: evicted before lines at normal priority
+__device__ __forceinline__ unsigned long long fb_evict_first() {
+  unsigned long long p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+// cp.async of 4, 8 or 16 bytes into shared memory with an L2 policy (committed and waited on like __pipeline_memcpy_async)
+template <int B> __device__ __forceinline__ void fb_cp_async(void* dst, const void* src, unsigned long long pol) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  if constexpr (B == 16)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "l"(pol) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], %2, %3;" :: "r"(d), "l"(src), "n"(B), "l"(pol)
+                 : "memory");
+}
+// a store that L2 evicts first (st.global.cs)
+template <typename T, int V> __device__ __forceinline__ void fb_st_stream(T* p, const FbVec<T, V>& v) {
+  constexpr int B = (int)sizeof(T) * V;
+  if constexpr (B == 16) { uint4 x; memcpy(&x, &v, 16); __stcs((uint4*)p, x); }
+  else if constexpr (B == 8) { uint2 x; memcpy(&x, &v, 8); __stcs((uint2*)p, x); }
+  else if constexpr (B == 4) { unsigned x; memcpy(&x, &v, 4); __stcs((unsigned*)p, x); }
+  else { *(FbVec<T, V>*)p = v; }
+}
+// a partial another block wrote: read from L2 (ld.global.cg), never from this SM's L1
+template <typename A> __device__ __forceinline__ A fb_ld_partial(const A* p) {
+  static_assert(sizeof(A) % 4 == 0, "accumulators are made of 4-byte words");
+  A r; const int* s = (const int*)p; int* d = (int*)&r;
+#pragma unroll
+  for (int k = 0; k < (int)(sizeof(A) / 4); ++k) d[k] = __ldcg(s + k);
+  return r;
+}
+"""
+
+
+def render_grid(p: Program, params: CudaParams, out_t: str) -> str:
+    if not p.is_row:
+        raise NotExpressible("grid is for row programs")
+    V, T, S, U = params.vec, params.threads, params.slices, params.unroll
+    if U not in (1, 2, 4, 8):
+        raise NotExpressible(f"unroll {U}")
+    if S < 2:
+        raise NotExpressible("grid needs at least two blocks per row")
+    unroll = f"#pragma unroll {U}\n" if U > 1 else ""  # (U = 1: the compiler's own unrolling; a pragma of 1 stops it)
+    plan = plan_passes(p, params.mode)
+    cached = sorted(k for k in range(len(p.inputs)) if p.access(k) == "full")
+    if not cached:
+        raise NotExpressible("nothing to keep on chip")
+    rowvec = sorted(k for k in range(len(p.inputs)) if p.access(k) == "rowvec")
+    ctype = {k: _ctype(p.inputs[k].dtype) for k in cached + rowvec}
+    P = plan.passes
+
+    def offsets() -> dict[int, str]:
+        out, off = {}, "0"
+        for k in cached:
+            out[k] = off
+            off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
+        return out
+
+    def fill(v: int, row: str, buf: str) -> str:
+        body = []
+        for k, off in offsets().items():
+            dst = f"fb_smem + ({buf}) * bufbytes + {off} + (r0 - lo) * (long long)sizeof({ctype[k]})"
+            src = f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + r0"
+            width = v * _SIZES.get(p.inputs[k].dtype, 4)
+            body.append(f"fb_cp_async<{width}>({dst}, {src}, pol);" if width in (4, 8, 16) else
+                        f"*(FbVec<{ctype[k]}, {v}>*)({dst}) = *(const FbVec<{ctype[k]}, {v}>*)({src});")
+        return (f"for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{ "
+                + " ".join(body) + " }")
+
+    def decls(loads: _Loads, v: int) -> str:
+        out = []
+        for k in sorted(loads.used):
+            t = ctype[k]
+            if k in cached:
+                out.append(f"const FbVec<{t}, {v}> v{k} = *(const FbVec<{t}, {v}>*)(s{k} + (r0 - lo));")
+            else:  # a row vector (same place in every row): read-only path, kept in L2 at normal priority
+                out.append(f"const FbVec<{t}, {v}> v{k} = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + r0);")
+        return "\n        ".join(out)
+
+    ws_decl = f"""static void* fb_ws = 0;
+static size_t fb_ws_bytes = 0;
+struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unused;'} }};
+"""
+    kernels = []
+    for v in sorted({1, V}):
+        loads = _Loads(p, set(cached) | set(rowvec))
+        smem = " ".join(f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + buf * bufbytes + {off});"
+                        for k, off in offsets().items())
+        parts = []
+        for pno in range(1, P + 1):
+            accs, body = pass_feed(plan, loads, pno, "\n          ")
+            decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
+            publish = "\n      ".join(f"ws[row * {S} + slice].{x.name} = {x.name};" for x in accs)
+            reduce = "\n    ".join(f"fb_block_reduce<{x.kind}, {T}>({x.name});" for x in accs)
+            gather = "\n    ".join(
+                f"{x.name}.init(); for (int q = threadIdx.x; q < {S}; q += {T}) "
+                f"{x.name}.merge(fb_ld_partial(&ws[row * {S} + q].{x.name})); fb_block_reduce<{x.kind}, {T}>({x.name});"
+                for x in accs)
+            parts.append(f"""    {decl}
+{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {decls(loads, v)}
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {body}
+        }}
+    }}
+    {reduce}
+    if (threadIdx.x == 0) {{
+      {publish}
+      __threadfence();
+      atomicAdd(&cnt[row * {P} + {pno - 1}], 1u);
+      while (*(volatile unsigned*)&cnt[row * {P} + {pno - 1}] < {S}u) __nanosleep(64);
+      __threadfence();
+    }}
+    __syncthreads();
+    {gather}
+    {_value_decls(plan, pno)}""")
+        loads.used.clear()
+        em = Emitter(loads)
+        assert plan.out is not None
+        if full_output(p):
+            res = em(plan.out)
+            lines = "\n          ".join(em.lines)
+            out = f"""{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {decls(loads, v)}
+        FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        fb_st_stream<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);
+    }}"""
+        else:
+            em = Emitter(_Loads(p, set()))
+            res = _row_result(p, plan, em)
+            lines = "\n      ".join(em.lines)
+            out = f"""    if (slice == 0 && threadIdx.x == 0) {{
+      const long long r = 0, flat = o * a.R; (void)r; (void)flat;
+      {lines}
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+    }}"""
+        passes = "\n".join(parts)
+        kernels.append(f"""
+// one group of {S} blocks per row at a time; nbuf == 2: the group's next row streams into a second buffer meanwhile
+__global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned* cnt, long long chunk,
+                                                   long long bufbytes, int nbuf) {{
+  extern __shared__ __align__(16) unsigned char fb_smem[];
+  const long long groups = gridDim.x / {S};
+  const int slice = blockIdx.x % {S};
+  const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+  const unsigned long long pol = fb_evict_first();
+  int buf = 0;
+  if (blockIdx.x / {S} < a.O) {{ {fill(v, f"blockIdx.x / {S}", "0")} }}
+  __pipeline_commit();
+  for (long long row = blockIdx.x / {S}; row < a.O; row += groups) {{
+    const long long o = row, i = 0; (void)i;
+    {smem}
+    if (nbuf == 2) {{
+      if (row + groups < a.O) {{ {fill(v, "row + groups", "buf ^ 1")} }}
+      __pipeline_commit();
+      __pipeline_wait_prior(1);
+    }} else {{
+      __pipeline_wait_prior(0);
+    }}
+    __syncthreads();
+{passes}
+{out}
+    __syncthreads();  // this block's slice buffer is refilled next
+    if (nbuf == 2) {{
+      buf ^= 1;
+    }} else {{
+      if (row + groups < a.O) {{ {fill(v, "row + groups", "0")} }}
+      __pipeline_commit();
+    }}
+  }}
+}}
+""")
+    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)
+    ok = _align_check(p, set(cached) | set(rowvec), out_t, V, f"a.R % {V} == 0")
+    launch = f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "grid needs the reduced dims innermost"); return 1; }}
+  if (a.O == 0) return 0;
+  const bool wide = {V} > 1 && ({ok});
+  const int v = wide ? {V} : 1;
+  const long long chunk = ((a.R + {S} - 1) / {S} + v - 1) / v * v;
+  const long long bufbytes = {sizes};
+  const int nbuf = {params.buffers} == 2 && 2 * bufbytes <= 227 * 1024 ? 2 : 1;
+  const long long smem = nbuf * bufbytes;
+  if (smem > 227 * 1024) {{
+    snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);
+    return 4;
+  }}
+  void (*kern)(FbArgs, FbWs*, unsigned*, long long, long long, int) = wide ? fb_grid_v{V} : fb_grid_v1;
+  cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, {T}, (size_t)smem) != cudaSuccess) per_sm = 0;
+  const long long resident = (long long)per_sm * fb_sms();
+  if (resident < {S}) {{
+    snprintf(fb_err, sizeof fb_err, "a row's {S} blocks cannot all be resident (%lld fit)", resident);
+    return 4;
+  }}
+  const long long groups = a.O < resident / {S} ? a.O : resident / {S};
+  const size_t ws_bytes = (size_t)a.O * {S} * sizeof(FbWs), need = ws_bytes + (size_t)a.O * {P} * sizeof(unsigned);
+  if (need > fb_ws_bytes) {{
+    if (fb_ws) cudaFreeAsync(fb_ws, s);
+    if (cudaMallocAsync(&fb_ws, need, s) != cudaSuccess) {{
+      fb_ws = 0; fb_ws_bytes = 0;
+      snprintf(fb_err, sizeof fb_err, "workspace allocation failed");
+      return 3;
+    }}
+    fb_ws_bytes = need;
+  }}
+  FbWs* ws = (FbWs*)fb_ws;
+  unsigned* cnt = (unsigned*)((char*)fb_ws + ws_bytes);
+  cudaMemsetAsync(cnt, 0, (size_t)a.O * {P} * sizeof(unsigned), s);
+  cudaLaunchConfig_t cfg = {{}};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;  // refused unless every block is resident: no block waits on one that never runs
+  attr[0].val.cooperative = 1;
+  cfg.gridDim = dim3((unsigned)(groups * {S}));
+  cfg.blockDim = dim3({T});
+  cfg.dynamicSmemBytes = (size_t)smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kern, a, ws, cnt, chunk, bufbytes, nbuf);"""
+    return SUPPORT + ws_decl + "".join(kernels) + _forward(launch)
