@@ -3,10 +3,13 @@ warp or a block per row) and `columns` (reduced dims in the middle: threads acro
 
 from __future__ import annotations
 
+import re
+
 from runner.catalog.cgen import Emitter, NotExpressible, full_output, plan_passes
 from runner.catalog.cuda import (
     CudaParams,
     _align_check,
+    _ctype,
     _forward,
     _Loads,
     _row_result,
@@ -102,80 +105,159 @@ __global__ void __launch_bounds__({T}) fb_rows_v{v}(FbArgs a) {{
 
 # ---- columns ---------------------------------------------------------------------------------------------------
 
+# bytes of each accumulator (ACCUMULATORS in cgen.py, fb_acc = float): the columns merge keeps one per lane and thread
+_ACC_BYTES = {"AccSum": 4, "AccProd": 4, "AccMax": 4, "AccMin": 4, "AccArgMax": 8, "AccArgMin": 8, "AccLse": 8,
+              "AccWelford": 12}
+_STATIC_SMEM = 48 * 1024
+
+
+def _lane_binds(code: str, accs: list, values: list) -> str:
+    """Lane j's accumulators and finished values under the names `code` uses (accN, rvN): references into accN_v and
+    copies of rvN_v[j]."""
+    used = set(re.findall(r"\b(?:acc|rv)\d+\b", code))
+    binds = [f"auto& {x.name} = {x.name}_v[j];" for x in accs if x.name in used]
+    binds += [f"const {'long long' if x.is_int else 'float'} {x.name} = {x.name}_v[j];" for x in values
+              if x.name in used]
+    return " ".join(binds)
+
+
+def _vector_loads(p: Program, loads: _Loads, v: int) -> str:
+    """Read-only vector loads at `base` of the vector inputs the code emitted since the last clear() reads."""
+    out = []
+    for k in sorted(loads.vec & loads.used):
+        t = _ctype(p.inputs[k].dtype)
+        out.append(f"const FbVec<{t}, {v}> v{k} = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + base);")
+    return " ".join(out)
+
 
 def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
+    """Threads (x) across the inner dim, each owning V consecutive columns, and (y) slices of the reduced dim, merged
+    through shared memory. The V-wide kernel (vector loads of the full inputs, vector stores) runs when every row is
+    whole vectors and the pointers align, the scalar one otherwise."""
     if not p.is_row:
         raise NotExpressible("columns is for row programs")
-    CW, RS, U = params.col_width, params.slices, params.unroll
+    CW, RS, U, V = params.col_width, params.slices, params.unroll, params.vec
     T = CW * RS
     if U not in (1, 2, 4, 8):
         raise NotExpressible(f"unroll {U}")
-    unroll = f"#pragma unroll {U}\n" if U > 1 else ""  # (U = 1: the compiler's own unrolling; a pragma of 1 stops it)
     if T > 1024 or T % 32:
         raise NotExpressible(f"{CW}x{RS} threads")
     plan = plan_passes(p, params.mode)
-    loads = _Loads(p, set())
+    if RS > 1 and V * T * max(_ACC_BYTES[x.kind] for x in plan.accs) > _STATIC_SMEM:
+        raise NotExpressible(f"{V} columns x {T} threads of accumulators overflow static shared memory")
+    vec_in = _vec_inputs(p, ("full",))
+    kernels = [_columns_kernel(p, plan, params, out_t, v, vec_in if v > 1 else set()) for v in sorted({1, V})]
+    ok = _align_check(p, vec_in, out_t, V, f"a.I % {V} == 0")
+    launch = f"""  const bool wide = {V} > 1 && ({ok});
+  const long long width = wide ? {CW * V} : {CW};
+  const long long tiles = a.O * ((a.I + width - 1) / width);
+  if (tiles == 0) return 0;
+  long long blocks = tiles < 0x7fffffffLL ? tiles : 0x7fffffffLL;
+  if (wide) fb_cols_v{V}<<<(unsigned)blocks, dim3({CW}, {RS}), 0, s>>>(a);
+  else fb_cols_v1<<<(unsigned)blocks, dim3({CW}, {RS}), 0, s>>>(a);"""
+    return "".join(kernels) + _forward(launch)
+
+
+def _columns_kernel(p: Program, plan, params: CudaParams, out_t: str, v: int, vec_in: set[int]) -> str:
+    """fb_cols_v{v}: thread (x, y) of a tile owns columns i0 .. i0 + v - 1 (a lane j each: accumulators accN_v[j],
+    values rvN_v[j]) and the reduced indices r = y, y + RS, ...; `vec_in`: the inputs loaded v-wide."""
+    CW, RS, U = params.col_width, params.slices, params.unroll
+    unroll = f"#pragma unroll {U}\n" if U > 1 else ""  # (U = 1: the compiler's own unrolling; a pragma of 1 stops it)
+    # lanes of every accumulator of the kernel share one buffer, one accumulator merged at a time
+    shared = " ".join(f"{x.kind} {x.name}[{RS}][{v}][{CW}];" for x in plan.accs)
+    loads = _Loads(p, vec_in)
     parts = []
     for pno in range(1, plan.passes + 1):
-        accs, body = pass_feed(plan, loads, pno, "\n        ")
-        decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
-        merge = ""
-        if RS > 1:
-            merge = "\n    ".join(
-                f"""{{ __shared__ {x.kind} sh[{RS}][{CW}];
-      sh[threadIdx.y][threadIdx.x] = {x.name};
+        accs, body = pass_feed(plan, loads, pno, "\n          ")
+        earlier = [x for x in plan.values if x.pass_no < pno]
+        decl = " ".join(f"{x.kind} {x.name}_v[{v}];" for x in accs)
+        init = " ".join(f"{x.name}_v[j].init();" for x in accs)
+        # thread (x, y) merges lanes y, y + RS, ... of its columns across the RS slices
+        merge = "\n    ".join(
+            f"""{{
+#pragma unroll
+      for (int j = 0; j < {v}; ++j) sh.{x.name}[threadIdx.y][j][threadIdx.x] = {x.name}_v[j];
       __syncthreads();
-      if (threadIdx.y == 0) {{
-        for (int q = 1; q < {RS}; ++q) {x.name}.merge(sh[q][threadIdx.x]);
-        sh[0][threadIdx.x] = {x.name};
+      for (int j = threadIdx.y; j < {v}; j += {RS}) {{
+        {x.kind} m = sh.{x.name}[0][j][threadIdx.x];
+        for (int q = 1; q < {RS}; ++q) m.merge(sh.{x.name}[q][j][threadIdx.x]);
+        sh.{x.name}[0][j][threadIdx.x] = m;
       }}
       __syncthreads();
-      {x.name} = sh[0][threadIdx.x];
-      __syncthreads(); }}""" for x in accs)
+#pragma unroll
+      for (int j = 0; j < {v}; ++j) {x.name}_v[j] = sh.{x.name}[0][j][threadIdx.x];
+      __syncthreads(); }}""" for x in accs) if RS > 1 else ""
+        values = _value_decls(plan, pno)
+        mine = [x for x in plan.values if x.pass_no == pno]
         parts.append(f"""    {decl}
+#pragma unroll
+    for (int j = 0; j < {v}; ++j) {{ {init} }}
     if (ok) {{
 {unroll}      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
-        const long long flat = (o * a.R + r) * a.I + i; (void)flat;
-        {body}
+        const long long base = (o * a.R + r) * a.I + i0;
+        {_vector_loads(p, loads, v)}
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long i = i0 + j, flat = base + j; (void)i; (void)flat;
+          {_lane_binds(body, accs, earlier)}
+          {body}
+        }}
       }}
     }}
     {merge}
-    {_value_decls(plan, pno)}""")
+    {" ".join(f"{'long long' if x.is_int else 'float'} {x.name}_v[{v}];" for x in mine)}
+#pragma unroll
+    for (int j = 0; j < {v}; ++j) {{
+      {_lane_binds(values, accs, earlier)}
+      {values}
+      {" ".join(f"{x.name}_v[j] = {x.name};" for x in mine)}
+    }}""")
     loads.used.clear()
     em = Emitter(loads)
     assert plan.out is not None
     if full_output(p):
         res = em(plan.out)
-        lines = "\n        ".join(em.lines)
+        lines = "\n          ".join(em.lines)
         out = f"""    if (ok) {{
 {unroll}      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
-        const long long flat = (o * a.R + r) * a.I + i;
-        {lines}
-        (({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});
+        const long long base = (o * a.R + r) * a.I + i0;
+        {_vector_loads(p, loads, v)}
+        FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long i = i0 + j, flat = base + j; (void)i; (void)flat;
+          {_lane_binds(lines + ' ' + res, [], plan.values)}
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + base) = ov;
       }}
     }}"""
     else:
+        em = Emitter(_Loads(p, set()))
         res = _row_result(p, plan, em)
-        lines = "\n      ".join(em.lines)
+        lines = "\n        ".join(em.lines)
         out = f"""    if (ok && threadIdx.y == 0) {{
-      const long long r = 0, flat = o * a.R * a.I + i; (void)r; (void)flat;
-      {lines}
-      (({out_t}*)a.out)[o * a.I + i] = fb_to<{out_t}>({res});
+      FbVec<{out_t}, {v}> ov;
+#pragma unroll
+      for (int j = 0; j < {v}; ++j) {{
+        const long long i = i0 + j, r = 0, flat = o * a.R * a.I + i; (void)i; (void)r; (void)flat;
+        {_lane_binds(lines + ' ' + res, [], plan.values)}
+        {lines}
+        ov.v[j] = fb_to<{out_t}>({res});
+      }}
+      *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.I + i0) = ov;
     }}"""
     passes = "\n".join(parts)
-    kernel = f"""
-__global__ void __launch_bounds__({T}) fb_cols(FbArgs a) {{
-  const long long tiles = (a.I + {CW} - 1) / {CW};
+    return f"""
+__global__ void __launch_bounds__({CW * RS}) fb_cols_v{v}(FbArgs a) {{
+  {f"union FbColsSh {{ {shared} }}; __shared__ FbColsSh sh;" if RS > 1 else ""}
+  const long long tiles = (a.I + {CW * v} - 1) / {CW * v};
   for (long long tile = blockIdx.x; tile < a.O * tiles; tile += gridDim.x) {{
-    const long long o = tile / tiles, i = (tile % tiles) * {CW} + threadIdx.x;
-    const bool ok = i < a.I;
+    const long long o = tile / tiles, i0 = (tile % tiles) * {CW * v} + threadIdx.x * {v};
+    const bool ok = i0 < a.I;
 {passes}
 {out}
   }}
 }}
 """
-    launch = f"""  const long long tiles = a.O * ((a.I + {CW} - 1) / {CW});
-  if (tiles == 0) return 0;
-  long long blocks = tiles < 0x7fffffffLL ? tiles : 0x7fffffffLL;
-  fb_cols<<<(unsigned)blocks, dim3({CW}, {RS}), 0, s>>>(a);"""
-    return kernel + _forward(launch)

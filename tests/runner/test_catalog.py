@@ -14,7 +14,7 @@ import pytest
 from runner.capture import capture_sources
 from runner.catalog import cpu, cuda
 from runner.catalog.cgen import NotExpressible
-from runner.catalog.ir import Input, Program
+from runner.catalog.ir import Const, Input, Load, Op, Program, Red
 from runner.catalog.lower import recognise
 from runner.cli import problem_from_file
 from runner.contract import Candidate, Timing, Verdict
@@ -185,6 +185,10 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("layernorm", cuda.CudaParams("grid", vec=4, threads=256, slices=8, mode="online", buffers=1)),
     ("argmax", cuda.CudaParams("grid", vec=4, threads=128, slices=3, mode="online", unroll=2)),  # a per-row output
     ("softmax", cuda.CudaParams("grid", vec=4, threads=512, slices=16, mode="twopass", fast_math=True)),
+    ("rmsnorm", cuda.CudaParams("columns", vec=4, threads=256, col_width=32, slices=8)),
+    ("rmsnorm", cuda.CudaParams("columns", vec=4, threads=512, col_width=64, slices=8, unroll=4, mode="twopass")),
+    ("sum_dim", cuda.CudaParams("columns", vec=4, threads=64, col_width=64, slices=1)),  # a per-row output, no merge
+    ("sum_dim", cuda.CudaParams("columns", vec=2, threads=512, col_width=32, slices=16, unroll=2)),
 ]
 
 
@@ -215,6 +219,62 @@ def test_every_cuda_template_instantiation_compiles(patterns, tmp_path):
     failed = {k: log[-3000:] for k, (rc, log) in enumerate(results) if rc != 0}
     assert not failed, failed
     assert len(jobs) == 3 * len(CUDA_CASES)
+
+
+def _mid(out, extra=(), out_dtype="float32", keep=False) -> Program:
+    """A reduction over the middle dim of x[8, 36, 45] (45 columns: no vector width divides a row)."""
+    shape = (8, 36, 45)
+    return Program(inputs=[Input(0, shape, "float32"), *extra], out=out, shape=shape, axes=(1,), out_dtype=out_dtype,
+                   out_shape=shape if keep else (8, 45))
+
+
+X = Load(0)
+# the columns template over every kind of accumulator, finished value and input: log-sum-exp (a value of pass 1 read
+# by pass 2 in two-pass mode), mean and variance (Welford), an index output, and a row vector, an outer input and a
+# scalar read per lane beside the vector loads
+MID_COLUMNS = [
+    _mid(Op("exp", (Op("sub", (X, Red("lse", X))),)), keep=True),
+    _mid(Op("div", (Op("sub", (X, Red("mean", X))), Op("sqrt", (Op("add", (Red("var", X), Const(1e-5))),)))), keep=True),
+    _mid(Op("add", (Op("mul", (Op("mul", (X, Load(1))), Red("max", X))), Op("mul", (Load(2), Load(3))))),
+         extra=(Input(1, (36, 1), "float32"), Input(2, (8, 1, 45), "float32"), Input(3, (), "float32")), keep=True),
+    _mid(Red("argmax", X), out_dtype="int64"),
+    _mid(Op("add", (Red("sum", X), Load(1))), extra=(Input(1, (8, 1, 45), "float32"),)),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_columns_kernels_of_every_accumulator_and_input_kind_compile(tmp_path):
+    sources = []
+    for prog in MID_COLUMNS:
+        for dtype, vec, mode in (("float32", 4, "online"), ("float16", 8, "twopass")):
+            params = cuda.CudaParams("columns", vec=vec, threads=256, col_width=32, slices=8, mode=mode, unroll=4)
+            sources.append(cuda.render(_as_dtype(prog, dtype), params))
+    rc, log = _nvcc(one_translation_unit(sources), tmp_path)
+    assert rc == 0, log[-3000:]
+
+
+def test_columns_runs_its_vector_kernel_only_on_whole_aligned_vectors():
+    """The V-wide columns kernel loads and stores V columns at once: the launcher takes it only when a row of the inner
+    dim is whole vectors and every vector pointer (the full inputs, the output) is aligned, else the scalar kernel;
+    other inputs are read per column (lane) in both."""
+    import re
+
+    prog = MID_COLUMNS[2]  # x (full), a row vector, an outer input, a scalar
+    src = cuda.render(prog, cuda.CudaParams("columns", vec=4, threads=256, col_width=32, slices=8))
+    wide = re.search(r"const bool wide = 4 > 1 && \((.*)\);", src)
+    assert wide, src[-2000:]
+    assert set(wide.group(1).split(" && ")) == {"fb_aligned(a.in[0], 4 * (int)sizeof(float))",
+                                                 "fb_aligned(a.out, 4 * (int)sizeof(float))", "a.I % 4 == 0"}
+    assert "const long long width = wide ? 128 : 32;" in src  # 32 threads across, 4 columns each
+    assert re.search(r"if \(wide\) fb_cols_v4<<<.*\n\s*else fb_cols_v1<<<", src)
+    v1, v4 = src.split("fb_cols_v1(FbArgs a)")[1].split("fb_cols_v4(FbArgs a)")
+    assert "fb_ldv" not in v1 and "FbVec<float, 1>" in v1
+    assert v4.count("fb_ldv<float, 4>((const float*)a.in[0] + base)") == 2  # the pass and the output
+    for v in (v1, v4):  # the others per lane, at its own column i (o * a.I + i) or reduced index r
+        assert "a.in[1])[r]" in v and "a.in[2])[(o * a.I + i)]" in v and "a.in[3])[0]" in v
+    scalar = cuda.render(prog, cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8))
+    assert "fb_cols_v4" not in scalar and "fb_cols_v1<<<" in scalar
 
 
 def test_every_cuda_template_declares_the_kernels_it_launches(patterns):
@@ -361,7 +421,12 @@ GPU_CASES = {
                   cuda.CudaParams("grid", vec=4, threads=64, slices=5, mode="twopass")],
     "rmsnorm": [cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8),
                 cuda.CudaParams("columns", vec=1, threads=32, col_width=32, slices=1),
-                cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4, mode="twopass")],
+                cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4, mode="twopass"),
+                cuda.CudaParams("columns", vec=4, threads=256, col_width=32, slices=8),  # 120 columns: whole float4s
+                cuda.CudaParams("columns", vec=4, threads=256, col_width=32, slices=8, unroll=4, mode="twopass"),
+                cuda.CudaParams("columns", vec=4, threads=64, col_width=64, slices=1)],
+    "sum_dim": [cuda.CudaParams("columns", vec=4, threads=256, col_width=32, slices=8),  # a per-row output, 4 wide
+                cuda.CudaParams("columns", vec=2, threads=512, col_width=32, slices=16, unroll=4)],
     "ew_broadcast": [cuda.CudaParams("flat", vec=4, threads=256), cuda.CudaParams("flat", vec=1, threads=128),
                      cuda.CudaParams("bcast", vec=4, threads=256, grid="once", unroll=2),
                      cuda.CudaParams("bcast", vec=4, threads=128, grid="stride", unroll=4, fast_math=True)],
@@ -374,6 +439,7 @@ GPU_CASES = {
                # blocks taking turns along a row of 300 (most of the 64 see nothing), their partials merged by a block
                cuda.CudaParams("split", vec=4, threads=32, slices=64, interleave=True),
                cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, unroll=4),
+               cuda.CudaParams("columns", vec=4, threads=256, col_width=32, slices=8),  # I = 1: the scalar fall-back
                cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1),  # partials merged across blocks
                cuda.CudaParams("grid", vec=4, threads=64, slices=3, unroll=2)],  # an index per row from slice 0
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64),
