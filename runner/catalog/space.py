@@ -195,24 +195,21 @@ def _cuda(p: Program) -> list[Strategy]:
             "row in shared memory (distributed shared memory across the cluster), so the row is read once and "
             f"written once however many passes {_what(p)} needs; partials merge through DSMEM.",
             # the row is on chip, so a second pass over it is cheap: exact two-pass first
-            [CudaParams("cluster", vec=wide, threads=t, slices=c, mode=m, buffers=b)
-             for b, ts in ((1, (256, 128)), (1, (512,)), (2, (256,))) for c in cs for t in ts
-             for m in sorted(modes, reverse=True)])
-        # a row beyond L1 would be re-read from L2 or memory by the other layouts: on chip first
-        order = [s_cluster, *order] if row_bytes > 96 * 1024 else [*order, s_cluster]
-    elif row_bytes and row_bytes / (3 * SMS) <= 200 * 1024:
-        # too long for a cluster, short enough for the whole GPU's shared memory (LayerNorm's 16 MB rows): a group of
-        # S resident blocks per row, slices of 124 KB (one block per SM) down to 41 KB (three)
+            # half-width vectors first: on the H100 8-byte accesses beat float4 on chip (InstanceNorm on clusters of
+            # 16: 5.47 against 6.52 ms; softmax on a grid group of 16: 5.35 against 5.51)
+            [CudaParams("cluster", vec=v, threads=t, slices=c, mode=m, buffers=b) for m in sorted(modes, reverse=True)
+             for b, ts in ((1, (256, 128)), (1, (512,)), (2, (256,))) for c in cs for t in ts for v in (wide // 2, wide)])
+        # the same on a group of co-resident blocks of a cooperative grid, partials through global memory: no
+        # cluster's placement limits (softmax over 4096 x 393216 on the H100: 5.35 ms against 5.53-5.56 on clusters)
         s_grid = Strategy(
             "cuda-rows-grid",
-            "Keep each row on chip across the whole GPU: a group of resident blocks (one to three per SM) holds the "
-            "row in shared memory, a slice each, so the row is read once and written once; each pass's partials meet "
-            f"in a global workspace where a row's blocks wait on a counter; {_what(p)}. Streaming reads and writes "
-            "are marked evict-first in L2 so that what every row reads again (weights) stays there.",
-            [CudaParams("grid", vec=wide, threads=t, slices=k * SMS, mode=m, buffers=1)
-             for m in modes for k, t in ((2, 512), (1, 1024), (3, 256), (2, 256))
-             if row_bytes / (k * SMS) <= 200 * 1024])
-        order = [s_grid, *order]
+            f"Keep each row on chip across a group of {max(2, cs[0])} resident blocks of one cooperative grid (not a "
+            "cluster: no limit of 16 blocks in one GPC), a slice each in shared memory, so the row is read once and "
+            f"written once; {_what(p)} merged through a global workspace, a row's blocks waiting on its counter.",
+            [CudaParams("grid", vec=v, threads=t, slices=max(2, c), mode=m, buffers=1) for m in sorted(modes, reverse=True)
+             for c in cs for t in (256, 512) for v in (wide // 2, wide)])
+        # a row beyond L1 would be re-read from L2 or memory by the other layouts: on chip first
+        order = [s_cluster, s_grid, *order] if row_bytes > 96 * 1024 else [*order, s_cluster, s_grid]
     out += order
     out.append(Strategy("cuda-rows-fast", "The best row layout with fast-math intrinsics (__expf, __logf, "
                         "__fdividef): cheaper exp/log in the reductions, checked against the tolerance.",

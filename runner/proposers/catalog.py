@@ -18,7 +18,7 @@ from runner.capture import capture_source
 from runner.catalog import cpu, cuda, epilogue
 from runner.catalog.cgen import ACCUMULATORS, MATH, NotExpressible
 from runner.catalog.lower import Pattern, recognise
-from runner.catalog.space import SMS, Strategy, strategies
+from runner.catalog.space import Strategy, strategies
 from runner.contract import Candidate, Verdict
 from runner.proposer import History, Idea, ProblemContext, Session
 
@@ -66,7 +66,7 @@ def _unused_fast_math_dropped(text: str) -> str:
 
 def code_key(c: Candidate) -> str:
     """What a candidate's code is, its label left out: parameter sets that render the same code (the online/two-pass
-    switch of a plain sum, the vector width the columns layout ignores, fast math where nothing uses it) are one
+    switch of a plain sum, fast math where nothing uses it) are one
     candidate, measured once."""
     lab = label_of(c)
     h = hashlib.sha256()
@@ -91,14 +91,19 @@ def fits(p, prog) -> bool:
 
 
 def effective(p, prog):
-    """The parameter set that runs on the captured shapes: the rows, split and cluster templates take their vector
-    path only when a row's length is a multiple of the width (level1 38/39: rows of 65535), else their scalar kernels,
-    so a wider parameter set would be measured as a scalar one under another name."""
+    """The parameter set that runs on the captured shapes: the rows, split, cluster and grid templates take their
+    vector path only when a row's length is a multiple of the width (level1 38/39: rows of 65535), the columns template
+    only when the inner dim is, else their scalar kernels, so a wider parameter set would be measured as a scalar one
+    under another name."""
     if isinstance(p, cuda.CudaParams) and p.vec > 1 and p.layout in ("rows", "split", "cluster", "grid") \
             and prog is not None \
             and prog.is_row:
         _, R, inner = prog.split()
         if inner == 1 and R % p.vec:
+            return replace(p, vec=1)
+    if isinstance(p, cuda.CudaParams) and p.vec > 1 and p.layout == "columns" and prog is not None and prog.is_row:
+        _, _, inner = prog.split()
+        if inner % p.vec:  # (inner == 1 too: a reduction over the innermost dims runs the scalar columns kernel)
             return replace(p, vec=1)
     return p
 
@@ -126,9 +131,8 @@ def _neighbours(p) -> list:
             out.append(replace(p, buffers=3 - p.buffers))
         if p.layout == "split":
             out.append(replace(p, interleave=not p.interleave))
-        if p.layout == "grid":  # blocks per row in whole waves of SMs (one to three per SM)
-            out = [x for x in out if x.slices == p.slices]
-            out += [replace(p, slices=p.slices + d) for d in (-SMS, SMS) if SMS <= p.slices + d <= 3 * SMS]
+        if p.layout == "grid":  # at least two blocks per row
+            out = [x for x in out if x.slices >= 2]
         if p.layout in ("flat", "bcast"):
             out.append(replace(p, grid="once" if p.grid == "stride" else "stride"))
         if p.layout == "columns":

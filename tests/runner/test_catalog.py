@@ -185,6 +185,7 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("layernorm", cuda.CudaParams("grid", vec=4, threads=256, slices=8, mode="online", buffers=1)),
     ("argmax", cuda.CudaParams("grid", vec=4, threads=128, slices=3, mode="online", unroll=2)),  # a per-row output
     ("softmax", cuda.CudaParams("grid", vec=4, threads=512, slices=16, mode="twopass", fast_math=True)),
+    ("log_softmax", cuda.CudaParams("grid", vec=4, threads=256, slices=8, mode="twopass", buffers=1)),
     ("rmsnorm", cuda.CudaParams("columns", vec=4, threads=256, col_width=32, slices=8)),
     ("rmsnorm", cuda.CudaParams("columns", vec=4, threads=512, col_width=64, slices=8, unroll=4, mode="twopass")),
     ("sum_dim", cuda.CudaParams("columns", vec=4, threads=64, col_width=64, slices=1)),  # a per-row output, no merge

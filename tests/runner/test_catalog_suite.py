@@ -297,7 +297,12 @@ def test_an_odd_row_length_proposes_the_scalar_kernels_it_would_run():
     prog = Program(inputs=[Input(0, (64, 65535), "float32")], out=Op("div", (Load(0), Red("sum", Op("abs", (Load(0),))))),
                    shape=(64, 65535), axes=(1,), out_shape=(64, 65535))
     assert effective(cuda.CudaParams("rows", vec=4, threads=256), prog).vec == 1
-    assert effective(cuda.CudaParams("columns", vec=4, threads=256), prog).vec == 4  # columns load one at a time
+    assert effective(cuda.CudaParams("columns", vec=4, threads=256), prog).vec == 1  # columns: 4 across an inner dim
+    middle = Program(inputs=[Input(0, (8, 64, 4095), "float32")], out=Red("sum", Load(0)), shape=(8, 64, 4095),
+                     axes=(1,), out_shape=(8, 1, 4095))
+    assert effective(cuda.CudaParams("columns", vec=2, threads=256), middle).vec == 1
+    assert effective(cuda.CudaParams("columns", vec=4, threads=256), replace(
+        middle, inputs=[Input(0, (8, 64, 4096), "float32")], shape=(8, 64, 4096), out_shape=(8, 1, 4096))).vec == 4
     even = replace(prog, inputs=[Input(0, (64, 65536), "float32")], shape=(64, 65536), out_shape=(64, 65536))
     assert effective(cuda.CudaParams("split", vec=4, threads=256), even).vec == 4
     src = "# a row of 65535\n"
