@@ -14,11 +14,10 @@ write, the weight and bias re-read for every row), so it is not proposed for row
 
 from __future__ import annotations
 
-from runner.catalog.cgen import Emitter, NotExpressible, full_output, plan_passes
-from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _row_result, _value_decls, pass_feed
+from runner.catalog.cgen import NotExpressible, plan_passes
+from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, pass_feed
+from runner.catalog.cuda_multiblock import slice_fill, slice_offsets, slice_output, slice_reads
 from runner.catalog.ir import Program
-
-_SIZES = {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "bool": 1, "uint8": 1, "int8": 1}
 
 SUPPORT = r"""
 // a partial another block wrote: read from L2 (ld.global.cg), never from this SM's L1
@@ -49,33 +48,8 @@ def render_grid(p: Program, params: CudaParams, out_t: str) -> str:
     ctype = {k: _ctype(p.inputs[k].dtype) for k in cached + rowvec}
     P = plan.passes
 
-    def offsets() -> dict[int, str]:
-        out, off = {}, "0"
-        for k in cached:
-            out[k] = off
-            off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
-        return out
-
-    def fill(v: int, row: str, buf: str) -> str:
-        body = []
-        for k, off in offsets().items():
-            dst = f"fb_smem + ({buf}) * bufbytes + {off} + (r0 - lo) * (long long)sizeof({ctype[k]})"
-            src = f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + r0"
-            width = v * _SIZES.get(p.inputs[k].dtype, 4)
-            body.append(f"__pipeline_memcpy_async({dst}, {src}, {width});" if width in (4, 8, 16) else
-                        f"*(FbVec<{ctype[k]}, {v}>*)({dst}) = *(const FbVec<{ctype[k]}, {v}>*)({src});")
-        return (f"for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{ "
-                + " ".join(body) + " }")
-
     def decls(loads: _Loads, v: int) -> str:
-        out = []
-        for k in sorted(loads.used):
-            t = ctype[k]
-            if k in cached:
-                out.append(f"const FbVec<{t}, {v}> v{k} = *(const FbVec<{t}, {v}>*)(s{k} + (r0 - lo));")
-            else:  # a row vector (same place in every row): read-only path
-                out.append(f"const FbVec<{t}, {v}> v{k} = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + r0);")
-        return "\n        ".join(out)
+        return slice_reads(loads, ctype, cached, v)
 
     ws_decl = f"""static void* fb_ws = 0;
 static size_t fb_ws_bytes = 0;
@@ -85,7 +59,7 @@ struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unuse
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached) | set(rowvec))
         smem = " ".join(f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + buf * bufbytes + {off});"
-                        for k, off in offsets().items())
+                        for k, off in slice_offsets(cached, ctype).items())
         parts = []
         for pno in range(1, P + 1):
             accs, body = pass_feed(plan, loads, pno, "\n          ")
@@ -116,32 +90,7 @@ struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unuse
     __syncthreads();
     {gather}
     {_value_decls(plan, pno)}""")
-        loads.used.clear()
-        em = Emitter(loads)
-        assert plan.out is not None
-        if full_output(p):
-            res = em(plan.out)
-            lines = "\n          ".join(em.lines)
-            out = f"""{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
-        {decls(loads, v)}
-        FbVec<{out_t}, {v}> ov;
-#pragma unroll
-        for (int j = 0; j < {v}; ++j) {{
-          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
-          {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
-        }}
-        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;
-    }}"""
-        else:
-            em = Emitter(_Loads(p, set()))
-            res = _row_result(p, plan, em)
-            lines = "\n      ".join(em.lines)
-            out = f"""    if (slice == 0 && threadIdx.x == 0) {{
-      const long long r = 0, flat = o * a.R; (void)r; (void)flat;
-      {lines}
-      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
-    }}"""
+        out = slice_output(p, plan, loads, lambda w, ld=loads: decls(ld, w), v, T, unroll, out_t, "slice == 0")
         passes = "\n".join(parts)
         kernels.append(f"""
 // one group of {S} blocks per row at a time; nbuf == 2: the group's next row streams into a second buffer meanwhile
@@ -152,13 +101,13 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   const int slice = blockIdx.x % {S};
   const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
   int buf = 0;
-  if (blockIdx.x / {S} < a.O) {{ {fill(v, f"blockIdx.x / {S}", "0")} }}
+  if (blockIdx.x / {S} < a.O) {{ {slice_fill(p, ctype, cached, v, T, f"blockIdx.x / {S}", "0")} }}
   __pipeline_commit();
   for (long long row = blockIdx.x / {S}; row < a.O; row += groups) {{
     const long long o = row, i = 0; (void)i;
     {smem}
     if (nbuf == 2) {{
-      if (row + groups < a.O) {{ {fill(v, "row + groups", "buf ^ 1")} }}
+      if (row + groups < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + groups", "buf ^ 1")} }}
       __pipeline_commit();
       __pipeline_wait_prior(1);
     }} else {{
@@ -171,7 +120,7 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
     if (nbuf == 2) {{
       buf ^= 1;
     }} else {{
-      if (row + groups < a.O) {{ {fill(v, "row + groups", "0")} }}
+      if (row + groups < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + groups", "0")} }}
       __pipeline_commit();
     }}
   }}

@@ -193,6 +193,73 @@ def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, sp
   }}"""
 
 
+# ---- a row's slice in shared memory (cluster, and cuda_grid's grid) ------------------------------------------------
+
+
+def slice_offsets(cached: list[int], ctype: dict[int, str]) -> dict[int, str]:
+    """Byte offset of each cached input's slice (`chunk` elements, 16-byte aligned) in one buffer."""
+    out, off = {}, "0"
+    for k in cached:
+        out[k] = off
+        off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
+    return out
+
+
+def slice_fill(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: int, row: str, buf: str) -> str:
+    """Start copying `row`'s slice [lo, hi) into buffer `buf`: cp.async (16, 8 or 4 bytes a thread, all in flight at
+    once, no registers) where the access size allows, plain loads and stores otherwise."""
+    body = []
+    for k, off in slice_offsets(cached, ctype).items():
+        dst = f"fb_smem + ({buf}) * bufbytes + {off} + (r0 - lo) * (long long)sizeof({ctype[k]})"
+        src = f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + r0"
+        width = v * _SIZES.get(p.inputs[k].dtype, 4)
+        body.append(f"__pipeline_memcpy_async({dst}, {src}, {width});" if width in (4, 8, 16) else
+                    f"*(FbVec<{ctype[k]}, {v}>*)({dst}) = *(const FbVec<{ctype[k]}, {v}>*)({src});")
+    return (f"for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{ "
+            + " ".join(body) + " }")
+
+
+def slice_reads(loads: _Loads, ctype: dict[int, str], cached: list[int], v: int) -> str:
+    """Vectors at r0 of the inputs the code emitted since the last clear() reads: a cached input's from its slice
+    buffer, any other's (a row vector, the same place in every row) through the read-only path."""
+    out = []
+    for k in sorted(loads.used):
+        t = ctype[k]
+        out.append(f"const FbVec<{t}, {v}> v{k} = *(const FbVec<{t}, {v}>*)(s{k} + (r0 - lo));" if k in cached else
+                   f"const FbVec<{t}, {v}> v{k} = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + r0);")
+    return "\n        ".join(out)
+
+
+def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll: str, out_t: str, first: str) -> str:
+    """The output from the slice after the last pass: a full output vector by vector over [lo, hi) (`decls(v)`
+    declares the inputs' vectors at r0), or a per-row output by thread 0 of the block where `first` holds."""
+    loads.used.clear()
+    em = Emitter(loads)
+    assert plan.out is not None
+    if full_output(p):
+        res = em(plan.out)
+        lines = "\n          ".join(em.lines)
+        return f"""{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        {decls(v)}
+        FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;
+    }}"""
+    em = Emitter(_Loads(p, set()))
+    res = _row_result(p, plan, em)
+    lines = "\n      ".join(em.lines)
+    return f"""    if ({first} && threadIdx.x == 0) {{
+      const long long r = 0, flat = o * a.R; (void)r; (void)flat;
+      {lines}
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+    }}"""
+
+
 # ---- cluster: a row held on chip across a thread-block cluster --------------------------------------------------
 
 
@@ -215,30 +282,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     ctype = {k: _ctype(p.inputs[k].dtype) for k in cached}
 
     def decls(v: int) -> str:
-        out = []
-        for k in sorted(loads.used):
-            out.append(f"const FbVec<{ctype[k]}, {v}> v{k} = *(const FbVec<{ctype[k]}, {v}>*)(s{k} + (r0 - lo));")
-        return "\n        ".join(out)
-
-    def offsets() -> dict[int, str]:
-        out, off = {}, "0"
-        for k in cached:
-            out[k] = off
-            off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
-        return out
-
-    def fill(v: int, row: str, buf: str) -> str:
-        """Start copying `row`'s slice into buffer `buf`: cp.async (16, 8 or 4 bytes a thread, all in flight at
-        once, no registers) where the access size allows, plain loads and stores otherwise."""
-        body = []
-        for k, off in offsets().items():
-            dst = f"fb_smem + ({buf}) * bufbytes + {off} + (r0 - lo) * (long long)sizeof({ctype[k]})"
-            src = f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + r0"
-            width = v * _SIZES.get(p.inputs[k].dtype, 4)
-            body.append(f"__pipeline_memcpy_async({dst}, {src}, {width});" if width in (4, 8, 16) else
-                        f"*(FbVec<{ctype[k]}, {v}>*)({dst}) = *(const FbVec<{ctype[k]}, {v}>*)({src});")
-        return (f"for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{ "
-                + " ".join(body) + " }")
+        return slice_reads(loads, ctype, cached, v)
 
     # partial slots alternate between rows (par): a block writes row r + 2's slot only after every block of its
     # cluster passed row r + 1's first cluster barrier, so after they read row r's; no barrier closes a row
@@ -246,7 +290,8 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached))
-        smem = [f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + buf * bufbytes + {off});" for k, off in offsets().items()]
+        smem = [f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + buf * bufbytes + {off});"
+                for k, off in slice_offsets(cached, ctype).items()]
         parts = []
         for pno in range(1, plan.passes + 1):
             accs, body = pass_feed(plan, loads, pno, "\n          ")
@@ -278,32 +323,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     cl.sync();
     {gather}
     {_value_decls(plan, pno)}""")
-        loads.used.clear()
-        em = Emitter(loads)
-        assert plan.out is not None
-        if full_output(p):
-            res = em(plan.out)
-            lines = "\n          ".join(em.lines)
-            out = f"""{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
-        {decls(v)}
-        FbVec<{out_t}, {v}> ov;
-#pragma unroll
-        for (int j = 0; j < {v}; ++j) {{
-          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
-          {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
-        }}
-        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;
-    }}"""
-        else:
-            em = Emitter(_Loads(p, set()))
-            res = _row_result(p, plan, em)
-            lines = "\n      ".join(em.lines)
-            out = f"""    if (rank == 0 && threadIdx.x == 0) {{
-      const long long r = 0, flat = o * a.R; (void)r; (void)flat;
-      {lines}
-      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
-    }}"""
+        out = slice_output(p, plan, loads, decls, v, T, unroll, out_t, "rank == 0")
         passes = "\n".join(parts)
         kernels.append(f"""
 // nbuf == 2: the next row's slice streams into the other buffer while this row's passes and output run.
@@ -315,13 +335,13 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   const long long clusters = gridDim.x / {C};
   const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
   int buf = 0, par = 0;
-  if (blockIdx.x / {C} < a.O) {{ {fill(v, "blockIdx.x / " + str(C), "0")} }}
+  if (blockIdx.x / {C} < a.O) {{ {slice_fill(p, ctype, cached, v, T, "blockIdx.x / " + str(C), "0")} }}
   __pipeline_commit();
   for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
     const long long o = row, i = 0; (void)i;
     {chr(10).join("    " + x for x in smem).strip()}
     if (nbuf == 2) {{
-      if (row + clusters < a.O) {{ {fill(v, "row + clusters", "buf ^ 1")} }}
+      if (row + clusters < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + clusters", "buf ^ 1")} }}
       __pipeline_commit();
       __pipeline_wait_prior(1);
     }} else {{
@@ -335,7 +355,7 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
     if (nbuf == 2) {{
       buf ^= 1;
     }} else {{
-      if (row + clusters < a.O) {{ {fill(v, "row + clusters", "0")} }}
+      if (row + clusters < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + clusters", "0")} }}
       __pipeline_commit();
     }}
   }}
