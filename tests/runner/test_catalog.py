@@ -278,6 +278,24 @@ def test_columns_runs_its_vector_kernel_only_on_whole_aligned_vectors():
     assert "fb_cols_v4" not in scalar and "fb_cols_v1<<<" in scalar
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_the_columns_shared_memory_bound_knows_every_accumulator_size(tmp_path):
+    """render_columns refuses V x threads accumulators beyond static shared memory from a table of their sizes: the
+    table must name every accumulator and its size as compiled with the GPU's fb_acc (float)."""
+    import re
+
+    from runner.catalog.cgen import ACCUMULATORS
+    from runner.catalog.cuda_rows import _ACC_BYTES
+
+    assert set(_ACC_BYTES) == set(re.findall(r"struct (Acc\w+)", ACCUMULATORS))
+    checks = "".join(f'static_assert(sizeof({k}) == {n}, "{k}");\n' for k, n in _ACC_BYTES.items())
+    (tmp_path / "acc.cpp").write_text("#include <math.h>\n#define FB_M inline\ntypedef float fb_acc;\n"
+                                      "static inline float fb_exp(float x) { return expf(x); }\n"
+                                      + ACCUMULATORS + checks)
+    p = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", str(tmp_path / "acc.cpp")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
 def test_every_cuda_template_declares_the_kernels_it_launches(patterns):
     """The harness's no-kernel check looks for the declared kernels in the profiler's trace: every kernel a catalog
     source launches must be found by runner.kernels (the first H100 run rejected every catalog kernel when the
