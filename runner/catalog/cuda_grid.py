@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from runner.catalog.cgen import NotExpressible, plan_passes
 from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, pass_feed
-from runner.catalog.cuda_multiblock import slice_fill, slice_offsets, slice_output, slice_reads
+from runner.catalog.cuda_multiblock import slice_fill, slice_offsets, slice_output, slice_reads, slice_sizes
 from runner.catalog.ir import Program
 
 SUPPORT = r"""
@@ -126,20 +126,8 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   }}
 }}
 """)
-    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)
     ok = _align_check(p, set(cached) | set(rowvec), out_t, V, f"a.R % {V} == 0")
-    launch = f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "grid needs the reduced dims innermost"); return 1; }}
-  if (a.O == 0) return 0;
-  const bool wide = {V} > 1 && ({ok});
-  const int v = wide ? {V} : 1;
-  const long long chunk = ((a.R + {S} - 1) / {S} + v - 1) / v * v;
-  const long long bufbytes = {sizes};
-  const int nbuf = {params.buffers} == 2 && 2 * bufbytes <= 227 * 1024 ? 2 : 1;
-  const long long smem = nbuf * bufbytes;
-  if (smem > 227 * 1024) {{
-    snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);
-    return 4;
-  }}
+    launch = slice_sizes("grid", ctype, cached, ok, V, S, params.buffers) + f"""
   void (*kern)(FbArgs, FbWs*, unsigned*, long long, long long, int) = wide ? fb_grid_v{V} : fb_grid_v1;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   int per_sm = 0;

@@ -260,6 +260,25 @@ def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll:
     }}"""
 
 
+def slice_sizes(layout: str, ctype: dict[int, str], cached: list[int], ok: str, V: int, S: int,
+                buffers: int) -> str:
+    """Launch code: the vector width (V where `ok` holds), a slice of the row for each of S blocks (`chunk`), its
+    buffer's bytes and the buffers that fit a block's shared memory (`nbuf`, `smem`), or error 4 when one does not."""
+    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)
+    return f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "{layout} needs the reduced dims innermost"); return 1; }}
+  if (a.O == 0) return 0;
+  const bool wide = {V} > 1 && ({ok});
+  const int v = wide ? {V} : 1;
+  const long long chunk = ((a.R + {S} - 1) / {S} + v - 1) / v * v;
+  const long long bufbytes = {sizes};
+  const int nbuf = {buffers} == 2 && 2 * bufbytes <= 227 * 1024 ? 2 : 1;
+  const long long smem = nbuf * bufbytes;
+  if (smem > 227 * 1024) {{
+    snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);
+    return 4;
+  }}"""
+
+
 # ---- cluster: a row held on chip across a thread-block cluster --------------------------------------------------
 
 
@@ -362,20 +381,8 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   cl.sync();  // no block leaves while another may still read its partial slots
 }}
 """)
-    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)
     ok = _align_check(p, set(cached), out_t, V, f"a.R % {V} == 0")
-    launch = f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "cluster needs the reduced dims innermost"); return 1; }}
-  if (a.O == 0) return 0;
-  const bool wide = {V} > 1 && ({ok});
-  const int v = wide ? {V} : 1;
-  const long long chunk = ((a.R + {C} - 1) / {C} + v - 1) / v * v;
-  const long long bufbytes = {sizes};
-  const int nbuf = {params.buffers} == 2 && 2 * bufbytes <= 227 * 1024 ? 2 : 1;
-  const long long smem = nbuf * bufbytes;
-  if (smem > 227 * 1024) {{
-    snprintf(fb_err, sizeof fb_err, "a slice of %lld elements needs %lld bytes of shared memory", chunk, smem);
-    return 4;
-  }}
+    launch = slice_sizes("cluster", ctype, cached, ok, V, C, params.buffers) + f"""
   void (*kern)(FbArgs, long long, long long, int) = wide ? fb_cluster_v{V} : fb_cluster_v1;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if ({C} > 8) cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
