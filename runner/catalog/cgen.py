@@ -211,6 +211,8 @@ class Emitter:
 def index_code(p: Program, k: int) -> str:
     """The element index of input k at (o, r, i, flat)."""
     kind = p.access(k)
+    if kind == "rowblock":
+        return f"(fb_obase(a, {k}, o) + (long long)fb_rbq(a, {k}, r))"
     return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
 
 
@@ -231,6 +233,9 @@ struct FbArgs {{
   long long gF[{nin}][{nd}];
   long long gst[{nin}][{nd}];
   int small;                 // every flat index fits in 32 bits: cheaper divisions
+  int a0;                    // the first reduced dim: a row's outer position o spans dims [0, a0)
+  unsigned bL[{nin}], bM[{nin}];  // a rowblock input: run length inside a row, and its divisor's magic multiplier
+  int bS[{nin}];                  // ... and shift (r / bL = (umulhi(r, bM) + r) >> bS for r < 2^31)
 }};
 """
 
@@ -293,12 +298,21 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
         elif kind == "scalar":
             lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != 1) "
                          f"return fb_fail(\"input {k}: expected a single element\");")
+        elif kind == "rowblock":
+            c = p.block_split(k)
+            lines.append(f"  for (int d = {a0}; d < {nd}; ++d) if (shp[{k}][d] != (d < {c} ? a.F[d] : 1)) "
+                         f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
+            lines.append(f"  {{ long long L = 1; for (int d = {c}; d < {a1}; ++d) L *= a.F[d];")
+            lines.append("    if (a.R >= 0x7fffffffLL) return fb_fail(\"rows of 2^31 elements or more with a per-run "
+                         "input\");")
+            lines.append(f"    fb_set_runs(a, {k}, L); }}")
         elif kind in ("rowvec", "outer"):
             inside = f"(d >= {a0} && d < {a1})"
             cond = inside if kind == "rowvec" else f"!{inside}"
             lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != ({cond} ? a.F[d] : 1)) "
                          f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
     lines.append("  a.small = a.N < 0x7fffffffLL;")
+    lines.append(f"  a.a0 = {a0};")
     lines.append(f"  for (int k = 0; k < {len(p.inputs)}; ++k) {{  /* merge dims that index like one; stop at broadcast */")
     lines.append("    int n = 0; long long run_sz = 1, run_st = -1;")
     lines.append(f"    for (int d = {nd} - 1; d >= 0; --d) {{")
@@ -427,6 +441,37 @@ def general_index_fn() -> str:
     flat /= sz;
   }
   return idx;
+}
+""" + rowblock_index_fns()
+
+
+def rowblock_index_fns() -> str:
+    """A rowblock input's index: its offset at the row's start (once per row: a division per outer dim) and the
+    run r // bL it is in (a multiply-high and a shift on the GPU)."""
+    return """FB_HD long long fb_obase(const FbArgs& a, int k, long long o) {
+  long long idx = 0;
+  for (int d = a.a0 - 1; d >= 0; --d) {
+    const long long sz = a.F[d];
+    idx += (o % sz) * a.st[k][d];
+    o /= sz;
+  }
+  return idx;
+}
+// (host) run length L < 2^31 and its magic numbers: r / L = (umulhi(r, M) + r) >> S for every r < 2^31
+static void fb_set_runs(FbArgs& a, int k, long long L) {
+  a.bL[k] = (unsigned)(L > 0 ? L : 1);
+  int sh = 0;
+  while ((1ULL << sh) < a.bL[k]) ++sh;
+  a.bS[k] = sh;
+  a.bM[k] = (unsigned)(((1ULL << 32) * ((1ULL << sh) - a.bL[k])) / a.bL[k] + 1);
+}
+FB_HD unsigned fb_rbq(const FbArgs& a, int k, long long r) {
+#ifdef __CUDA_ARCH__
+  const unsigned n = (unsigned)r;
+  return (__umulhi(n, a.bM[k]) + n) >> a.bS[k];
+#else
+  return (unsigned)((unsigned long long)r / a.bL[k]);
+#endif
 }
 """
 

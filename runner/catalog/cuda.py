@@ -179,15 +179,33 @@ def _ctype(dtype: str) -> str:
 class _Loads:
     """Element loads: vector registers for inputs read V-wide, indexed loads for the rest."""
 
-    def __init__(self, p: Program, vec_inputs: set[int]):
+    def __init__(self, p: Program, vec_inputs: set[int], runs: bool = True):
         self.p, self.vec = p, vec_inputs
-        self.used: set[int] = set()  # vector inputs the code emitted since the last clear() reads
+        # with vectors, a rowblock input is one value per vector (the host checks that its runs are whole vectors),
+        # or, where it was captured with runs of one element (its dims all vary inside the row), a vector of its own;
+        # `runs` False: the vectors go across columns, and a rowblock input is one value per reduced index
+        self.blk = set(rowblock_inputs(p)) if vec_inputs else set()
+        self.blk_vec = {k for k in self.blk if runs and p.block_len(k) == 1}
+        self.used: set[int] = set()  # vector (and rowblock) inputs the code emitted since the last clear() reads
 
     def __call__(self, k: int) -> str:
         if k in self.vec:
             self.used.add(k)
             return f"fb_f(v{k}.v[j])"
+        if k in self.blk:
+            self.used.add(k)
+            return f"fb_f(b{k}.v[j])" if k in self.blk_vec else f"fb_f(b{k})"
         return f"fb_f(((const {_ctype(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}])"
+
+    def block_decls(self, r0: str, V: int) -> str:
+        """The value of each rowblock input the code read for the vector at in-row position `r0` (rb{k}: its offset
+        at the row's start, from row_bases), or its V values there where its runs are single elements."""
+        out = []
+        for k in sorted(self.blk & self.used):
+            t = _ctype(self.p.inputs[k].dtype)
+            out.append(f"const FbVec<{t}, {V}> b{k} = fb_ldv<{t}, {V}>((const {t}*)a.in[{k}] + rb{k} + {r0});"
+                       if k in self.blk_vec else f"const {t} b{k} = ((const {t}*)a.in[{k}])[rb{k} + fb_rbq(a, {k}, {r0})];")
+        return " ".join(out)
 
     def vector_decls(self, base: str, V: int, row_base: str = "r0") -> str:
         """Vector loads at `base` (an input of the full shape) or at `row_base` (a row vector: it varies along the
@@ -197,7 +215,28 @@ class _Loads:
             t = _ctype(self.p.inputs[k].dtype)
             at = row_base if self.p.access(k) == "rowvec" else base
             out.append(f"const FbVec<{t}, {V}> v{k} = *(const FbVec<{t}, {V}>*)((const {t}*)a.in[{k}] + {at});")
+        if self.blk & self.used:
+            out.append(self.block_decls(row_base, V))
         return "\n        ".join(out)
+
+
+UNIT_RUNS = """
+// rowblock runs of one element are read V-wide from each row's start: V divides every outer stride, the base aligns
+static bool fb_unit_runs(const FbArgs& a, int k, int V, int esize) {
+  if (a.bL[k] != 1 || !fb_aligned(a.in[k], V * esize)) return false;
+  for (int d = 0; d < a.a0; ++d) if (a.st[k][d] % V) return false;
+  return true;
+}
+"""
+
+
+def rowblock_inputs(p: Program) -> list[int]:
+    return [k for k in range(len(p.inputs)) if p.access(k) == "rowblock"]
+
+
+def row_bases(p: Program) -> str:
+    """Per row (after `o` is known): each rowblock input's offset at the row's start."""
+    return " ".join(f"const long long rb{k} = fb_obase(a, {k}, o); (void)rb{k};" for k in rowblock_inputs(p))
 
 
 def pass_feed(plan, loads: _Loads, pno: int, indent: str) -> tuple[list, str]:
@@ -214,8 +253,15 @@ def _vec_inputs(p: Program, kinds: tuple[str, ...]) -> set[int]:
     return {k for k in range(len(p.inputs)) if p.access(k) in kinds}
 
 
-def _align_check(p: Program, vec_inputs: set[int], out_t: str, V: int, extra: str) -> str:
+def _align_check(p: Program, vec_inputs: set[int], out_t: str, V: int, extra: str, runs: bool = True) -> str:
+    """The host's test for the V-wide kernel: aligned pointers, `extra`, and (`runs`: vectors along the row) each
+    rowblock input's runs made of whole vectors."""
     conds = [f"fb_aligned(a.in[{k}], {V} * (int)sizeof({_ctype(p.inputs[k].dtype)}))" for k in sorted(vec_inputs)]
+    for k in rowblock_inputs(p) if runs else []:
+        if p.block_len(k) == 1:  # read V-wide from its offset at each row's start
+            conds.append(f"fb_unit_runs(a, {k}, {V}, (int)sizeof({_ctype(p.inputs[k].dtype)}))")
+        else:
+            conds.append(f"a.bL[{k}] % {V} == 0")
     conds.append(f"fb_aligned(a.out, {V} * (int)sizeof({out_t}))")
     if extra:
         conds.append(extra)
@@ -233,6 +279,8 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
         head.append(FAST)
     head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn().replace("FB_HD", "static __device__ __forceinline__"),
              setup_code(p, abi_offset)]
+    if rowblock_inputs(p):
+        head.append(UNIT_RUNS)
     from runner.catalog import cuda_grid, cuda_multiblock, cuda_rows  # (they build on this module's helpers)
 
     body = {"flat": _flat, "bcast": _bcast, "rows": cuda_rows.render_rows, "columns": cuda_rows.render_columns,

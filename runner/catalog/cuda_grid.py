@@ -15,7 +15,7 @@ write, the weight and bias re-read for every row), so it is not proposed for row
 from __future__ import annotations
 
 from runner.catalog.cgen import NotExpressible, plan_passes
-from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, pass_feed
+from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, pass_feed, row_bases
 from runner.catalog.cuda_multiblock import slice_fill, slice_offsets, slice_output, slice_reads, slice_sizes
 from runner.catalog.ir import Program
 
@@ -105,6 +105,7 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   __pipeline_commit();
   for (long long row = blockIdx.x / {S}; row < a.O; row += groups) {{
     const long long o = row, i = 0; (void)i;
+    {row_bases(p)}
     {smem}
     if (nbuf == 2) {{
       if (row + groups < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + groups", "buf ^ 1")} }}

@@ -14,6 +14,7 @@ from runner.catalog.cuda import (
     _value_decls,
     _vec_inputs,
     pass_feed,
+    row_bases,
 )
 from runner.catalog.ir import Program
 
@@ -112,6 +113,7 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
             kernels.append(f"""
 __global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) {{
   const long long row = {bid} / {S}, o = row, i = 0;
+  {row_bases(p)}
   const int slice = {bid} % {S};
   {span_code}
   {gather(pno)}
@@ -175,6 +177,7 @@ def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, sp
         arrays.append(f"FbVec<{t}, {v}> u{k}[{U}];")
         fills.append(f"u{k}[u] = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + {at});")
         views.append(f"const FbVec<{t}, {v}> v{k} = u{k}[u];")
+    views.append(loads.block_decls("r0", v))
     return f"""  for (long long rb = lo + (long long)threadIdx.x * {v}; rb < hi; rb += {T_ * U}LL * {v}) {{
     {" ".join(arrays)}
 #pragma unroll
@@ -223,10 +226,11 @@ def slice_reads(loads: _Loads, ctype: dict[int, str], cached: list[int], v: int)
     """Vectors at r0 of the inputs the code emitted since the last clear() reads: a cached input's from its slice
     buffer, any other's (a row vector, the same place in every row) through the read-only path."""
     out = []
-    for k in sorted(loads.used):
+    for k in sorted(loads.used - loads.blk):
         t = ctype[k]
         out.append(f"const FbVec<{t}, {v}> v{k} = *(const FbVec<{t}, {v}>*)(s{k} + (r0 - lo));" if k in cached else
                    f"const FbVec<{t}, {v}> v{k} = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + r0);")
+    out.append(loads.block_decls("r0", v))
     return "\n        ".join(out)
 
 
@@ -358,6 +362,7 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   __pipeline_commit();
   for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
     const long long o = row, i = 0; (void)i;
+    {row_bases(p)}
     {chr(10).join("    " + x for x in smem).strip()}
     if (nbuf == 2) {{
       if (row + clusters < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + clusters", "buf ^ 1")} }}

@@ -16,6 +16,7 @@ from runner.catalog.cuda import (
     _value_decls,
     _vec_inputs,
     pass_feed,
+    row_bases,
 )
 from runner.catalog.ir import Program
 
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__({T}) fb_rows_v{v}(FbArgs a) {{
   const int gpb = {T} / {G};
   for (long long row = (long long)blockIdx.x * gpb + threadIdx.x / {G}; row < rows; row += (long long)gridDim.x * gpb) {{
     const long long o = row / a.I, i = row % a.I;
+    {row_bases(p)}
 {passes}
 {out}
   }}
@@ -127,6 +129,7 @@ def _vector_loads(p: Program, loads: _Loads, v: int) -> str:
     for k in sorted(loads.vec & loads.used):
         t = _ctype(p.inputs[k].dtype)
         out.append(f"const FbVec<{t}, {v}> v{k} = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + base);")
+    out.append(loads.block_decls("r", 1))  # a rowblock input: one value per reduced index r, whatever the columns
     return " ".join(out)
 
 
@@ -147,7 +150,7 @@ def render_columns(p: Program, params: CudaParams, out_t: str) -> str:
         raise NotExpressible(f"{V} columns x {T} threads of accumulators overflow static shared memory")
     vec_in = _vec_inputs(p, ("full",))
     kernels = [_columns_kernel(p, plan, params, out_t, v, vec_in if v > 1 else set()) for v in sorted({1, V})]
-    ok = _align_check(p, vec_in, out_t, V, f"a.I % {V} == 0")
+    ok = _align_check(p, vec_in, out_t, V, f"a.I % {V} == 0", runs=False)
     launch = f"""  const bool wide = {V} > 1 && ({ok});
   const long long width = wide ? {CW * V} : {CW};
   const long long tiles = a.O * ((a.I + width - 1) / width);
@@ -165,7 +168,7 @@ def _columns_kernel(p: Program, plan, params: CudaParams, out_t: str, v: int, ve
     unroll = f"#pragma unroll {U}\n" if U > 1 else ""  # (U = 1: the compiler's own unrolling; a pragma of 1 stops it)
     # lanes of every accumulator of the kernel share one buffer, one accumulator merged at a time
     shared = " ".join(f"{x.kind} {x.name}[{RS}][{v}][{CW}];" for x in plan.accs)
-    loads = _Loads(p, vec_in)
+    loads = _Loads(p, vec_in, runs=False)
     parts = []
     for pno in range(1, plan.passes + 1):
         accs, body = pass_feed(plan, loads, pno, "\n          ")
@@ -255,6 +258,7 @@ __global__ void __launch_bounds__({CW * RS}) fb_cols_v{v}(FbArgs a) {{
   const long long tiles = (a.I + {CW * v} - 1) / {CW * v};
   for (long long tile = blockIdx.x; tile < a.O * tiles; tile += gridDim.x) {{
     const long long o = tile / tiles, i0 = (tile % tiles) * {CW * v} + threadIdx.x * {v};
+    {row_bases(p)}
     const bool ok = i0 < a.I;
 {passes}
 {out}

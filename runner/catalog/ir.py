@@ -101,7 +101,8 @@ class Program:
 
     def access(self, k: int) -> str:
         """How input k is indexed: full (same shape as F), scalar, rowvec (varies only along the reduced dims),
-        outer (varies only outside them) or general (any other broadcast)."""
+        outer (varies only outside them), rowblock (constant inside a row over runs of block_len() elements, e.g. a
+        GroupNorm's per-channel weight over a row of its group's channels) or general (any other broadcast)."""
         s, f = self.padded(k), self.shape
         if prod(s) == 1:
             return "scalar"
@@ -112,7 +113,30 @@ class Program:
             return "rowvec"
         if ax and all((s[d] == 1) if d in ax else s[d] == f[d] for d in range(self.ndim)):
             return "outer"
+        if self.block_split(k) is not None:
+            return "rowblock"
         return "general"
+
+    def block_split(self, k: int) -> int | None:
+        """For a row program's input that varies along a leading run of the reduced dims [a0, c) only (and along any
+        outer dims, never the inner ones): c. Inside a row it then changes every block_len(c) elements, and its
+        offset there is r // block_len (its dims after c are all 1). None for any other input."""
+        if not self.axes:
+            return None
+        s, f = self.padded(k), self.shape
+        a0, a1 = self.axes[0], self.axes[-1] + 1
+        if any(s[d] != 1 for d in range(a1, self.ndim)) or any(s[d] not in (1, f[d]) for d in range(a0)):
+            return None
+        c = a0
+        while c < a1 and s[c] == f[c]:
+            c += 1
+        return c if all(s[d] == 1 for d in range(c, a1)) else None
+
+    def block_len(self, k: int) -> int:
+        """A rowblock input's run length inside a row at capture time."""
+        c = self.block_split(k)
+        assert c is not None
+        return prod(self.shape[c:self.axes[-1] + 1])
 
     def load_is_full(self, k: int) -> bool:
         """Does input k vary along the reduced dims?"""

@@ -190,6 +190,11 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("rmsnorm", cuda.CudaParams("columns", vec=4, threads=512, col_width=64, slices=8, unroll=4, mode="twopass")),
     ("sum_dim", cuda.CudaParams("columns", vec=4, threads=64, col_width=64, slices=1)),  # a per-row output, no merge
     ("sum_dim", cuda.CudaParams("columns", vec=2, threads=512, col_width=32, slices=16, unroll=2)),
+    # rowblock inputs (a GroupNorm's weight and bias): a value per vector, or (after a GEMM) a vector of their own
+    ("groupnorm_runs", cuda.CudaParams("split", vec=4, threads=256, slices=4, mode="twopass", unroll=4)),
+    ("groupnorm_runs", cuda.CudaParams("cluster", vec=2, threads=128, slices=2, mode="twopass")),
+    ("gemm_groupnorm", cuda.CudaParams("grid", vec=4, threads=128, slices=2, mode="online")),
+    ("gemm_groupnorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="online", fast_math=True)),
 ]
 
 
@@ -475,6 +480,17 @@ GPU_CASES = {
                           cuda.CudaParams("grid", vec=4, threads=256, slices=16, mode="twopass", buffers=1)],
     "groupnorm": [cuda.CudaParams("rows", vec=1, threads=256, group=0, mode="online"),
                   cuda.CudaParams("split", vec=4, threads=128, slices=4, mode="twopass")],
+    # a weight and bias value per vector (the second shape's odd channels: the scalar kernels), every layout
+    "groupnorm_runs": [cuda.CudaParams("rows", vec=4, threads=256, group=0, mode="twopass"),
+                       cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="online"),
+                       cuda.CudaParams("split", vec=4, threads=256, slices=4, mode="twopass", unroll=4),
+                       cuda.CudaParams("split", vec=2, threads=128, slices=8, mode="online"),
+                       cuda.CudaParams("cluster", vec=2, threads=128, slices=2, mode="twopass"),
+                       cuda.CudaParams("grid", vec=4, threads=256, slices=4, mode="online")],
+    # after a GEMM: the weight and bias vary along the row, read V-wide from each row's start
+    "gemm_groupnorm": [cuda.CudaParams("rows", vec=4, threads=64, group=32, mode="twopass"),
+                       cuda.CudaParams("split", vec=4, threads=64, slices=2, mode="online", unroll=2),
+                       cuda.CudaParams("grid", vec=2, threads=64, slices=2, mode="twopass")],
 }
 
 

@@ -1,0 +1,73 @@
+"""The `rowblock` access: an input constant inside a row over runs of elements (a GroupNorm's per-channel weight over
+its group's rows) is read once per run-aligned vector from a per-row base, not through the general broadcast index."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from runner.catalog.cgen import rowblock_index_fns
+from runner.catalog.ir import Input, Load, Op, Program, Red
+
+
+def _prog(x_shape, w_shape, axes) -> Program:
+    x, w = Load(0), Load(1)
+    out = Op("mul", (Op("sub", (x, Red("mean", x))), w))
+    return Program(inputs=[Input(0, x_shape, "float32"), Input(1, w_shape, "float32")], out=out, shape=x_shape,
+                   axes=axes, out_shape=x_shape)
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "axes", "kind", "run"), [
+    ((112, 8, 8, 262144), (8, 8, 1), (2, 3), "rowblock", 262144),  # GroupNorm: a weight per channel of a group
+    ((1024, 16, 512, 1), (16, 512, 1), (2, 3), "rowblock", 1),  # GroupNorm after a GEMM: one per element of a row
+    ((6, 4, 5), (4, 1), (1, 2), "rowblock", 5),  # no outer variation: only runs inside the row
+    ((6, 4, 5), (6, 1, 1), (1, 2), "outer", None),
+    ((6, 4, 5), (4, 5), (1, 2), "rowvec", None),
+    ((6, 4, 5), (1, 5), (1, 2), "general", None),  # varies along the row's last dim but not its first
+    ((6, 4, 5, 3), (4, 1, 3), (1, 2), "general", None),  # varies along an inner dim
+])
+def test_inputs_constant_over_runs_of_a_row_are_rowblock(x_shape, w_shape, axes, kind, run):
+    p = _prog(x_shape, w_shape, axes)
+    assert p.access(1) == kind
+    if run is not None:
+        assert p.block_len(1) == run
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_the_gpu_run_division_matches_integer_division(tmp_path):
+    """fb_rbq's device branch (multiply-high and shift with fb_set_runs's magic numbers) compiled for the host with a
+    host __umulhi: equal to r / L for run lengths up to 2^31 - 1 and positions up to 2^31 - 1."""
+    fns = rowblock_index_fns().replace("FB_HD", "static inline")
+    src = f"""#include <cstdio>
+#define __CUDA_ARCH__ 900
+static unsigned __umulhi(unsigned a, unsigned b) {{ return (unsigned)(((unsigned long long)a * b) >> 32); }}
+struct FbArgs {{ int a0; long long F[1]; long long st[1][1]; unsigned bL[1], bM[1]; int bS[1]; }};
+{fns}
+int main() {{
+  const long long Ls[] = {{1, 2, 3, 5, 7, 63, 64, 65, 255, 480, 1000003, 262144, 262147, (1LL << 30) + 3,
+                          0x7fffffffLL}};
+  FbArgs a = {{}};
+  long long bad = 0, checked = 0;
+  for (long long L : Ls) {{
+    fb_set_runs(a, 0, L);
+    for (long long r = 0; r < 0x7fffffffLL; r = r < 5000 ? r + 1 : r * 2 + 7) {{
+      for (long long e = -2; e <= 2; ++e) {{
+        const long long q = r + e * L;
+        if (q < 0 || q >= 0x7fffffffLL) continue;
+        ++checked;
+        if ((long long)fb_rbq(a, 0, q) != q / L) {{ if (bad++ < 5) printf("L=%lld r=%lld\\n", L, q); }}
+      }}
+    }}
+  }}
+  printf("checked %lld bad %lld\\n", checked, bad);
+  return bad != 0 || checked < 50000;
+}}
+"""
+    (tmp_path / "div.cpp").write_text(src)
+    build = subprocess.run(["g++", "-O1", "-std=c++17", "div.cpp", "-o", "div"], cwd=tmp_path, capture_output=True,
+                           text=True)
+    assert build.returncode == 0, build.stderr[-2000:]
+    run = subprocess.run([str(tmp_path / "div")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout[-2000:]
