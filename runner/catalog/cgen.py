@@ -392,6 +392,11 @@ struct AccWelford { fb_acc n, mean, m2;
 #else
   FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += d / n; m2 += d * (x - mean); }
 #endif
+  // on chip, the values of one thread in two local passes instead (no division per element): add_sum over them,
+  // then center(), then add_dev over them again; the result is the same triple, merged as usual
+  FB_M void add_sum(float x) { n += 1; mean += x; }
+  FB_M void center() { if (n > 0) mean = mean / n; m2 = 0; }
+  FB_M void add_dev(float x) { fb_acc d = x - mean; m2 += d * d; }
   FB_M void merge(const AccWelford& o) {
     if (o.n == 0) return;
     if (n == 0) { n = o.n; mean = o.mean; m2 = o.m2; return; }

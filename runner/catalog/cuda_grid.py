@@ -15,8 +15,15 @@ write, the weight and bias re-read for every row), so it is not proposed for row
 from __future__ import annotations
 
 from runner.catalog.cgen import NotExpressible, plan_passes
-from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, pass_feed, row_bases
-from runner.catalog.cuda_multiblock import slice_fill, slice_offsets, slice_output, slice_reads, slice_sizes
+from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, row_bases
+from runner.catalog.cuda_multiblock import (
+    slice_fill,
+    slice_offsets,
+    slice_output,
+    slice_pass,
+    slice_reads,
+    slice_sizes,
+)
 from runner.catalog.ir import Program
 
 SUPPORT = r"""
@@ -62,7 +69,7 @@ struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unuse
                         for k, off in slice_offsets(cached, ctype).items())
         parts = []
         for pno in range(1, P + 1):
-            accs, body = pass_feed(plan, loads, pno, "\n          ")
+            accs, feed = slice_pass(plan, loads, pno, lambda w, ld=loads: decls(ld, w), v, T, unroll)
             decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
             publish = "\n      ".join(f"ws[row * {S} + slice].{x.name} = {x.name};" for x in accs)
             reduce = "\n    ".join(f"fb_block_reduce<{x.kind}, {T}>({x.name});" for x in accs)
@@ -71,14 +78,7 @@ struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unuse
                 f"{x.name}.merge(fb_ld_partial(&ws[row * {S} + q].{x.name})); fb_block_reduce<{x.kind}, {T}>({x.name});"
                 for x in accs)
             parts.append(f"""    {decl}
-{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
-        {decls(loads, v)}
-#pragma unroll
-        for (int j = 0; j < {v}; ++j) {{
-          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
-          {body}
-        }}
-    }}
+{feed}
     {reduce}
     if (threadIdx.x == 0) {{
       {publish}

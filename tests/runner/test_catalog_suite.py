@@ -314,6 +314,32 @@ def test_an_odd_row_length_proposes_the_scalar_kernels_it_would_run():
     assert len(labels) == len(set(labels))
 
 
+def _norm_rows(rows: int, per_row: tuple[int, int]) -> Program:
+    """A GroupNorm-like program: `rows` rows of per_row[0] channels of per_row[1] values, a weight per channel."""
+    shape = (rows, *per_row)
+    x, w = Load(0), Load(1)
+    out = Op("mul", (Op("sub", (x, Red("mean", x))), w))
+    return Program(inputs=[Input(0, shape, "float32"), Input(1, (per_row[0], 1), "float32")], out=out, shape=shape,
+                   axes=(1, 2), out_shape=shape)
+
+
+def test_rows_beyond_a_cluster_that_fit_on_chip_a_few_at_a_time_go_to_a_grid_group_first():
+    """GroupNorm's 896 rows of 8 MB: three rows on chip at once, a group of 88 blocks (two per SM, 95 KB each) or 44
+    (one per SM) per row, proposed first; LayerNorm's 16 MB rows fit once at most: no grid, as before."""
+    from runner.catalog.space import strategies
+
+    big = strategies(_norm_rows(896, (8, 262144)), "cuda")
+    assert big[0].key == "cuda-rows-grid"
+    assert {(p.slices, p.threads) for p in big[0].params} == {(88, 256), (88, 128), (44, 256)}
+    assert all(fits(p, _norm_rows(896, (8, 262144))) for p in big[0].params)
+    assert all(s.key != "cuda-rows-grid" for s in strategies(_norm_rows(16, (16, 262144)), "cuda"))
+    # a channel of 63 values: the 2-wide kernel would run its scalar fall-back, so it is proposed as what it runs
+    from runner.proposers.catalog import effective
+
+    assert effective(big[0].params[0], _norm_rows(896, (8, 262144))).vec == 2
+    assert effective(big[0].params[0], _norm_rows(896, (8, 63))).vec == 1
+
+
 def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
     row = Program(inputs=[Input(0, (4, 393216), "float32")], out=Op("exp", (Op("sub", (Load(0), Red("lse", Load(0)))),)),
                   shape=(4, 393216), axes=(1,), out_shape=(4, 393216))
