@@ -17,10 +17,11 @@ from __future__ import annotations
 from runner.catalog.cgen import NotExpressible, plan_passes
 from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, row_bases
 from runner.catalog.cuda_multiblock import (
+    PADDED_FILL,
     slice_fill,
-    slice_offsets,
     slice_output,
     slice_pass,
+    slice_pointers,
     slice_reads,
     slice_sizes,
 )
@@ -65,8 +66,7 @@ struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unuse
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached) | set(rowvec))
-        smem = " ".join(f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + buf * bufbytes + {off});"
-                        for k, off in slice_offsets(cached, ctype).items())
+        smem = slice_pointers(cached, ctype, v)
         parts = []
         for pno in range(1, P + 1):
             accs, feed = slice_pass(plan, loads, pno, lambda w, ld=loads: decls(ld, w), v, T, unroll)
@@ -163,4 +163,4 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   cudaLaunchKernelEx(&cfg, kern, a, ws, cnt, chunk, bufbytes, nbuf);"""
-    return SUPPORT + ws_decl + "".join(kernels) + _forward(launch)
+    return SUPPORT + PADDED_FILL + ws_decl + "".join(kernels) + _forward(launch)

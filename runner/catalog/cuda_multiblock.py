@@ -198,13 +198,49 @@ def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, sp
 # ---- a row's slice in shared memory (cluster, and cuda_grid's grid) ------------------------------------------------
 
 
+PADDED_FILL = r"""
+// The scalar kernels' fill (a row whose length is not whole vectors, so its slices start anywhere): whole 16-byte
+// pieces by cp.async into dst, which is 16-byte aligned, shifted by src's misalignment `pad` (fb_pad16) so that the
+// pieces line up; the ragged ends element by element. Threads copy pieces, not the elements they read later: the
+// block waits for the fill at a barrier.
+template <typename T> __device__ __forceinline__ int fb_pad16(const void* base, long long elem) {
+  return (int)(((unsigned long long)((const T*)base + elem) % 16) / sizeof(T));
+}
+template <typename T> __device__ __forceinline__ void fb_fill_padded(T* dst, const T* src, long long n, int nthr,
+                                                                     int tid) {
+  constexpr int E = 16 / sizeof(T);
+  const int pad = (int)(((unsigned long long)src % 16) / sizeof(T));
+  const T* s0 = src - pad;
+  const long long end = pad + n, c0 = (pad + E - 1) / E, c1 = end / E;
+  for (long long c = c0 + tid; c < c1; c += nthr) __pipeline_memcpy_async(dst + c * E, s0 + c * E, 16);
+  if (tid < E) {
+    const long long h = pad + tid, t = c1 * E + tid;
+    if (h < c0 * E && h < end) dst[h] = s0[h];
+    if (t >= c0 * E && t < end) dst[t] = s0[t];
+  }
+}
+"""
+
+
 def slice_offsets(cached: list[int], ctype: dict[int, str]) -> dict[int, str]:
-    """Byte offset of each cached input's slice (`chunk` elements, 16-byte aligned) in one buffer."""
+    """Byte offset of each cached input's slice (`chunk` elements and 16 bytes for a padded fill's shift, 16-byte
+    aligned) in one buffer."""
     out, off = {}, "0"
     for k in cached:
         out[k] = off
-        off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16"
+        off = f"{off} + ((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16 + 16"
     return out
+
+
+def slice_pointers(cached: list[int], ctype: dict[int, str], v: int) -> str:
+    """Each cached input's slice in this row's buffer, `s{k}`, shifted by the padded fill's `pad` in the scalar
+    kernels."""
+    out = []
+    for k, off in slice_offsets(cached, ctype).items():
+        t = ctype[k]
+        shift = f" + fb_pad16<{t}>(a.in[{k}], row * a.R + lo)" if v == 1 else ""
+        out.append(f"{t}* s{k} = ({t}*)(fb_smem + buf * bufbytes + {off}){shift};")
+    return " ".join(out)
 
 
 def slice_copy(p: Program, ctype: dict[int, str], cached: list[int], v: int, row: str, buf: str) -> str:
@@ -222,7 +258,12 @@ def slice_copy(p: Program, ctype: dict[int, str], cached: list[int], v: int, row
 
 def slice_fill(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: int, row: str, buf: str) -> str:
     """Start copying `row`'s slice [lo, hi) into buffer `buf`, every vector of it in flight at once. Each thread
-    copies the vectors it later reads (r0 = lo + threadIdx.x * v, stepping T * v): a thread owns its positions."""
+    copies the vectors it later reads (r0 = lo + threadIdx.x * v, stepping T * v): a thread owns its positions. The
+    scalar kernels copy 16-byte pieces instead (fb_fill_padded), whoever reads them."""
+    if v == 1:
+        return " ".join(f"fb_fill_padded<{ctype[k]}>(({ctype[k]}*)(fb_smem + ({buf}) * bufbytes + {off}), "
+                        f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + lo, hi - lo, {T}, (int)threadIdx.x);"
+                        for k, off in slice_offsets(cached, ctype).items())
     return (f"for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{ "
             + slice_copy(p, ctype, cached, v, row, buf) + " }")
 
@@ -303,7 +344,7 @@ def slice_sizes(layout: str, ctype: dict[int, str], cached: list[int], ok: str, 
                 buffers: int) -> str:
     """Launch code: the vector width (V where `ok` holds), a slice of the row for each of S blocks (`chunk`), its
     buffer's bytes and the buffers that fit a block's shared memory (`nbuf`, `smem`), or error 4 when one does not."""
-    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16" for k in cached)
+    sizes = " + ".join(f"((chunk * (long long)sizeof({ctype[k]}) + 15) / 16) * 16 + 16" for k in cached)
     return f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "{layout} needs the reduced dims innermost"); return 1; }}
   if (a.O == 0) return 0;
   const bool wide = {V} > 1 && ({ok});
@@ -348,8 +389,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached))
-        smem = [f"{ctype[k]}* s{k} = ({ctype[k]}*)(fb_smem + buf * bufbytes + {off});"
-                for k, off in slice_offsets(cached, ctype).items()]
+        smem = [slice_pointers(cached, ctype, v)]
         parts = []
         for pno in range(1, plan.passes + 1):
             accs, feed = slice_pass(plan, loads, pno, decls, v, T, unroll)
@@ -378,7 +418,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         # so the next row streams in while this one streams out (H100, against refilling after the block's barrier:
         # softmax on clusters of 16 5.12 against 5.43 ms, of 8 5.18 against 6.09; InstanceNorm on 16 5.35 against
         # 5.49. The grid layout's groups did not gain: GroupNorm 8.0 against 7.3, softmax 5.54 against 5.35)
-        fused = full_output(p)
+        fused = full_output(p) and v > 1  # (the scalar kernel's fill is by 16-byte pieces: no owned positions)
         refill = (f"if (nbuf == 1 && row + clusters < a.O) {{ "
                   f"{slice_copy(p, ctype, cached, v, 'row + clusters', '0')} }}") if fused else ""
         out = slice_output(p, plan, loads, decls, v, T, unroll, out_t, "rank == 0", refill)
@@ -443,4 +483,4 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   long long clusters = a.O < (long long)active ? a.O : (long long)active;
   cfg.gridDim = dim3((unsigned)(clusters * {C}));
   cudaLaunchKernelEx(&cfg, kern, a, chunk, bufbytes, nbuf);"""
-    return "".join(kernels) + _forward(launch)
+    return PADDED_FILL + "".join(kernels) + _forward(launch)
