@@ -214,13 +214,12 @@ def _cuda(p: Program) -> list[Strategy]:
         # rows beyond a cluster that still fit on chip several at a time (GroupNorm's 8 MB rows: three groups of 88
         # blocks at two per SM, 7.27-7.35 ms on the H100, against 7.9 for every other layout): a group of blocks
         # per row, its slices in shared memory, before the layouts that read the row twice
-        big = [(SMS * 2 // _big_row_groups(row_bytes, 2), t) for t in (256, 128)]
-        if _big_row_groups(row_bytes, 1) >= 2:
-            big.append((SMS // _big_row_groups(row_bytes, 1), 256))
+        two, one = _big_row_groups(row_bytes, 2), _big_row_groups(row_bytes, 1)
+        big = [(SMS * 2 // two, t) for t in (256, 128)] + ([(SMS // one, 256)] if one >= 2 else [])
         s_big = Strategy(
             "cuda-rows-grid",
             f"Keep each row on chip across a group of {big[0][0]} resident blocks of one cooperative grid (the row is "
-            f"too long for a cluster; {_big_row_groups(row_bytes, 2)} rows fit on chip at once), a slice each in "
+            f"too long for a cluster; {two} rows fit on chip at once), a slice each in "
             f"shared memory, so the row is read once and written once; {_what(p)} merged through a global "
             "workspace, a row's blocks waiting on its counter.",
             [CudaParams("grid", vec=v, threads=t, slices=s, mode=m, buffers=1) for m in sorted(modes, reverse=True)

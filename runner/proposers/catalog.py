@@ -101,7 +101,7 @@ def effective(p, prog):
         _, R, inner = prog.split()
         if inner == 1 and R % p.vec:
             return replace(p, vec=1)
-        runs = [prog.block_len(k) for k in range(len(prog.inputs)) if prog.access(k) == "rowblock"]
+        runs = [prog.block_len(k) for k in cuda.rowblock_inputs(prog)]
         if any(n > 1 and n % p.vec for n in runs):  # a rowblock input's runs (a GroupNorm channel) not whole vectors
             return replace(p, vec=1)
     if isinstance(p, cuda.CudaParams) and p.vec > 1 and p.layout == "columns" and prog is not None and prog.is_row:
