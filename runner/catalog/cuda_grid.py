@@ -28,6 +28,7 @@ from runner.catalog.cuda_multiblock import (
     slice_pointers,
     slice_reads,
     slice_sizes,
+    slice_turn,
 )
 from runner.catalog.ir import Program
 
@@ -111,14 +112,7 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
     const long long o = row, i = 0; (void)i;
     {row_bases(p)}
     {smem}
-    if (nbuf == 2) {{
-      if (row + groups < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + groups", "buf ^ 1")} }}
-      __pipeline_commit();
-      __pipeline_wait_prior(1);
-    }} else {{
-      __pipeline_wait_prior(0);
-    }}
-    __syncthreads();
+    {slice_turn(p, ctype, cached, v, T, "row + groups")}
 {passes}
 {out}
     __syncthreads();  // this block's slice buffer is refilled next

@@ -268,6 +268,19 @@ def slice_fill(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: 
             + slice_copy(p, ctype, cached, v, row, buf) + " }")
 
 
+def slice_turn(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: int, nxt: str) -> str:
+    """The start of a row's turn: with two buffers the block's next row (`nxt`) starts streaming into the other one;
+    then the block waits for this row's slice (its own copies, then a barrier for everyone's)."""
+    return f"""if (nbuf == 2) {{
+      if ({nxt} < a.O) {{ {slice_fill(p, ctype, cached, v, T, nxt, "buf ^ 1")} }}
+      __pipeline_commit();
+      __pipeline_wait_prior(1);
+    }} else {{
+      __pipeline_wait_prior(0);
+    }}
+    __syncthreads();"""
+
+
 def slice_reads(loads: _Loads, ctype: dict[int, str], cached: list[int], v: int) -> str:
     """Vectors at r0 of the inputs the code emitted since the last clear() reads: a cached input's from its slice
     buffer, any other's (a row vector, the same place in every row) through the read-only path."""
@@ -389,7 +402,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached))
-        smem = [slice_pointers(cached, ctype, v)]
+        smem = slice_pointers(cached, ctype, v)
         parts = []
         for pno in range(1, plan.passes + 1):
             accs, feed = slice_pass(plan, loads, pno, decls, v, T, unroll)
@@ -438,15 +451,8 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
     const long long o = row, i = 0; (void)i;
     {row_bases(p)}
-    {chr(10).join("    " + x for x in smem).strip()}
-    if (nbuf == 2) {{
-      if (row + clusters < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + clusters", "buf ^ 1")} }}
-      __pipeline_commit();
-      __pipeline_wait_prior(1);
-    }} else {{
-      __pipeline_wait_prior(0);
-    }}
-    __syncthreads();
+    {smem}
+    {slice_turn(p, ctype, cached, v, T, "row + clusters")}
 {passes}
 {out}
     __syncthreads();  // before the next row (and its slice buffer's refill below, where the output did not refill it)
