@@ -83,12 +83,16 @@ class BuildError(RuntimeError):
     """The kernel cannot be built or run on this machine; the message says why and what to do."""
 
 
-def _describe(t):
-    s = _FbTensor()
-    s.data, s.dtype, s.ndim = t.data_ptr(), _DTYPES[t.dtype], t.dim()
-    for i, (n, st) in enumerate(zip(t.shape, t.stride())):
-        s.shape[i], s.strides[i] = n, st
-    return s
+_PACK = struct.Struct("<qii8q8q")  # _FbTensor's bytes: one pack per tensor, not a ctypes field write per number
+
+
+def _describe_all(tensors):
+    """The fb_tensor array for `tensors` (at least one element: the ABI's arrays are never empty)."""
+    parts = []
+    for t in tensors:
+        pad = (0,) * (8 - t.dim())
+        parts.append(_PACK.pack(t.data_ptr(), _DTYPES[t.dtype], t.dim(), *t.shape, *pad, *t.stride(), *pad))
+    return (_FbTensor * max(len(parts), 1)).from_buffer_copy(b"".join(parts) or bytes(_PACK.size))
 
 
 def _nvcc():
@@ -205,20 +209,37 @@ def _free_op_name(name):
             return f"{ns}::{candidate}"
 
 
-@torch.library.custom_op(_free_op_name(OP_NAME), mutates_args=())
-def fused(args: list[torch.Tensor], state: list[torch.Tensor], key: int) -> list[torch.Tensor]:
+def _run(args, state, key):
     """The kernel: `args` are the forward's arguments, `state` the module's tensors in state_dict order."""
     inputs = [t.contiguous() for t in [*args, *state]]
     device = inputs[0].device if inputs else torch.device("cpu")
     outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in _out_specs(key, args, state)]
-    ins = (_FbTensor * max(len(inputs), 1))(*[_describe(t) for t in inputs])
-    outs = (_FbTensor * max(len(outputs), 1))(*[_describe(t) for t in outputs])
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    rc = _library().fusebot_forward(ins, len(inputs), outs, len(outputs), ctypes.c_void_p(stream or 0))
+    # the current stream's handle as torch.compile's own generated code reads it (a Stream object costs microseconds)
+    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
+    rc = _library().fusebot_forward(_describe_all(inputs), len(inputs), _describe_all(outputs), len(outputs),
+                                    ctypes.c_void_p(stream or 0))
     if rc != 0:
         raise RuntimeError(f"fusebot_forward returned {rc}")
     _count()
     return outputs
+
+
+@torch.library.custom_op(_free_op_name(OP_NAME), mutates_args=())
+def fused(args: list[torch.Tensor], state: list[torch.Tensor], key: int) -> list[torch.Tensor]:
+    """The kernel as a custom op: what torch.compile, autograd and tensor subclasses see."""
+    return _run(args, state, key)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _plain_eager(tensors):
+    """A call the op's dispatch adds nothing to: not being compiled, plain tensors, no graph for autograd to record
+    (the op's dispatch cost ~20-40 us a call, as much as a short kernel's run)."""
+    if torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    return all(type(t) in _PLAIN and not t.is_meta and not (grad and t.requires_grad) for t in tensors)
 
 
 @fused.register_fake
@@ -255,7 +276,8 @@ class {name}(Original):
     """{name} with its forward computed by the fused kernel in {kernel} (found and verified by fusebot).
 
     Same constructor and state_dict as the original, so its checkpoints load unchanged. The forward is the custom op
-    `{op}` (torch.compile and CUDA graphs go through it); gradients flow through the original forward, recomputed.
+    `{op}` wherever torch.compile, autograd or a tensor subclass is involved, and the same kernel called directly
+    otherwise (a plain eager call skips the op's dispatch); gradients flow through the original forward, recomputed.
     """
 
     kernel_calls = 0
@@ -274,7 +296,10 @@ class {name}(Original):
         state = [named[n] for n in self._fusebot_state_names]
         device = next((t.device for t in [*args, *state] if isinstance(t, torch.Tensor)), torch.device("cpu"))
         tensors = [a if isinstance(a, torch.Tensor) else torch.tensor(a, device=device) for a in args]
-        out = fused(tensors, state, self._fusebot_key)
+        if _plain_eager([*tensors, *state]):
+            out = _run(tensors, state, self._fusebot_key)
+        else:
+            out = fused(tensors, state, self._fusebot_key)
         return out[0] if SINGLE_OUTPUT else tuple(out)
 
 
@@ -298,7 +323,8 @@ def dropin_source(problem: ProblemSpec, backend: str, extra_cflags: list[str] | 
         f"Use `{problem.class_name}` from this module where the original class was used; load the original's\n"
         'state_dict into it unchanged.\n"""\n\n'
         "import ctypes\nimport hashlib\nimport importlib\nimport importlib.util\nimport itertools\nimport logging\n"
-        "import os\nimport shutil\nimport subprocess\nimport sys\nimport tempfile\nimport threading\nimport weakref\n"
+        "import os\nimport shutil\nimport struct\nimport subprocess\nimport sys\nimport tempfile\nimport threading\n"
+        "import weakref\n"
         "from pathlib import Path\n\nimport torch\n\n"
         "_HERE = Path(__file__).resolve().parent\n"
         f"KERNEL = {kernel!r}\nBACKEND = {backend!r}\nFLAGS = {flags!r}\n"

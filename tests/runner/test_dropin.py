@@ -61,6 +61,48 @@ def test_the_dropin_is_the_original_class_with_the_kernel_inside(tmp_path, monke
     torch.testing.assert_close(x.grad, xr.grad)
 
 
+def test_a_plain_eager_call_skips_the_custom_op_and_everything_else_goes_through_it(tmp_path, monkeypatch):
+    """The op's dispatch costs tens of microseconds a call (as much as a short kernel): a plain eager call runs the
+    kernel directly; autograd, meta tensors and torch.compile (which needs the op) still get the op."""
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    mod = load(write_folder(tmp_path / "out", KERNEL), "dropin_fast")
+    through_op = []
+    op = mod.fused
+    monkeypatch.setattr(mod, "fused", lambda *a: through_op.append(1) or op(*a))
+    torch.manual_seed(0)
+    original, fused = mod.Original(256), mod.Model(256)
+    fused.load_state_dict(original.state_dict())
+    x = torch.randn(5, 256)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), original(x), atol=1e-5, rtol=1e-5)
+    assert through_op == [] and mod.Model.kernel_calls == 1  # the kernel ran, not the op
+    assert fused(x).requires_grad  # grad mode: the module's bias wants a gradient, so autograd records the op
+    assert through_op == [1] and mod.Model.kernel_calls == 2
+    fused.requires_grad_(False)
+    fused(x)  # grad mode, but nothing wants a gradient: plain again
+    assert through_op == [1] and mod.Model.kernel_calls == 3
+    y = fused(x.clone().requires_grad_(True))
+    assert through_op == [1, 1] and y.requires_grad and mod.Model.kernel_calls == 4
+    with torch.no_grad():
+        m = mod.Model(256).to("meta")(x.to("meta"))
+    assert through_op == [1, 1, 1] and m.shape == (5, 256) and m.device.type == "meta"
+    assert mod.Model.kernel_calls == 4  # (meta tensors: the op's fake, no kernel)
+    assert not mod._plain_eager([torch.nn.Parameter(torch.ones(2))]) and mod._plain_eager([torch.ones(2)])
+
+
+@pytest.mark.parametrize("shape, strides", [((), ()), ((7,), (1,)), ((2, 3, 4), (1, 2, 6)), ((1,) * 8, (1,) * 8)])
+def test_the_packed_tensor_descriptors_are_the_abi_structs_field_by_field(tmp_path, shape, strides):
+    mod = load(write_folder(tmp_path / "out", KERNEL), f"dropin_pack_{len(shape)}")
+    base = torch.zeros(64, dtype=torch.float16)
+    t = torch.as_strided(base, shape, strides)
+    arr = mod._describe_all([t, base])
+    assert len(arr) == 2 and len(mod._describe_all([])) == 1  # (the ABI's arrays are never empty)
+    d = arr[0]
+    assert (d.data, d.dtype, d.ndim) == (t.data_ptr(), 1, len(shape))
+    assert list(d.shape) == [*shape, *[0] * (8 - len(shape))] and list(d.strides) == [*strides, *[0] * (8 - len(shape))]
+    assert (arr[1].ndim, arr[1].shape[0], arr[1].strides[0], arr[1].shape[1]) == (1, 64, 1, 0)
+
+
 def test_the_generated_test_passes_for_a_right_kernel_and_fails_for_a_wrong_one(tmp_path):
     env = {"FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
     ok = write_folder(tmp_path / "ok", KERNEL)
