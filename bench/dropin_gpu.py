@@ -25,8 +25,10 @@ sys.path.insert(0, str(ROOT))
 
 from bot.markers import discover  # noqa: E402
 from runner.contract import ProblemSpec  # noqa: E402
+from runner.optimize_cli import kernelbench_aliases  # noqa: E402
 from runner.proposer import History, Idea, ProblemContext  # noqa: E402
-from runner.proposers.seed import SeedProposer  # noqa: E402
+from runner.proposers.catalog import CatalogProposer  # noqa: E402
+from runner.proposers.seed import SeedProposer, Unsupported  # noqa: E402
 from runner.results import Provenance, check_dropin, slug, target_files, write_files  # noqa: E402
 
 KERNELS = "fusebot_kernels"
@@ -68,7 +70,12 @@ def run_target(t, repo: Path, backend: str) -> dict:
     spec = ProblemSpec(name=t.name, root=str(repo), module=t.file.removesuffix(".py").replace("/", "."),
                        class_name=t.class_name, second_inputs=t.second_inputs)
     ctx = ProblemContext(name=t.name, reference_source=(repo / t.file).read_text(), backend=backend)
-    cands = SeedProposer().implement(ctx, Idea(text="fuse"), History(), 2)
+    try:
+        cands = SeedProposer().implement(ctx, Idea(text="fuse"), History(), 2)
+    except Unsupported:  # (an example beyond the seed's elementwise chains, e.g. diag(g) @ x): the catalog's first idea
+        cat = CatalogProposer()
+        ctx = ctx.model_copy(update={"reference_source": ctx.reference_source + kernelbench_aliases(spec)})
+        cands = cat.implement(ctx, cat.ideas(ctx, History(), 1)[0], History(), 2)
     with Evaluator(spec, backend=backend) as ev:
         verdicts = ev.evaluate_many(cands)
     ok = sorted((v.timing.median_ms, i) for i, v in enumerate(verdicts) if v.accepted and v.timing)
