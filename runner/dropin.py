@@ -287,13 +287,24 @@ class {name}(Original):
         self._fusebot_key = next(_KEYS)
         _MODULES[self._fusebot_key] = weakref.ref(self)
         self._fusebot_state_names = list(self.state_dict(keep_vars=True))
+        self._fusebot_slots = [(tuple(n.split(".")[:-1]), n.split(".")[-1]) for n in self._fusebot_state_names]
+
+    def _fusebot_state(self):
+        """The module's tensors in state_dict order, looked up where they live now (a replaced parameter or
+        submodule is seen), without walking every submodule as named_parameters() does."""
+        out = []
+        for path, leaf in self._fusebot_slots:
+            m = self
+            for p in path:
+                m = m._modules[p]
+            t = m._parameters.get(leaf)
+            out.append(t if t is not None else m._buffers[leaf])
+        return out
 
     def forward(self, *args):
         if getattr(_REFERENCE, "on", 0):
             return super().forward(*args)
-        named = dict(self.named_parameters())
-        named.update(self.named_buffers())
-        state = [named[n] for n in self._fusebot_state_names]
+        state = self._fusebot_state()
         device = next((t.device for t in [*args, *state] if isinstance(t, torch.Tensor)), torch.device("cpu"))
         tensors = [a if isinstance(a, torch.Tensor) else torch.tensor(a, device=device) for a in args]
         if _plain_eager([*tensors, *state]):

@@ -88,6 +88,50 @@ def test_a_plain_eager_call_skips_the_custom_op_and_everything_else_goes_through
     assert through_op == [1, 1, 1] and m.shape == (5, 256) and m.device.type == "meta"
     assert mod.Model.kernel_calls == 4  # (meta tensors: the op's fake, no kernel)
     assert not mod._plain_eager([torch.nn.Parameter(torch.ones(2))]) and mod._plain_eager([torch.ones(2)])
+    # the state is looked up where it lives at each call: a parameter replaced after construction is the one used
+    with torch.no_grad():
+        fused.bias = torch.nn.Parameter(fused.bias + 1.0, requires_grad=False)
+        original.bias += 1.0
+        torch.testing.assert_close(fused(x), original(x), atol=1e-5, rtol=1e-5)
+
+
+NESTED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8))
+        self.register_buffer("shift", torch.ones(8))
+
+    def forward(self, x):
+        return self.ln(x) + self.shift
+
+
+def get_inputs():
+    return [torch.randn(2, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_state_lookup_follows_nested_submodules_buffers_and_replacements(tmp_path):
+    ref = tmp_path / "nested.py"
+    ref.write_text(NESTED)
+    spec = ProblemSpec(name="nested", path=str(ref))
+    folder = write_folder(tmp_path / "out", KERNEL, spec)
+    (folder / REFERENCE_FILE).write_text(NESTED)
+    (folder / "dropin.py").write_text(dropin_source(spec, "cpu"))
+    mod = load(folder, "dropin_nested")
+    m = mod.Model()
+    want = list(m.state_dict(keep_vars=True).values())
+    assert len(want) == 5 and all(a is b for a, b in zip(m._fusebot_state(), want, strict=True))
+    m.ln[1] = torch.nn.Linear(8, 8)  # a replaced submodule's tensors, not the old ones
+    now = dict(zip(m._fusebot_state_names, m._fusebot_state(), strict=True))
+    assert now["ln.1.weight"] is m.ln[1].weight and now["ln.1.bias"] is m.ln[1].bias and now["shift"] is m.shift
 
 
 @pytest.mark.parametrize("shape, strides", [((), ()), ((7,), (1,)), ((2, 3, 4), (1, 2, 6)), ((1,) * 8, (1,) * 8)])
