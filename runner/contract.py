@@ -37,7 +37,7 @@ REASON_NAMES = (
     "build", "load", "runtime", "crash", "timeout", "memory", "mismatch", "uninitialized-output", "nan-mismatch",
     "inf-mismatch", "shape", "dtype", "device", "layout", "output-type", "nondeterministic", "stale-result",
     "second-shape", "input-mutation", "monkeypatch", "global-state", "background-thread", "side-stream", "no-kernel",
-    "fallback", "timer-escape", "below-floor", "backend",
+    "fallback", "timer-escape", "below-floor", "backend", "drop-in",
 )
 
 
@@ -98,6 +98,16 @@ class Timing(_Model):
     samples_ms: list[float]
     clock: Literal["cuda_events", "monotonic"]
     l2_flushed: bool
+    # what each timed call ran: "drop-in" (the module a PR would add, bound to the kernel), "library" (the kernel
+    # library called directly), "module" (a ModelNew, or a baseline); "" where not recorded
+    call: str = ""
+
+    def call_text(self) -> str:
+        """How the time was taken, for a report ("" where not recorded)."""
+        return {"drop-in": "fusebot's time is the drop-in module's forward call (what a user runs: state lookup, "
+                           "output allocation and the kernel)",
+                "library": "fusebot's time is the kernel library's call",
+                "module": "fusebot's time is the candidate module's forward call"}.get(self.call, "")
 
 
 class Roofline(_Model):

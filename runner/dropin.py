@@ -146,15 +146,20 @@ def _compile():
     return lib
 
 
+def _bind(path):
+    """The kernel library at `path`, its entry point typed for this module's descriptors."""
+    lib = ctypes.CDLL(str(path))
+    lib.fusebot_forward.restype = ctypes.c_int
+    lib.fusebot_forward.argtypes = [ctypes.POINTER(_FbTensor), ctypes.c_int32, ctypes.POINTER(_FbTensor),
+                                    ctypes.c_int32, ctypes.c_void_p]
+    return lib
+
+
 def _library():
     global _LIB
     with _LOCK:
         if _LIB is None:
-            lib = ctypes.CDLL(str(_compile()))
-            lib.fusebot_forward.restype = ctypes.c_int
-            lib.fusebot_forward.argtypes = [ctypes.POINTER(_FbTensor), ctypes.c_int32, ctypes.POINTER(_FbTensor),
-                                            ctypes.c_int32, ctypes.c_void_p]
-            _LIB = lib
+            _LIB = _bind(_compile())
     return _LIB
 
 

@@ -641,7 +641,7 @@ class Evaluator:
         from runner.timing import summarize
 
         pool = lambda ts: summarize([x for t in ts for x in t.samples_ms], clock=ts[0].clock,  # noqa: E731
-                                    l2_flushed=ts[0].l2_flushed)
+                                    l2_flushed=ts[0].l2_flushed).model_copy(update={"call": ts[0].call})
         verdict.timing = pool(cand)
         verdict.baselines = Baselines(eager=pool(eager), compile=pool(comp) if comp else None)
         verdict.roofline = self.roofline()

@@ -165,8 +165,10 @@ def report_markdown(o: Outcome) -> str:
     head += ["## Benchmark", "", benchmark_table(o), ""]
     if v and v.environment:
         e = v.environment
+        how = v.timing.call_text() if v.timing else ""
         head += [f"Measured on {e.gpu or e.cpu or e.device} (torch {e.torch}, CUDA {e.cuda or 'n/a'}, "
-                 f"fusebot {e.fusebot}); times are medians of n calls, spread as IQR.", ""]
+                 f"fusebot {e.fusebot}); times are medians of n calls, spread as IQR" + (f"; {how}." if how else "."),
+                 ""]
     cost = f", ${o.cost_usd:.2f}" if o.cost_usd else ""
     head += ["## Search", "",
              f"{o.rounds} round(s), {o.candidates} candidate(s) evaluated, {o.tokens_used} tokens{cost}, "

@@ -122,7 +122,8 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
            f"{abs_err if abs_err is not None else 'n/a'}, largest relative error {rel_err if rel_err is not None else 'n/a'}.",
            "", f"Environment: {env}.", "",
            "Times are medians of n calls with the last-level cache flushed before each; spread is the interquartile "
-           "range. The raw samples are in the verdict (result.json of the run).", ""]
+           "range. The raw samples are in the verdict (result.json of the run)."
+           + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else ""), ""]
     if check is not None:
         out += [f"Drop-in check before this was proposed: `{check.command}`: {check.passed_tests} passed, "
                 f"{check.failed_tests} failed, {check.skipped_tests} skipped ({check.seconds:.1f} s).", ""]

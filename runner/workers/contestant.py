@@ -37,6 +37,7 @@ class State:
     model = None
     lib: KernelLibrary | None = None
     params: list = []
+    dropin = None  # the drop-in module a PR would add for this kernel, built here: what the timings call
     guard: Guard | None = None
     inputs: list | None = None
     out_specs: list = []
@@ -105,7 +106,36 @@ def init(st: State, msg: dict) -> dict:
         return {"ok": True, "reasons": [f"load: {type(exc).__name__}: {str(exc)[-2000:]}"]}
     reasons += st.guard.violations()
     st.guard.restore_flags()
+    if st.lib is not None and not reasons and isinstance(st.problem.model_cls, type) \
+            and issubclass(st.problem.model_cls, torch.nn.Module):
+        try:
+            st.dropin = _build_dropin(st, msg["init_seed"])
+        except Exception as exc:  # noqa: BLE001 - a kernel whose drop-in cannot run is not one a PR can ship
+            return {"ok": True, "reasons": [f"drop-in: {type(exc).__name__}: {str(exc)[-2000:]}"]}
+        st.guard = Guard()  # (registering the drop-in's custom op is fusebot's doing, not the candidate's)
     return {"ok": True, "reasons": reasons, "confinement": confinement.as_dict()}
+
+
+def _build_dropin(st: State, init_seed: int) -> torch.nn.Module:
+    """The module a PR would add for this kernel (runner/dropin.py's source, the reference beside it), bound to the
+    library built here, with the reference's parameters: the timings call it as a user would (its forward, state
+    lookup, output allocation, descriptors), not the bare library."""
+    from runner import dropin
+
+    spec = st.problem.spec
+    folder = st.workdir / "dropin"
+    folder.mkdir(exist_ok=True)
+    if spec.path:
+        (folder / dropin.REFERENCE_FILE).write_bytes(Path(spec.path).read_bytes())
+    (folder / dropin.DROPIN_FILE).write_text(dropin.dropin_source(spec, st.candidate.backend,
+                                                                  st.candidate.extra_cflags))
+    name = f"fusebot_timed_dropin_{os.getpid()}"
+    mod_spec = importlib.util.spec_from_file_location(name, folder / dropin.DROPIN_FILE)
+    mod = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = mod
+    mod_spec.loader.exec_module(mod)
+    mod._LIB = mod._bind(st.lib.path)
+    return build_model(st.problem, getattr(mod, spec.class_name), init_seed, st.device)
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -302,15 +332,25 @@ def time_(st: State, msg: dict) -> dict:
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     st.inputs = inputs
     timer = timing.Timer(st.device, st.timer_cfg)
-    result = timer.measure(lambda: _call(st, inputs))
+    result = timer.measure(_timed_call(st, inputs))
+    result.call = "drop-in" if st.dropin is not None else "library" if st.lib is not None else "module"
     reasons = st.guard.violations()
     return {"timing": result.model_dump(), "reasons": reasons}
 
 
+def _timed_call(st: State, inputs: list):
+    """What a timing calls: the drop-in's forward where there is one (a fast-format kernel of a module), the
+    candidate itself otherwise."""
+    if st.dropin is not None:
+        return lambda: st.dropin(*inputs)
+    return lambda: _call(st, inputs)
+
+
 def wall(st: State, msg: dict) -> dict:
     inputs = st.inputs
+    call = _timed_call(st, inputs)
     for _ in range(msg["calls"]):
-        _call(st, inputs)
+        call()
     if st.device.startswith("cuda"):
         _sync()
     return {}

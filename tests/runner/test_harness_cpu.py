@@ -29,6 +29,7 @@ def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
     assert all(t.passed and t.max_abs_err == 0.0 for t in v.trials)
     assert v.timing.n >= 5 and len(v.timing.samples_ms) == v.timing.n and v.timing.clock == "monotonic"
     assert v.timing.median_ms > 0
+    assert v.timing.call == "drop-in"  # timed as a user runs it: the module a PR would add, bound to this kernel
     assert v.baselines.eager.median_ms > 0 and v.speedup_vs_eager == pytest.approx(
         v.baselines.eager.median_ms / v.timing.median_ms)
     assert v.roofline.bytes_moved == 64 * 256 * 4 * 2 + 256 * 4  # x in, y out, bias
@@ -52,6 +53,7 @@ def test_a_large_problem_is_verified_on_three_trials_of_its_first_shape():
 def test_honest_kernelbench_candidate_is_accepted(cpu_evaluator):
     v = cpu_evaluator.evaluate(cand("honest-kb", HONEST_KB))
     assert v.accepted, v.reasons
+    assert v.timing.call == "module"  # its own ModelNew, called as the baselines are
 
 
 @pytest.mark.parametrize("name", sorted(KB_HACKS))
@@ -153,6 +155,7 @@ def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cp
     assert conf.rounds == 3 and len(conf.candidate_ms) == 3 and len(conf.eager_ms) == 3
     assert conf.speedup_vs_eager == [e / k for e, k in zip(conf.eager_ms, conf.candidate_ms, strict=True)]
     assert min(conf.candidate_ms) <= c.timing.median_ms <= max(conf.candidate_ms)  # pooled samples
+    assert c.timing.call == "drop-in"
     assert c.timing.n >= 3 * 5 and len(c.trials) == 2 and all(t.passed for t in c.trials)  # its inputs, a randn draw
 
 

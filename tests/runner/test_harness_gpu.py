@@ -27,7 +27,7 @@ def gpu_evaluator(tmp_path_factory):
 def test_honest_fast_cuda_candidate_is_accepted(gpu_evaluator):
     v = gpu_evaluator.evaluate(cand("honest-cu", HONEST_FAST_CU))
     assert v.accepted, v.reasons
-    assert v.timing.clock == "cuda_events" and v.timing.l2_flushed
+    assert v.timing.clock == "cuda_events" and v.timing.l2_flushed and v.timing.call == "drop-in"
     assert v.baselines.eager and v.baselines.compile, v.baselines.compile_error
     assert v.environment.gpu and v.environment.cuda and v.environment.driver
     assert v.build.ok and v.build.seconds > 0
