@@ -3,8 +3,8 @@
 
 - eager: the reference module;
 - torch.compile: the reference module compiled;
-- harness call: the kernel library called as the harness's contestant calls it (outputs allocated, arguments
-  described through the C ABI, one call);
+- harness call: the bare kernel library, called as the harness's contestant called it until it timed drop-ins
+  (outputs allocated, arguments described through the C ABI, one call);
 - drop-in: the generated module's forward (its custom op, state lookup, output shapes, the same library);
 - with --regenerate, also the drop-in this repository's code generates now for the same kernel (in a copy of the
   folder), to see what a change of the generated runtime does.
@@ -12,7 +12,7 @@
     python bench/dropin_overhead.py [--regenerate] out/h100-catalog/problems/level1_40_LayerNorm [more folders]
 
 The drop-in builds its kernel with nvcc on first use. Prints a Markdown table; "drop-in - harness" is the per-call
-host work the harness's figure does not contain (on a kernel of milliseconds it is noise; on a short one it is not).
+host work a bare-call figure does not contain (on a kernel of milliseconds it is noise; on a short one it is not).
 """
 
 from __future__ import annotations
