@@ -28,8 +28,8 @@ from runner.abi import KernelLibrary  # noqa: E402
 
 
 def pieces(folder: Path, tmp: Path) -> dict:
-    new = _load(regenerate(folder, tmp) / "dropin.py", "pieces_now")
     old = _load(folder / "dropin.py", "pieces_then")
+    new = _load(regenerate(folder, tmp, old) / "dropin.py", "pieces_now")
     ref = new._ref
     init = ref.get_init_inputs()
     fn, fo = new.Model(*init).cuda().eval(), old.Model(*init).cuda().eval()

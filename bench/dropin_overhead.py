@@ -48,11 +48,11 @@ def _load(path: Path, name: str):
     return mod
 
 
-def regenerate(folder: Path, into: Path) -> Path:
-    """A copy of `folder` whose dropin.py is what this code generates for the same kernel, flags and reference."""
+def regenerate(folder: Path, into: Path, old) -> Path:
+    """A copy of `folder` whose dropin.py is what this code generates for the same kernel, flags and reference as
+    `old`, the folder's own drop-in module (loaded)."""
     copy = into / folder.name
     shutil.copytree(folder, copy)
-    old = _load(folder / "dropin.py", f"fusebot_dropin_then_{folder.name.lower()}")
     kernel = (folder / old.KERNEL).read_bytes()
     spec = ProblemSpec(name=folder.name, path=str(copy / REFERENCE_FILE))
     (copy / "dropin.py").write_text(dropin_source(spec, old.BACKEND, list(old.FLAGS[len(CUDA_FLAGS):]),
@@ -60,9 +60,11 @@ def regenerate(folder: Path, into: Path) -> Path:
     return copy
 
 
-def measure(folder: Path, timer: Timer, regenerated: Path | None = None) -> dict:
+def measure(folder: Path, timer: Timer, into: Path | None = None) -> dict:
+    """The timings of one folder; with `into`, also of the drop-in this code generates (regenerated there)."""
     tag = folder.name.lower()
     drop = _load(folder / "dropin.py", f"fusebot_dropin_{tag}")
+    regenerated = regenerate(folder, into, drop) if into is not None else None
     ref = drop._ref  # the reference module the drop-in itself imported
     torch.manual_seed(0)
     init = ref.get_init_inputs()
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     strict_fp32()
     with tempfile.TemporaryDirectory() as tmp:
         for folder in args.folders:
-            r = measure(folder, timer, regenerate(folder, Path(tmp)) if args.regenerate else None)
+            r = measure(folder, timer, Path(tmp) if args.regenerate else None)
             line = (f"| {r['problem']} | {'yes' if r['matches'] else 'NO'} | {r['eager_ms']:.4g} | "
                     f"{r['compile_ms']:.4g} | {r['harness_ms']:.4g} | {r['dropin_ms']:.4g} | "
                     f"{(r['dropin_ms'] - r['harness_ms']) * 1000:.1f} |")
