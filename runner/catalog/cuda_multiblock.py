@@ -99,7 +99,7 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
             if last:
                 store_out = f"""
         if ({v} == 1) (({out_t}*)a.out)[o * a.R + r0] = ov.v[0];
-        else *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;"""
+        else fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);"""
             step = f"""{f"FbVec<{out_t}, {v}> ov;" if last else ""}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
@@ -340,7 +340,7 @@ def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll:
           {lines}
           ov.v[j] = fb_to<{out_t}>({res});
         }}
-        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);
         {refill}
     }}"""
     em = Emitter(_Loads(p, set()))

@@ -68,7 +68,7 @@ def render_rows(p: Program, params: CudaParams, out_t: str) -> str:
           ov.v[j] = fb_to<{out_t}>({res});
         }}
         if ({v} == 1) (({out_t}*)a.out)[(o * a.R + r0) * a.I + i] = ov.v[0];
-        else *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.R + r0) = ov;
+        else fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);
     }}"""
         else:
             em = Emitter(_Loads(p, set()))
@@ -233,7 +233,7 @@ def _columns_kernel(p: Program, plan, params: CudaParams, out_t: str, v: int, ve
           {lines}
           ov.v[j] = fb_to<{out_t}>({res});
         }}
-        *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + base) = ov;
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + base, ov);
       }}
     }}"""
     else:
@@ -249,7 +249,7 @@ def _columns_kernel(p: Program, plan, params: CudaParams, out_t: str, v: int, ve
         {lines}
         ov.v[j] = fb_to<{out_t}>({res});
       }}
-      *(FbVec<{out_t}, {v}>*)(({out_t}*)a.out + o * a.I + i0) = ov;
+      fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.I + i0, ov);
     }}"""
     passes = "\n".join(parts)
     return f"""
