@@ -52,6 +52,9 @@ def render_grid(p: Program, params: CudaParams, out_t: str) -> str:
         raise NotExpressible(f"unroll {U}")
     if S < 2:
         raise NotExpressible("grid needs at least two blocks per row")
+    K = params.chunks
+    if K > 1 and (params.buffers != 1 or V == 1 or K > 8):
+        raise NotExpressible("chunks: one buffer, whole vectors, at most 8 parts")
     unroll = f"#pragma unroll {U}\n" if U > 1 else ""  # (U = 1: the compiler's own unrolling; a pragma of 1 stops it)
     plan = plan_passes(p, params.mode)
     cached = sorted(k for k in range(len(p.inputs)) if p.access(k) == "full")
@@ -73,8 +76,9 @@ struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unuse
         loads = _Loads(p, set(cached) | set(rowvec))
         smem = slice_pointers(cached, ctype, v)
         parts = []
+        k = K if v > 1 else 1
         for pno in range(1, P + 1):
-            accs, feed = slice_pass(plan, loads, pno, lambda w, ld=loads: decls(ld, w), v, T, unroll)
+            accs, feed = slice_pass(plan, loads, pno, lambda w, ld=loads: decls(ld, w), v, T, unroll, k if pno == 1 else 1)
             decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
             publish = "\n      ".join(f"ws[row * {S} + slice].{x.name} = {x.name};" for x in accs)
             reduce = "\n    ".join(f"fb_block_reduce<{x.kind}, {T}>({x.name});" for x in accs)
@@ -106,20 +110,20 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   const int slice = blockIdx.x % {S};
   const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
   int buf = 0;
-  if (blockIdx.x / {S} < a.O) {{ {slice_fill(p, ctype, cached, v, T, f"blockIdx.x / {S}", "0")} }}
+  if (blockIdx.x / {S} < a.O) {{ {slice_fill(p, ctype, cached, v, T, f"blockIdx.x / {S}", "0", k)} }}
   __pipeline_commit();
   for (long long row = blockIdx.x / {S}; row < a.O; row += groups) {{
     const long long o = row, i = 0; (void)i;
     {row_bases(p)}
     {smem}
-    {slice_turn(p, ctype, cached, v, T, "row + groups")}
+    {slice_turn(p, ctype, cached, v, T, "row + groups") if k == 1 else "// the first pass waits for the slice part by part"}
 {passes}
 {out}
     __syncthreads();  // this block's slice buffer is refilled next
     if (nbuf == 2) {{
       buf ^= 1;
     }} else {{
-      if (row + groups < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + groups", "0")} }}
+      if (row + groups < a.O) {{ {slice_fill(p, ctype, cached, v, T, "row + groups", "0", k)} }}
       __pipeline_commit();
     }}
   }}

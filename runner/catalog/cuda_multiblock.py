@@ -256,10 +256,23 @@ def slice_copy(p: Program, ctype: dict[int, str], cached: list[int], v: int, row
     return " ".join(body)
 
 
-def slice_fill(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: int, row: str, buf: str) -> str:
+def chunk_loop(v: int, T: int, k: int, K: int) -> str:
+    """The header of a loop over part k of K of the thread's own positions r0 in [lo, hi) (lo + (it * T +
+    threadIdx.x) * v for `it` in part k of the slice's steps): the fill and the first pass cut alike."""
+    return (f"for (long long it = fb_nit * {k} / {K}, r0 = lo + (it * {T} + threadIdx.x) * {v}; "
+            f"it < fb_nit * {k + 1} / {K} && r0 < hi; ++it, r0 += {T}LL * {v})")
+
+
+def slice_fill(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: int, row: str, buf: str,
+               chunks: int = 1) -> str:
     """Start copying `row`'s slice [lo, hi) into buffer `buf`, every vector of it in flight at once. Each thread
     copies the vectors it later reads (r0 = lo + threadIdx.x * v, stepping T * v): a thread owns its positions. The
-    scalar kernels copy 16-byte pieces instead (fb_fill_padded), whoever reads them."""
+    scalar kernels copy 16-byte pieces instead (fb_fill_padded), whoever reads them. chunks K > 1: the copies in K
+    commit groups, the caller's own commit closing the last, so that a pass can wait for them part by part."""
+    if chunks > 1 and v > 1:
+        parts = [chunk_loop(v, T, k, chunks) + " { " + slice_copy(p, ctype, cached, v, row, buf) + " }"
+                 + (" __pipeline_commit();" if k < chunks - 1 else "") for k in range(chunks)]
+        return f"const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v}); " + " ".join(parts)
     if v == 1:
         return " ".join(f"fb_fill_padded<{ctype[k]}>(({ctype[k]}*)(fb_smem + ({buf}) * bufbytes + {off}), "
                         f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + lo, hi - lo, {T}, (int)threadIdx.x);"
@@ -293,19 +306,21 @@ def slice_reads(loads: _Loads, ctype: dict[int, str], cached: list[int], v: int)
     return "\n        ".join(out)
 
 
-def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str) -> tuple[list, str]:
+def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str, chunks: int = 1) -> tuple[list, str]:
     """Pass `pno` over the block's slice on chip: its accumulators and the loop(s) feeding them. A Welford (mean and
     variance) accumulator takes its thread's values in two local passes, a sum then the squared deviations from the
-    thread's own mean (a second read of shared memory instead of a division per element); merges are unchanged."""
+    thread's own mean (a second read of shared memory instead of a division per element); merges are unchanged.
+    chunks K > 1 (the first pass of a slice filled by slice_fill in K parts): part k waits for its own commit group
+    only (`__pipeline_wait_prior(K - 1 - k)`); a thread reads the positions it copied, so no block barrier."""
     accs = [x for x in plan.accs if x.pass_no == pno]
     welford = [x for x in accs if x.kind == "AccWelford"]
 
-    def loop(adds) -> str:
+    def loop(adds, parts: int = 1) -> str:
         loads.used.clear()
         em = Emitter(loads)
         lines = [f"{x.name}.{fn}({em(x.arg)}{', r' if fn == 'add' else ''});" for x, fn in adds]
         body = "\n          ".join(em.lines + lines)
-        return f"""{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
+        inner = f"""{{
         {decls(v)}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
@@ -313,8 +328,13 @@ def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str
           {body}
         }}
     }}"""
+        if parts == 1:
+            return f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {inner}"
+        head = f"    const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
+        return head + "\n".join(f"    __pipeline_wait_prior({parts - 1 - k});\n{unroll}    {chunk_loop(v, T, k, parts)} {inner}"
+                                 for k in range(parts))
 
-    code = loop([(x, "add_sum" if x in welford else "add") for x in accs])
+    code = loop([(x, "add_sum" if x in welford else "add") for x in accs], chunks)
     if welford:
         code += "\n    " + " ".join(f"{x.name}.center();" for x in welford) + "\n" + loop([(x, "add_dev") for x in welford])
     return accs, code

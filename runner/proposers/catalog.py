@@ -100,10 +100,10 @@ def effective(p, prog):
             and prog.is_row:
         _, R, inner = prog.split()
         if inner == 1 and R % p.vec:
-            return replace(p, vec=1)
+            return replace(p, vec=1, chunks=1)  # (the scalar kernel's fill is not cut in parts)
         runs = [prog.block_len(k) for k in cuda.rowblock_inputs(prog)]
         if any(n > 1 and n % p.vec for n in runs):  # a rowblock input's runs (a GroupNorm channel) not whole vectors
-            return replace(p, vec=1)
+            return replace(p, vec=1, chunks=1)
     if isinstance(p, cuda.CudaParams) and p.vec > 1 and p.layout == "columns" and prog is not None and prog.is_row:
         _, _, inner = prog.split()
         if inner % p.vec:  # (inner == 1 too: a reduction over the innermost dims runs the scalar columns kernel)
@@ -134,8 +134,12 @@ def _neighbours(p) -> list:
             out.append(replace(p, buffers=3 - p.buffers))
         if p.layout == "split":
             out.append(replace(p, interleave=not p.interleave))
-        if p.layout == "grid":  # at least two blocks per row
-            out = [x for x in out if x.slices >= 2]
+        if p.layout == "grid" and p.buffers == 1 and p.vec > 1:  # the first pass part by part: 1, 2, 4, 8 parts
+            seq = [1, 2, 4, 8]
+            k = seq.index(p.chunks) if p.chunks in seq else 0
+            out += [replace(p, chunks=seq[j]) for j in (k - 1, k + 1) if 0 <= j < len(seq)]
+        if p.layout == "grid":  # at least two blocks per row; parts only with one buffer and whole vectors
+            out = [x for x in out if x.slices >= 2 and (x.chunks == 1 or (x.buffers == 1 and x.vec > 1))]
         if p.layout in ("flat", "bcast"):
             out.append(replace(p, grid="once" if p.grid == "stride" else "stride"))
         if p.layout == "columns":

@@ -336,8 +336,14 @@ def test_rows_beyond_a_cluster_that_fit_on_chip_a_few_at_a_time_go_to_a_grid_gro
     # a channel of 63 values: the 2-wide kernel would run its scalar fall-back, so it is proposed as what it runs
     from runner.proposers.catalog import effective
 
-    assert effective(big[0].params[0], _norm_rows(896, (8, 262144))).vec == 2
-    assert effective(big[0].params[0], _norm_rows(896, (8, 63))).vec == 1
+    # whole vectors with the first pass in 4 parts first, one pass (Welford) before two
+    first = big[0].params[0]
+    assert (first.vec, first.chunks, first.mode, first.buffers) == (4, 4, "online", 1)
+    assert effective(first, _norm_rows(896, (8, 262144))) == first
+    assert [p for p in big[0].params if p.chunks == 1 and p.vec == 2]  # the half-width whole-slice sets after them
+    # a channel of 63 values: the vector kernel would run its scalar fall-back (whose fill is not cut in parts), so
+    # it is proposed as what it runs
+    assert effective(first, _norm_rows(896, (8, 63))) == replace(first, vec=1, chunks=1)
 
 
 def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
@@ -417,3 +423,19 @@ def test_a_confirmed_loss_is_not_called_degenerate(harness_cache):
         v = ev.confirm(cand, rounds=1)
     assert v.accepted, v.reasons
     assert len(v.trials) == 2 and not v.degenerate, v.warnings
+
+
+def test_refining_a_grid_steps_its_parts_only_where_a_part_can_be_waited_for():
+    """The refinement around a grid parameter set steps `chunks` (1, 2, 4, 8) with one buffer and whole vectors, and
+    proposes no cut fill anywhere else (two buffers, the scalar kernel): those would not render."""
+    from runner.proposers.catalog import _neighbours
+
+    base = cuda.CudaParams("grid", vec=4, threads=256, slices=88, mode="online", buffers=1, chunks=4)
+    near = _neighbours(base)
+    assert {p.chunks for p in near if replace(p, chunks=4) == base} == {2, 8}
+    assert all(p.chunks == 1 or (p.buffers == 1 and p.vec > 1) for p in near)
+    assert any(p.vec == 2 and p.chunks == 4 for p in near)  # the other steps keep the parts where they still can
+    assert all(p.chunks == 1 for p in _neighbours(replace(base, buffers=2, chunks=1)))
+    row = _norm_rows(896, (8, 262144))
+    for p in near:
+        cuda.render(row, p)  # every neighbour renders
