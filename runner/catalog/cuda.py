@@ -57,8 +57,8 @@ class CudaParams:
     # columns, cluster: the reduction loops unrolled U times (loads of U steps in flight)
     interleave: bool = False  # split: a row's blocks take turns along it (block s reads tiles s, s + S, ...: all
     # of them read one window of memory at a time) instead of each walking its own contiguous chunk
-    chunks: int = 1  # grid with one buffer and whole vectors: the slice's fill in K commit groups, the first pass
-    # taking each part as it lands instead of waiting for the whole slice
+    chunks: int = 1  # grid, cluster with one buffer and whole vectors: the slice's fill in K commit groups, the first
+    # pass taking each part as it lands instead of waiting for the whole slice
 
     def label(self) -> str:
         base = f"cuda-{self.layout}-v{self.vec}-t{self.threads}"
@@ -70,6 +70,7 @@ class CudaParams:
             base += f"-s{self.slices}-{self.mode}" + ("-il" if self.interleave else "")
         elif self.layout == "cluster":
             base += f"-c{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
+            base += f"-k{self.chunks}" if self.chunks > 1 else ""
         elif self.layout == "grid":
             base += f"-s{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
             base += f"-k{self.chunks}" if self.chunks > 1 else ""

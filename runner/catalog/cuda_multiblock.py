@@ -330,9 +330,9 @@ def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str
     }}"""
         if parts == 1:
             return f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {inner}"
-        head = f"    const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
+        head = f"    {{ const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
         return head + "\n".join(f"    __pipeline_wait_prior({parts - 1 - k});\n{unroll}    {chunk_loop(v, T, k, parts)} {inner}"
-                                 for k in range(parts))
+                                 for k in range(parts)) + " }"
 
     code = loop([(x, "add_sum" if x in welford else "add") for x in accs], chunks)
     if welford:
@@ -341,13 +341,34 @@ def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str
 
 
 def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll: str, out_t: str, first: str,
-                 refill: str = "") -> str:
+                 refill: str = "", chunks: int = 1) -> str:
     """The output from the slice after the last pass: a full output vector by vector over [lo, hi) (`decls(v)`
     declares the inputs' vectors at r0; `refill` runs after each vector's store: the thread's next row copied into
-    the positions it has just read), or a per-row output by thread 0 of the block where `first` holds."""
+    the positions it has just read), or a per-row output by thread 0 of the block where `first` holds. chunks K > 1
+    (with a refill): the positions in slice_fill's K parts, a commit group closed after each but the last (the
+    caller's commit closes it), so the next row's first pass can take them part by part."""
     loads.used.clear()
     em = Emitter(loads)
     assert plan.out is not None
+    if full_output(p) and chunks > 1:
+        res = em(plan.out)
+        lines = "\n          ".join(em.lines)
+        body = f"""{{
+        {decls(v)}
+        FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);
+        {refill}
+    }}"""
+        loops = [f"{unroll}    {chunk_loop(v, T, k, chunks)} {body}" + ("\n    __pipeline_commit();" if k < chunks - 1 else "")
+                 for k in range(chunks)]
+        return (f"    {{ const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
+                + "\n".join(loops) + " }")
     if full_output(p):
         res = em(plan.out)
         lines = "\n          ".join(em.lines)
@@ -412,6 +433,9 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
     if not cached:
         raise NotExpressible("nothing to keep on chip")
     ctype = {k: _ctype(p.inputs[k].dtype) for k in cached}
+    K = params.chunks
+    if K > 1 and (params.buffers != 1 or V == 1 or K > 8 or not full_output(p)):
+        raise NotExpressible("chunks: one buffer refilled as the output is written, whole vectors, at most 8 parts")
 
     def decls(v: int) -> str:
         return slice_reads(loads, ctype, cached, v)
@@ -424,8 +448,9 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         loads = _Loads(p, set(cached))
         smem = slice_pointers(cached, ctype, v)
         parts = []
+        k = K if v > 1 else 1
         for pno in range(1, plan.passes + 1):
-            accs, feed = slice_pass(plan, loads, pno, decls, v, T, unroll)
+            accs, feed = slice_pass(plan, loads, pno, decls, v, T, unroll, k if pno == 1 else 1)
             decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
             merge = "\n    ".join(
                 f"""fb_block_reduce<{x.kind}, {T}>({x.name});
@@ -454,7 +479,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         fused = full_output(p) and v > 1  # (the scalar kernel's fill is by 16-byte pieces: no owned positions)
         refill = (f"if (nbuf == 1 && row + clusters < a.O) {{ "
                   f"{slice_copy(p, ctype, cached, v, 'row + clusters', '0')} }}") if fused else ""
-        out = slice_output(p, plan, loads, decls, v, T, unroll, out_t, "rank == 0", refill)
+        out = slice_output(p, plan, loads, decls, v, T, unroll, out_t, "rank == 0", refill, k)
         passes = "\n".join(parts)
         kernels.append(f"""
 // nbuf == 2: the next row's slice streams into the other buffer while this row's passes and output run.
@@ -466,13 +491,13 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   const long long clusters = gridDim.x / {C};
   const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
   int buf = 0, par = 0;
-  if (blockIdx.x / {C} < a.O) {{ {slice_fill(p, ctype, cached, v, T, "blockIdx.x / " + str(C), "0")} }}
+  if (blockIdx.x / {C} < a.O) {{ {slice_fill(p, ctype, cached, v, T, "blockIdx.x / " + str(C), "0", k)} }}
   __pipeline_commit();
   for (long long row = blockIdx.x / {C}; row < a.O; row += clusters) {{
     const long long o = row, i = 0; (void)i;
     {row_bases(p)}
     {smem}
-    {slice_turn(p, ctype, cached, v, T, "row + clusters")}
+    {slice_turn(p, ctype, cached, v, T, "row + clusters") if k == 1 else "// the first pass waits for the slice part by part"}
 {passes}
 {out}
     __syncthreads();  // before the next row (and its slice buffer's refill below, where the output did not refill it)

@@ -134,12 +134,14 @@ def _neighbours(p) -> list:
             out.append(replace(p, buffers=3 - p.buffers))
         if p.layout == "split":
             out.append(replace(p, interleave=not p.interleave))
-        if p.layout == "grid" and p.buffers == 1 and p.vec > 1:  # the first pass part by part: 1, 2, 4, 8 parts
+        if p.layout in ("grid", "cluster") and p.buffers == 1 and p.vec > 1:  # the first pass in 1, 2, 4, 8 parts
             seq = [1, 2, 4, 8]
             k = seq.index(p.chunks) if p.chunks in seq else 0
             out += [replace(p, chunks=seq[j]) for j in (k - 1, k + 1) if 0 <= j < len(seq)]
-        if p.layout == "grid":  # at least two blocks per row; parts only with one buffer and whole vectors
-            out = [x for x in out if x.slices >= 2 and (x.chunks == 1 or (x.buffers == 1 and x.vec > 1))]
+        if p.layout in ("grid", "cluster"):  # parts only with one buffer and whole vectors
+            out = [x for x in out if x.chunks == 1 or (x.buffers == 1 and x.vec > 1)]
+        if p.layout == "grid":  # at least two blocks per row
+            out = [x for x in out if x.slices >= 2]
         if p.layout in ("flat", "bcast"):
             out.append(replace(p, grid="once" if p.grid == "stride" else "stride"))
         if p.layout == "columns":

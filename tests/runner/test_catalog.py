@@ -198,6 +198,8 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     # the first pass taking the slice part by part as it lands (one buffer)
     ("groupnorm_runs", cuda.CudaParams("grid", vec=4, threads=256, slices=4, mode="twopass", buffers=1, chunks=4)),
     ("softmax", cuda.CudaParams("grid", vec=4, threads=256, slices=16, mode="online", buffers=1, chunks=8)),
+    ("instancenorm", cuda.CudaParams("cluster", vec=2, threads=128, slices=4, mode="twopass", buffers=1, chunks=4)),
+    ("log_softmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online", buffers=1, chunks=2)),
     ("gemm_groupnorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="online", fast_math=True)),
 ]
 
@@ -502,11 +504,14 @@ GPU_CASES = {
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64),
                   cuda.CudaParams("split", vec=4, threads=128, slices=48, unroll=2, interleave=True)],
     "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
-                    threads=128, slices=4, mode="twopass")],
+                    threads=128, slices=4, mode="twopass"),
+                    # the first pass part by part, the output's refill closing a part's commit group at a time
+                    cuda.CudaParams("cluster", vec=4, threads=128, slices=4, mode="twopass", buffers=1, chunks=4)],
     # one buffer (a whole 200 KB row per block), two buffers (100 KB halves on clusters of 2), clusters of 8
     "softmax_long_rows": [cuda.CudaParams("cluster", vec=4, threads=512, slices=1, mode="twopass"),
                           cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online"),
                           cuda.CudaParams("cluster", vec=4, threads=1024, slices=8, mode="twopass"),
+                          cuda.CudaParams("cluster", vec=4, threads=256, slices=8, mode="online", buffers=1, chunks=8),
                           # 300 rows on groups of 64 blocks of 1024 threads: a few groups, each walking ~75 rows
                           # through its counters; the second shape set's odd rows take the scalar kernel
                           cuda.CudaParams("grid", vec=4, threads=1024, slices=64, mode="online"),

@@ -439,3 +439,5 @@ def test_refining_a_grid_steps_its_parts_only_where_a_part_can_be_waited_for():
     row = _norm_rows(896, (8, 262144))
     for p in near:
         cuda.render(row, p)  # every neighbour renders
+    on_chip = _neighbours(replace(base, layout="cluster", slices=16))  # clusters too
+    assert {p.chunks for p in on_chip if p.layout == "cluster" and p.slices == 16 and p.vec == 4} >= {2, 4, 8}
