@@ -263,6 +263,35 @@ def chunk_loop(v: int, T: int, k: int, K: int) -> str:
             f"it < fb_nit * {k + 1} / {K} && r0 < hi; ++it, r0 += {T}LL * {v})")
 
 
+def mid_ok(p: Program, ctype: dict[int, str], cached: list[int], out_t: str) -> bool:
+    """Can the scalar kernel (a row that is not whole vectors) run the middle of its slice 4 wide? Every input read
+    along the row is on chip (no row vector or general index read from memory at r0) and 4 bytes, as the output is."""
+    kinds = {p.access(k) for k in range(len(p.inputs))}
+    return kinds <= {"full", "scalar", "outer"} and all(ctype[k] == "float" for k in cached) and out_t == "float"
+
+
+def mid_bounds(cached: list[int]) -> str:
+    """(v1 kernels, with mid_ok) this row's [fb_m0, fb_m1): the slice's 16-byte aligned stretch, whole float4s, where
+    the passes and the output go 4 wide; empty unless every input's and the output's base is 16-byte aligned
+    (fb_vmid), so that the row's alignment, which its shifted slice buffer shares, is the same for all of them."""
+    pad = f"fb_pad16<float>(a.in[{cached[0]}], row * a.R + lo)"
+    return (f"const long long fb_a0 = lo + ((4 - {pad}) & 3), fb_m0 = fb_vmid && fb_a0 < hi ? fb_a0 : hi, "
+            f"fb_m1 = fb_m0 + ((hi - fb_m0) & ~3LL);")
+
+
+def mid_flag(cached: list[int]) -> str:
+    ptrs = " | ".join([f"(unsigned long long)a.in[{k}]" for k in cached] + ["(unsigned long long)a.out"])
+    return f"const bool fb_vmid = (({ptrs}) & 15) == 0;"
+
+
+def mid_loops(T: int, unroll: str, inner) -> str:
+    """The scalar kernel's loop over its positions as three: the head [lo, fb_m0) and tail [fb_m1, hi) one element at
+    a time, the middle 4 wide (a thread's positions still increase, as an argmax's ties need)."""
+    return (f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x; r0 < fb_m0; r0 += {T}LL) {inner(1)}\n"
+            f"{unroll}    for (long long r0 = fb_m0 + (long long)threadIdx.x * 4; r0 < fb_m1; r0 += {T}LL * 4) {inner(4)}\n"
+            f"{unroll}    for (long long r0 = fb_m1 + (long long)threadIdx.x; r0 < hi; r0 += {T}LL) {inner(1)}")
+
+
 def slice_fill(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: int, row: str, buf: str,
                chunks: int = 1) -> str:
     """Start copying `row`'s slice [lo, hi) into buffer `buf`, every vector of it in flight at once. Each thread
@@ -306,7 +335,8 @@ def slice_reads(loads: _Loads, ctype: dict[int, str], cached: list[int], v: int)
     return "\n        ".join(out)
 
 
-def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str, chunks: int = 1) -> tuple[list, str]:
+def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str, chunks: int = 1,
+               mid: bool = False) -> tuple[list, str]:
     """Pass `pno` over the block's slice on chip: its accumulators and the loop(s) feeding them. A Welford (mean and
     variance) accumulator takes its thread's values in two local passes, a sum then the squared deviations from the
     thread's own mean (a second read of shared memory instead of a division per element); merges are unchanged.
@@ -320,14 +350,19 @@ def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str
         em = Emitter(loads)
         lines = [f"{x.name}.{fn}({em(x.arg)}{', r' if fn == 'add' else ''});" for x, fn in adds]
         body = "\n          ".join(em.lines + lines)
-        inner = f"""{{
-        {decls(v)}
+
+        def inner_of(w: int) -> str:
+            return f"""{{
+        {decls(w)}
 #pragma unroll
-        for (int j = 0; j < {v}; ++j) {{
+        for (int j = 0; j < {w}; ++j) {{
           const long long r = r0 + j, flat = o * a.R + r; (void)flat;
           {body}
         }}
     }}"""
+        inner = inner_of(v)
+        if mid and v == 1:
+            return mid_loops(T, unroll, inner_of)
         if parts == 1:
             return f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {inner}"
         head = f"    {{ const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
@@ -341,7 +376,7 @@ def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str
 
 
 def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll: str, out_t: str, first: str,
-                 refill: str = "", chunks: int = 1) -> str:
+                 refill: str = "", chunks: int = 1, mid: bool = False) -> str:
     """The output from the slice after the last pass: a full output vector by vector over [lo, hi) (`decls(v)`
     declares the inputs' vectors at r0; `refill` runs after each vector's store: the thread's next row copied into
     the positions it has just read), or a per-row output by thread 0 of the block where `first` holds. chunks K > 1
@@ -350,6 +385,23 @@ def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll:
     loads.used.clear()
     em = Emitter(loads)
     assert plan.out is not None
+    if full_output(p) and mid and v == 1 and not refill:
+        res = em(plan.out)
+        lines = "\n          ".join(em.lines)
+
+        def inner_of(w: int) -> str:
+            return f"""{{
+        {decls(w)}
+        FbVec<{out_t}, {w}> ov;
+#pragma unroll
+        for (int j = 0; j < {w}; ++j) {{
+          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        fb_stv<{out_t}, {w}>(({out_t}*)a.out + o * a.R + r0, ov);
+    }}"""
+        return mid_loops(T, unroll, inner_of)
     if full_output(p) and chunks > 1:
         res = em(plan.out)
         lines = "\n          ".join(em.lines)
@@ -449,8 +501,9 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         smem = slice_pointers(cached, ctype, v)
         parts = []
         k = K if v > 1 else 1
+        mid = v == 1 and mid_ok(p, ctype, cached, out_t)
         for pno in range(1, plan.passes + 1):
-            accs, feed = slice_pass(plan, loads, pno, decls, v, T, unroll, k if pno == 1 else 1)
+            accs, feed = slice_pass(plan, loads, pno, decls, v, T, unroll, k if pno == 1 else 1, mid)
             decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
             merge = "\n    ".join(
                 f"""fb_block_reduce<{x.kind}, {T}>({x.name});
@@ -479,7 +532,7 @@ def render_cluster(p: Program, params: CudaParams, out_t: str) -> str:
         fused = full_output(p) and v > 1  # (the scalar kernel's fill is by 16-byte pieces: no owned positions)
         refill = (f"if (nbuf == 1 && row + clusters < a.O) {{ "
                   f"{slice_copy(p, ctype, cached, v, 'row + clusters', '0')} }}") if fused else ""
-        out = slice_output(p, plan, loads, decls, v, T, unroll, out_t, "rank == 0", refill, k)
+        out = slice_output(p, plan, loads, decls, v, T, unroll, out_t, "rank == 0", refill, k, mid)
         passes = "\n".join(parts)
         kernels.append(f"""
 // nbuf == 2: the next row's slice streams into the other buffer while this row's passes and output run.
@@ -490,6 +543,7 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
   {slots}
   const long long clusters = gridDim.x / {C};
   const long long lo = rank * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;
+  {mid_flag(cached) if mid else ""}
   int buf = 0, par = 0;
   if (blockIdx.x / {C} < a.O) {{ {slice_fill(p, ctype, cached, v, T, "blockIdx.x / " + str(C), "0", k)} }}
   __pipeline_commit();
@@ -497,6 +551,7 @@ __global__ void __launch_bounds__({T}) fb_cluster_v{v}(FbArgs a, long long chunk
     const long long o = row, i = 0; (void)i;
     {row_bases(p)}
     {smem}
+    {mid_bounds(cached) if mid else ""}
     {slice_turn(p, ctype, cached, v, T, "row + clusters") if k == 1 else "// the first pass waits for the slice part by part"}
 {passes}
 {out}

@@ -199,6 +199,8 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("groupnorm_runs", cuda.CudaParams("grid", vec=4, threads=256, slices=4, mode="twopass", buffers=1, chunks=4)),
     ("softmax", cuda.CudaParams("grid", vec=4, threads=256, slices=16, mode="online", buffers=1, chunks=8)),
     ("instancenorm", cuda.CudaParams("cluster", vec=2, threads=128, slices=4, mode="twopass", buffers=1, chunks=4)),
+    ("softmax", cuda.CudaParams("cluster", vec=1, threads=256, slices=4, mode="twopass", buffers=1)),  # 4-wide middle
+    ("argmax", cuda.CudaParams("grid", vec=1, threads=128, slices=4, mode="online", buffers=1)),
     ("log_softmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online", buffers=1, chunks=2)),
     ("gemm_groupnorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="online", fast_math=True)),
 ]
@@ -512,6 +514,10 @@ GPU_CASES = {
                           cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online"),
                           cuda.CudaParams("cluster", vec=4, threads=1024, slices=8, mode="twopass"),
                           cuda.CudaParams("cluster", vec=4, threads=256, slices=8, mode="online", buffers=1, chunks=8),
+                          # the scalar kernels on both shapes: rows of 50000 and 50001 starting anywhere mod 16
+                          # bytes, the middle of each slice 4 wide (head and tail one at a time)
+                          cuda.CudaParams("cluster", vec=1, threads=256, slices=4, mode="twopass", buffers=1),
+                          cuda.CudaParams("grid", vec=1, threads=128, slices=8, mode="online", buffers=1),
                           # 300 rows on groups of 64 blocks of 1024 threads: a few groups, each walking ~75 rows
                           # through its counters; the second shape set's odd rows take the scalar kernel
                           cuda.CudaParams("grid", vec=4, threads=1024, slices=64, mode="online"),
