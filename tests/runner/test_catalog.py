@@ -515,7 +515,7 @@ GPU_CASES = {
                           cuda.CudaParams("cluster", vec=4, threads=1024, slices=8, mode="twopass"),
                           cuda.CudaParams("cluster", vec=4, threads=256, slices=8, mode="online", buffers=1, chunks=8),
                           # the scalar kernels on both shapes: rows of 50000 and 50001 starting anywhere mod 16
-                          # bytes, the middle of each slice 4 wide (head and tail one at a time)
+                          # bytes (the cluster's: the middle of each slice 4 wide, head and tail one at a time)
                           cuda.CudaParams("cluster", vec=1, threads=256, slices=4, mode="twopass", buffers=1),
                           cuda.CudaParams("grid", vec=1, threads=128, slices=8, mode="online", buffers=1),
                           # 300 rows on groups of 64 blocks of 1024 threads: a few groups, each walking ~75 rows
