@@ -1,14 +1,20 @@
-// The grid layout's pipeline without its arithmetic: rows held in shared memory across a group of S co-resident
-// blocks of one cooperative launch, each block a slice; per row nbar group barriers (a counter each, as the catalog's
-// grid template waits on), then the output written from the slice (input times a constant). mode 0: the block refills
-// its slice after the output; 1: each thread refills the positions it has just written out; 2: two buffers, the next
-// row streaming in meanwhile; 3: split-phase barriers on three buffers: a block publishes row k's partial and arrives,
-// then waits for row k-1's barrier (arrived a step earlier) and writes row k-1 out, while row k+1 streams into the third
-// buffer; 4: the same on two buffers, row k+1 refilling row k-1's positions as they are written out. A bound for what runner/catalog/cuda_grid.py can reach on a shape, and a device copy of
-// the same bytes beside it. Not part of fusebot: a measuring tool (results in bench/results/h100-catalog/README.md).
+// The grid layout's pipeline without most of its arithmetic: rows held in shared memory across a group of S
+// co-resident blocks of one cooperative launch, each block a slice; per row nbar group barriers (a counter each, as the
+// catalog's grid template waits on), then the output written from the slice. Modes:
+//   0: the block refills its slice after the output; 1: each thread refills the positions it has just written out;
+//   2: two buffers, the next row streaming in meanwhile;
+//   3: split-phase barriers on three buffers (a block publishes row k's partial and arrives, then waits for row k-1's
+//      barrier, arrived a step earlier, and writes row k-1 out while row k+1 streams into the third buffer);
+//   4: the same on two buffers, row k+1 refilling row k-1's positions as they are written out;
+//   5, 6, 7: mode 1 with the fill cut into 4, 8, 1 commit groups of each thread's own positions, the row's partial
+//      taken part by part as it lands (what runner/catalog's `chunks` does);
+//   8, 9: the catalog's structure step by step (vectors of 2 or 4 floats, NP passes, WORK 1: __expf, 2: expf).
+// A bound for what runner/catalog/cuda_grid.py can reach on a shape, and a device copy of the same bytes beside it.
+// Not part of fusebot: a measuring tool (results in bench/results/h100-catalog/README.md).
 //
 //   nvcc -O3 -arch=sm_90 -o grid_probe bench/grid_probe.cu
-//   ./grid_probe ROWS ROW_ELEMS S THREADS NBAR MODE [memcpy|-] [WORK] [NP]     e.g. ./grid_probe 896 2097152 88 256 2 0 memcpy
+//   ./grid_probe ROWS ROW_ELEMS S THREADS NBAR MODE [memcpy|-] [WORK] [NP]
+//   e.g. ./grid_probe 896 2097152 88 256 2 0 memcpy
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -136,9 +142,9 @@ __global__ void piped(const float4* x, float4* y, long long O, long long R4, int
   }
 }
 
-// modes 5, 6, 7: one buffer refilled as it is written out (mode 1), the fill and the refill cut into K commit groups of each
-// thread's own positions (5: K = 4, 6: 8, 7: 1), so the row's partial runs chunk by chunk as the slice arrives (no block barrier before it);
-// work 1: an expf per element in both passes (softmax-like arithmetic), 0: trivial
+// modes 5, 6, 7: one buffer refilled as it is written out (mode 1), the fill and the refill cut into K commit groups
+// of each thread's own positions (5: K = 4, 6: 8, 7: 1), so the row's partial runs part by part as the slice arrives
+// (no block barrier before it); work 1: an __expf per element in both passes (softmax-like arithmetic), 0: trivial
 template <int K>
 __global__ void chunked(const float4* x, float4* y, long long O, long long R4, int S, long long chunk4, unsigned* cnt,
                         int nbar, int work) {
@@ -247,7 +253,8 @@ int main(int argc, char** argv) {
   const int nb = mode == 3 ? 3 : mode == 2 || mode == 4 ? 2 : 1;
   int work = argc > 8 ? atoi(argv[8]) : 0, np = argc > 9 ? atoi(argv[9]) : 1;
   size_t smem = chunk4 * 16 * nb;
-  void* kfn = mode == 5 ? (void*)chunked<4> : mode == 6 ? (void*)chunked<8> : mode == 7 ? (void*)chunked<1> : mode == 8 ? (void*)like<2> : mode == 9 ? (void*)like<4> : mode >= 3 ? (void*)piped : (void*)probe;
+  void* kfn = mode == 5 ? (void*)chunked<4> : mode == 6 ? (void*)chunked<8> : mode == 7 ? (void*)chunked<1>
+              : mode == 8 ? (void*)like<2> : mode == 9 ? (void*)like<4> : mode >= 3 ? (void*)piped : (void*)probe;
   cudaFuncSetAttribute(kfn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   int per_sm = 0, sms = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kfn, T, smem);
@@ -264,7 +271,8 @@ int main(int argc, char** argv) {
     long long chunk = chunk4 * 4;
     void* largs[] = {&x, &y, &O, &R, &S, &chunk, &cnt, &nbar, &work, &np};
     cudaEventRecord(e0);
-    cudaLaunchCooperativeKernel(kfn, dim3(groups * S), dim3(T), mode >= 8 ? largs : mode >= 5 && mode <= 7 ? cargs : mode >= 3 ? pargs : args, smem, 0);
+    void** kargs = mode >= 8 ? largs : mode >= 5 ? cargs : mode >= 3 ? pargs : args;
+    cudaLaunchCooperativeKernel(kfn, dim3(groups * S), dim3(T), kargs, smem, 0);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms; cudaEventElapsedTime(&ms, e0, e1);
