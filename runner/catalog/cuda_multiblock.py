@@ -385,11 +385,11 @@ def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll:
     loads.used.clear()
     em = Emitter(loads)
     assert plan.out is not None
-    if full_output(p) and mid and v == 1 and not refill:
+    if full_output(p):
         res = em(plan.out)
         lines = "\n          ".join(em.lines)
 
-        def inner_of(w: int) -> str:
+        def body(w: int) -> str:
             return f"""{{
         {decls(w)}
         FbVec<{out_t}, {w}> ov;
@@ -400,42 +400,16 @@ def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll:
           ov.v[j] = fb_to<{out_t}>({res});
         }}
         fb_stv<{out_t}, {w}>(({out_t}*)a.out + o * a.R + r0, ov);
-    }}"""
-        return mid_loops(T, unroll, inner_of)
-    if full_output(p) and chunks > 1:
-        res = em(plan.out)
-        lines = "\n          ".join(em.lines)
-        body = f"""{{
-        {decls(v)}
-        FbVec<{out_t}, {v}> ov;
-#pragma unroll
-        for (int j = 0; j < {v}; ++j) {{
-          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
-          {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
-        }}
-        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);
         {refill}
     }}"""
-        loops = [f"{unroll}    {chunk_loop(v, T, k, chunks)} {body}" + ("\n    __pipeline_commit();" if k < chunks - 1 else "")
-                 for k in range(chunks)]
-        return (f"    {{ const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
-                + "\n".join(loops) + " }")
-    if full_output(p):
-        res = em(plan.out)
-        lines = "\n          ".join(em.lines)
-        return f"""{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {{
-        {decls(v)}
-        FbVec<{out_t}, {v}> ov;
-#pragma unroll
-        for (int j = 0; j < {v}; ++j) {{
-          const long long r = r0 + j, flat = o * a.R + r; (void)flat;
-          {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
-        }}
-        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);
-        {refill}
-    }}"""
+        if mid and v == 1 and not refill:
+            return mid_loops(T, unroll, body)
+        if chunks > 1:
+            loops = [f"{unroll}    {chunk_loop(v, T, k, chunks)} {body(v)}"
+                     + ("\n    __pipeline_commit();" if k < chunks - 1 else "") for k in range(chunks)]
+            return (f"    {{ const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
+                    + "\n".join(loops) + " }")
+        return f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {body(v)}"
     em = Emitter(_Loads(p, set()))
     res = _row_result(p, plan, em)
     lines = "\n      ".join(em.lines)
