@@ -256,6 +256,11 @@ def slice_copy(p: Program, ctype: dict[int, str], cached: list[int], v: int, row
     return " ".join(body)
 
 
+def chunk_steps(v: int, T: int) -> str:
+    """The declaration of fb_nit, the slice's number of steps (T vectors of v each) that chunk_loop cuts in parts."""
+    return f"const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});"
+
+
 def chunk_loop(v: int, T: int, k: int, K: int) -> str:
     """The header of a loop over part k of K of the thread's own positions r0 in [lo, hi) (lo + (it * T +
     threadIdx.x) * v for `it` in part k of the slice's steps): the fill and the first pass cut alike."""
@@ -301,7 +306,7 @@ def slice_fill(p: Program, ctype: dict[int, str], cached: list[int], v: int, T: 
     if chunks > 1 and v > 1:
         parts = [chunk_loop(v, T, k, chunks) + " { " + slice_copy(p, ctype, cached, v, row, buf) + " }"
                  + (" __pipeline_commit();" if k < chunks - 1 else "") for k in range(chunks)]
-        return f"const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v}); " + " ".join(parts)
+        return f"{chunk_steps(v, T)} " + " ".join(parts)
     if v == 1:
         return " ".join(f"fb_fill_padded<{ctype[k]}>(({ctype[k]}*)(fb_smem + ({buf}) * bufbytes + {off}), "
                         f"(const {ctype[k]}*)a.in[{k}] + ({row}) * a.R + lo, hi - lo, {T}, (int)threadIdx.x);"
@@ -365,7 +370,7 @@ def slice_pass(plan, loads: _Loads, pno: int, decls, v: int, T: int, unroll: str
             return mid_loops(T, unroll, inner_of)
         if parts == 1:
             return f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {inner}"
-        head = f"    {{ const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
+        head = f"    {{ {chunk_steps(v, T)}\n"
         return head + "\n".join(f"    __pipeline_wait_prior({parts - 1 - k});\n{unroll}    {chunk_loop(v, T, k, parts)} {inner}"
                                  for k in range(parts)) + " }"
 
@@ -407,7 +412,7 @@ def slice_output(p: Program, plan, loads: _Loads, decls, v: int, T: int, unroll:
         if chunks > 1:
             loops = [f"{unroll}    {chunk_loop(v, T, k, chunks)} {body(v)}"
                      + ("\n    __pipeline_commit();" if k < chunks - 1 else "") for k in range(chunks)]
-            return (f"    {{ const long long fb_nit = (hi - lo + {T}LL * {v} - 1) / ({T}LL * {v});\n"
+            return (f"    {{ {chunk_steps(v, T)}\n"
                     + "\n".join(loops) + " }")
         return f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {body(v)}"
     em = Emitter(_Loads(p, set()))

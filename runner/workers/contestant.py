@@ -332,23 +332,24 @@ def time_(st: State, msg: dict) -> dict:
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     st.inputs = inputs
     timer = timing.Timer(st.device, st.timer_cfg)
-    result = timer.measure(_timed_call(st, inputs))
-    result.call = "drop-in" if st.dropin is not None else "library" if st.lib is not None else "module"
+    call, fn = _timed_call(st, inputs)
+    result = timer.measure(fn)
+    result.call = call
     reasons = st.guard.violations()
     return {"timing": result.model_dump(), "reasons": reasons}
 
 
 def _timed_call(st: State, inputs: list):
-    """What a timing calls: the drop-in's forward where there is one (a fast-format kernel of a module), the
-    candidate itself otherwise."""
+    """What a timing calls, and its name for Timing.call: the drop-in's forward where there is one (a fast-format
+    kernel of a module), the candidate itself otherwise (its library, or its module)."""
     if st.dropin is not None:
-        return lambda: st.dropin(*inputs)
-    return lambda: _call(st, inputs)
+        return "drop-in", lambda: st.dropin(*inputs)
+    return ("library" if st.lib is not None else "module"), lambda: _call(st, inputs)
 
 
 def wall(st: State, msg: dict) -> dict:
     inputs = st.inputs
-    call = _timed_call(st, inputs)
+    _, call = _timed_call(st, inputs)
     for _ in range(msg["calls"]):
         call()
     if st.device.startswith("cuda"):
