@@ -213,6 +213,8 @@ def index_code(p: Program, k: int) -> str:
     kind = p.access(k)
     if kind == "rowblock":
         return f"(fb_obase(a, {k}, o) + (long long)fb_rbq(a, {k}, r))"
+    if kind == "rowper":
+        return f"fb_rper(a, {k}, r)"
     return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
 
 
@@ -304,6 +306,14 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
                          f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
             lines.append(f"  {{ long long L = 1; for (int d = {c}; d < {a1}; ++d) L *= a.F[d];")
             lines.append("    if (a.R >= 0x7fffffffLL) return fb_fail(\"rows of 2^31 elements or more with a per-run "
+                         "input\");")
+            lines.append(f"    fb_set_runs(a, {k}, L); }}")
+        elif kind == "rowper":
+            c = p.period_split(k)
+            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != ((d >= {c} && d < {a1}) ? a.F[d] : 1)) "
+                         f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
+            lines.append(f"  {{ long long L = 1; for (int d = {c}; d < {a1}; ++d) L *= a.F[d];")
+            lines.append("    if (a.R >= 0x7fffffffLL) return fb_fail(\"rows of 2^31 elements or more with a repeating "
                          "input\");")
             lines.append(f"    fb_set_runs(a, {k}, L); }}")
         elif kind in ("rowvec", "outer"):
@@ -452,7 +462,7 @@ def general_index_fn() -> str:
 
 def rowblock_index_fns() -> str:
     """A rowblock input's index: its offset at the row's start (once per row: a division per outer dim) and the
-    run r // bL it is in (a multiply-high and a shift on the GPU)."""
+    run r // bL it is in (a multiply-high and a shift on the GPU); a rowper input's, r % bL the same way."""
     return """FB_HD long long fb_obase(const FbArgs& a, int k, long long o) {
   long long idx = 0;
   for (int d = a.a0 - 1; d >= 0; --d) {
@@ -478,6 +488,8 @@ FB_HD unsigned fb_rbq(const FbArgs& a, int k, long long r) {
   return (unsigned)((unsigned long long)r / a.bL[k]);
 #endif
 }
+// a rowper input's index r % P (P in bL: its period inside the row)
+FB_HD long long fb_rper(const FbArgs& a, int k, long long r) { return r - (long long)fb_rbq(a, k, r) * a.bL[k]; }
 """
 
 

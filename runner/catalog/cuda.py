@@ -250,11 +250,17 @@ class _Loads:
         out = []
         for k in sorted(self.vec & self.used):
             t = _ctype(self.p.inputs[k].dtype)
-            at = row_base if self.p.access(k) == "rowvec" else base
+            at = vector_at(self.p, k, base, row_base)
             out.append(f"const FbVec<{t}, {V}> v{k} = fb_ldv<{t}, {V}>((const {t}*)a.in[{k}] + {at});")
         if self.blk & self.used:
             out.append(self.block_decls(row_base, V))
         return "\n        ".join(out)
+
+
+def vector_at(p: Program, k: int, base: str, row_base: str) -> str:
+    """Where input k's vector for the output vector at flat `base` / in-row `row_base` starts."""
+    kind = p.access(k)
+    return {"rowvec": row_base, "rowper": f"fb_rper(a, {k}, {row_base})"}.get(kind, base)
 
 
 UNIT_RUNS = """
@@ -291,9 +297,10 @@ def _vec_inputs(p: Program, kinds: tuple[str, ...]) -> set[int]:
 
 
 def _align_check(p: Program, vec_inputs: set[int], out_t: str, V: int, extra: str, runs: bool = True) -> str:
-    """The host's test for the V-wide kernel: aligned pointers, `extra`, and (`runs`: vectors along the row) each
-    rowblock input's runs made of whole vectors."""
+    """The host's test for the V-wide kernel: aligned pointers, `extra`, each rowper input's period whole vectors,
+    and (`runs`: vectors along the row) each rowblock input's runs made of whole vectors."""
     conds = [f"fb_aligned(a.in[{k}], {V} * (int)sizeof({_ctype(p.inputs[k].dtype)}))" for k in sorted(vec_inputs)]
+    conds += [f"a.bL[{k}] % {V} == 0" for k in sorted(vec_inputs) if p.access(k) == "rowper"]  # no vector wraps
     for k in rowblock_inputs(p) if runs else []:
         if p.block_len(k) == 1:  # read V-wide from its offset at each row's start
             conds.append(f"fb_unit_runs(a, {k}, {V}, (int)sizeof({_ctype(p.inputs[k].dtype)}))")

@@ -14,6 +14,7 @@ from runner.catalog.cuda import (
     _value_decls,
     _vec_inputs,
     row_bases,
+    vector_at,
 )
 from runner.catalog.ir import Program
 
@@ -31,7 +32,7 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
     if U not in (1, 2, 4, 8):
         raise NotExpressible(f"unroll {U}")
     plan = plan_passes(p, params.mode)
-    vec_in = _vec_inputs(p, ("full", "rowvec"))
+    vec_in = _vec_inputs(p, ("full", "rowvec", "rowper"))
     accs = plan.accs
     ws_decl = f"""static void* fb_ws = 0;
 static size_t fb_ws_bytes = 0;
@@ -172,7 +173,7 @@ def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, sp
     arrays, fills, views = [], [], []
     for k in sorted(loads.vec & loads.used):
         t = _ctype(p.inputs[k].dtype)
-        at = "r0" if p.access(k) == "rowvec" else "(o * a.R + r0)"
+        at = vector_at(p, k, "(o * a.R + r0)", "r0")
         arrays.append(f"FbVec<{t}, {v}> u{k}[{U}];")
         fills.append(f"u{k}[u] = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + {at});")
         views.append(f"const FbVec<{t}, {v}> v{k} = u{k}[u];")

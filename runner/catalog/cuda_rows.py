@@ -31,7 +31,7 @@ def render_rows(p: Program, params: CudaParams, out_t: str) -> str:
     if G not in (32, T):
         raise NotExpressible("a row is handled by a warp or by the whole block")
     plan = plan_passes(p, params.mode)
-    vec_in = _vec_inputs(p, ("full", "rowvec"))
+    vec_in = _vec_inputs(p, ("full", "rowvec", "rowper"))
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, vec_in if v > 1 else set())

@@ -102,7 +102,9 @@ class Program:
     def access(self, k: int) -> str:
         """How input k is indexed: full (same shape as F), scalar, rowvec (varies only along the reduced dims),
         outer (varies only outside them), rowblock (constant inside a row over runs of block_len() elements, e.g. a
-        GroupNorm's per-channel weight over a row of its group's channels) or general (any other broadcast)."""
+        GroupNorm's per-channel weight over a row of its group's channels), rowper (a row vector of the trailing
+        reduced dims, repeating inside the row: a hinge loss's targets against a whole-tensor mean) or general (any
+        other broadcast)."""
         s, f = self.padded(k), self.shape
         if prod(s) == 1:
             return "scalar"
@@ -115,6 +117,8 @@ class Program:
             return "outer"
         if self.block_split(k) is not None:
             return "rowblock"
+        if self.period_split(k) is not None:
+            return "rowper"
         return "general"
 
     def block_split(self, k: int) -> int | None:
@@ -131,6 +135,21 @@ class Program:
         while c < a1 and s[c] == f[c]:
             c += 1
         return c if all(s[d] == 1 for d in range(c, a1)) else None
+
+    def period_split(self, k: int) -> int | None:
+        """For a row program's input that varies along a trailing run of the reduced dims [c, a1) only, a0 < c < a1
+        (constant along the leading reduced dims and outside them): c. Inside a row its index is then r % P, P the
+        product of the dims [c, a1). None for any other input."""
+        if not self.axes:
+            return None
+        s, f = self.padded(k), self.shape
+        a0, a1 = self.axes[0], self.axes[-1] + 1
+        if any(s[d] != 1 for d in range(self.ndim) if d < a0 or d >= a1):
+            return None
+        c = a1
+        while c > a0 and s[c - 1] == f[c - 1] != 1:
+            c -= 1
+        return c if a0 < c < a1 and all(s[d] == 1 for d in range(a0, c)) else None
 
     def block_len(self, k: int) -> int:
         """A rowblock input's run length inside a row at capture time."""

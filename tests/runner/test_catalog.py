@@ -61,6 +61,7 @@ VERIFY = {
     "rmsnorm": [cpu.CpuParams("columns", "online", "one")],
     "argmax": [cpu.CpuParams("rows", "online", "one")],
     "frobenius": [cpu.CpuParams("rows", "twopass", "one")],
+    "hinge_rows": [cpu.CpuParams("rows", "online", "one")],  # targets repeating inside each row (rowper)
 }
 
 
@@ -203,6 +204,10 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("argmax", cuda.CudaParams("grid", vec=1, threads=128, slices=4, mode="online", buffers=1)),
     ("log_softmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online", buffers=1, chunks=2)),
     ("gemm_groupnorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="online", fast_math=True)),
+    # rowper inputs (targets repeating inside a row): a vector of their own at r % M
+    ("hinge_loss", cuda.CudaParams("split", vec=4, threads=512, slices=64, unroll=2, interleave=True)),
+    ("hinge_rows", cuda.CudaParams("rows", vec=4, threads=256, group=32, mode="online")),
+    ("hinge_rows", cuda.CudaParams("grid", vec=4, threads=128, slices=2, mode="online", fast_math=True)),
 ]
 
 
@@ -534,6 +539,15 @@ GPU_CASES = {
                        cuda.CudaParams("cluster", vec=2, threads=128, slices=2, mode="twopass"),
                        cuda.CudaParams("grid", vec=4, threads=256, slices=4, mode="online"),
                        cuda.CudaParams("grid", vec=4, threads=128, slices=4, mode="twopass", buffers=1, chunks=4)],
+    # targets repeating every M elements inside the row (rowper): V-wide at r % M, one at a time where M is odd
+    "hinge_loss": [cuda.CudaParams("split", vec=4, threads=256, slices=64, unroll=2, interleave=True),
+                   cuda.CudaParams("split", vec=4, threads=128, slices=16, mode="twopass"),
+                   cuda.CudaParams("rows", vec=4, threads=256, group=0)],
+    "hinge_rows": [cuda.CudaParams("rows", vec=4, threads=256, group=0, mode="online"),
+                   cuda.CudaParams("rows", vec=2, threads=128, group=32, mode="twopass"),
+                   cuda.CudaParams("split", vec=4, threads=64, slices=8, unroll=4),
+                   cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1),  # (read one at a time)
+                   cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8)],
     # after a GEMM: the weight and bias vary along the row, read V-wide from each row's start
     "gemm_groupnorm": [cuda.CudaParams("rows", vec=4, threads=64, group=32, mode="twopass"),
                        cuda.CudaParams("split", vec=4, threads=64, slices=2, mode="online", unroll=2),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from math import prod
 
 import pytest
 
@@ -25,20 +26,27 @@ def _prog(x_shape, w_shape, axes) -> Program:
     ((6, 4, 5), (4, 1), (1, 2), "rowblock", 5),  # no outer variation: only runs inside the row
     ((6, 4, 5), (6, 1, 1), (1, 2), "outer", None),
     ((6, 4, 5), (4, 5), (1, 2), "rowvec", None),
-    ((6, 4, 5), (1, 5), (1, 2), "general", None),  # varies along the row's last dim but not its first
+    ((6, 4, 5), (1, 5), (1, 2), "rowper", 5),  # varies along the row's last dim only: repeats every 5
+    ((32768, 32768), (32768,), (0, 1), "rowper", 32768),  # a hinge loss's targets in a whole-tensor mean
+    ((2, 3, 4, 5), (4, 5), (1, 2, 3), "rowper", 20),
+    ((6, 4, 5), (6, 1, 5), (1, 2), "general", None),  # ... and outside the row
     ((6, 4, 5, 3), (4, 1, 3), (1, 2), "general", None),  # varies along an inner dim
+    ((6, 4, 5, 3), (5, 3), (1, 2), "general", None),
 ])
 def test_inputs_constant_over_runs_of_a_row_are_rowblock(x_shape, w_shape, axes, kind, run):
     p = _prog(x_shape, w_shape, axes)
     assert p.access(1) == kind
-    if run is not None:
+    if kind == "rowblock":
         assert p.block_len(1) == run
+    if kind == "rowper":  # its period inside the row
+        c = p.period_split(1)
+        assert c is not None and prod(x_shape[c:axes[-1] + 1]) == run
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 def test_the_gpu_run_division_matches_integer_division(tmp_path):
     """fb_rbq's device branch (multiply-high and shift with fb_set_runs's magic numbers) compiled for the host with a
-    host __umulhi: equal to r / L for run lengths up to 2^31 - 1 and positions up to 2^31 - 1."""
+    host __umulhi: equal to r / L for run lengths up to 2^31 - 1 and positions up to 2^31 - 1; fb_rper's r % L."""
     fns = rowblock_index_fns().replace("FB_HD", "static inline")
     src = f"""#include <cstdio>
 #define __CUDA_ARCH__ 900
@@ -57,7 +65,9 @@ int main() {{
         const long long q = r + e * L;
         if (q < 0 || q >= 0x7fffffffLL) continue;
         ++checked;
-        if ((long long)fb_rbq(a, 0, q) != q / L) {{ if (bad++ < 5) printf("L=%lld r=%lld\\n", L, q); }}
+        if ((long long)fb_rbq(a, 0, q) != q / L || fb_rper(a, 0, q) != q % L) {{
+          if (bad++ < 5) printf("L=%lld r=%lld\\n", L, q);
+        }}
       }}
     }}
   }}
