@@ -182,6 +182,10 @@ def _cuda(p: Program) -> list[Strategy]:
                        split)
     order = [s_split, s_block, s_warp] if few_rows else ([s_warp, s_block, s_split] if short else
                                                           [s_block, s_warp, s_split])
+    if rows < SMS // 4:
+        # a block or a warp per row would leave three quarters of the GPU idle: split alone (the H100's hinge loss,
+        # one row of 2^30: 124-238 ms for a block per row against 1.44-1.50 split, a round's budget spent on them)
+        order = [s_split]
     row_bytes = R * sum(_bytes(i.dtype) for k, i in enumerate(p.inputs) if p.access(k) == "full")
     sizes = [c for c in (1, 2, 4, 8, 16) if row_bytes / c <= 200 * 1024]
     if sizes and row_bytes:
