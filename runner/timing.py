@@ -4,10 +4,9 @@ On CUDA: events around each call on the caller's stream, then a device-wide sync
 time from the call's end event to that third one, less the same span of a call that does nothing (the host's own
 sync latency, measured once per timer), is added to the sample, so work a callee left on any other stream is inside
 the measurement but the host's wake-up after the kernel is not (that latency was 12-90 us a call on the H100, 5-10% of
-a 0.2-0.3 ms kernel). The L2 is flushed before every timed call by reading a buffer twice its size: it then holds
-clean lines only (zeroing that buffer left the timed call to write 50 MB of the flush's dirty lines back, ~10-15 us on
-the H100, and spread the rounds' medians more). Warm-up, then repetitions until the median stops moving. On CPU:
-the same with a monotonic clock, a buffer larger than the last-level cache zeroed.
+a 0.2-0.3 ms kernel). The L2 is flushed before every timed call by writing a buffer twice its size; warm-up, then
+repetitions until the median stops moving. On CPU: the same with a monotonic clock and a buffer larger than the
+last-level cache.
 
 Every callable used here is bound when this module is imported, which the workers do before any untrusted code
 runs: a candidate that later replaces `torch.cuda.synchronize` or `Event.elapsed_time` does not reach this timer
@@ -33,7 +32,6 @@ _event_record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _event_elapsed = torch.cuda.Event.elapsed_time
 _zero = torch.Tensor.zero_
-_sum = torch.Tensor.sum
 _median = statistics.median
 
 
@@ -81,14 +79,11 @@ class Timer:
             self.flush_bytes = flush_bytes or max(2 * l2, 64 << 20)
         else:
             self.flush_bytes = flush_bytes or (64 << 20)  # larger than any last-level cache we run on
-        self._flush_buf = torch.zeros(self.flush_bytes // 4, dtype=torch.int32, device=device)
+        self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
         self._sync_floor_ms: float | None = None
 
     def flush(self) -> None:
-        if self.device.startswith("cuda"):
-            _sum(self._flush_buf)  # every line read through L2: the timed call finds none of its own data there
-        else:
-            _zero(self._flush_buf)
+        _zero(self._flush_buf)
 
     def _spans(self, fn: Callable[[], object]) -> tuple[float, float]:
         """(start -> end on the caller's stream, end -> after the device-wide sync), in ms, for one flushed call."""
