@@ -300,20 +300,17 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
         elif kind == "scalar":
             lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != 1) "
                          f"return fb_fail(\"input {k}: expected a single element\");")
-        elif kind == "rowblock":
-            c = p.block_split(k)
-            lines.append(f"  for (int d = {a0}; d < {nd}; ++d) if (shp[{k}][d] != (d < {c} ? a.F[d] : 1)) "
+        elif kind in ("rowblock", "rowper"):
+            # rowblock: constant over runs of L elements inside a row (it varies along the reduced dims before c);
+            # rowper: repeats every L elements (it varies along those from c on); L: the reduced dims from c on
+            if kind == "rowblock":
+                c, first, varies, what = p.block_split(k), a0, f"d < {p.block_split(k)}", "a per-run"
+            else:
+                c, first, varies, what = p.period_split(k), 0, f"(d >= {p.period_split(k)} && d < {a1})", "a repeating"
+            lines.append(f"  for (int d = {first}; d < {nd}; ++d) if (shp[{k}][d] != ({varies} ? a.F[d] : 1)) "
                          f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
             lines.append(f"  {{ long long L = 1; for (int d = {c}; d < {a1}; ++d) L *= a.F[d];")
-            lines.append("    if (a.R >= 0x7fffffffLL) return fb_fail(\"rows of 2^31 elements or more with a per-run "
-                         "input\");")
-            lines.append(f"    fb_set_runs(a, {k}, L); }}")
-        elif kind == "rowper":
-            c = p.period_split(k)
-            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != ((d >= {c} && d < {a1}) ? a.F[d] : 1)) "
-                         f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
-            lines.append(f"  {{ long long L = 1; for (int d = {c}; d < {a1}; ++d) L *= a.F[d];")
-            lines.append("    if (a.R >= 0x7fffffffLL) return fb_fail(\"rows of 2^31 elements or more with a repeating "
+            lines.append(f"    if (a.R >= 0x7fffffffLL) return fb_fail(\"rows of 2^31 elements or more with {what} "
                          "input\");")
             lines.append(f"    fb_set_runs(a, {k}, L); }}")
         elif kind in ("rowvec", "outer"):
