@@ -74,6 +74,8 @@ EXPECTED = {
     "gemm_groupnorm": ("epilogue", (48, 8, 32, 1), (2, 3), {"mean", "var"}, "group norm (8 groups)"),
     "groupnorm": ("row", (4, 3, 4, 63), (2, 3), {"mean", "var"}, "group norm (3 groups)"),
     "groupnorm_runs": ("row", (6, 4, 4, 240), (2, 3), {"mean", "var"}, "group norm (4 groups)"),
+    "hinge_loss": ("row", (512, 2048), (0, 1), {"mean"}, "mean over dims [0, 1]"),
+    "hinge_rows": ("row", (24, 40, 256), (1, 2), {"mean"}, "mean over dims [1, 2]"),
     "huber_loss": ("row", (96, 64), (0, 1), {"sum"}, "smooth_l1_loss"),
     "identity_softmax": ("elementwise", (256, 1, 32), (), set(), "the identity"),
     "instancenorm": ("row", (4, 8, 20, 24), (2, 3), {"mean", "var"}, "instance norm"),
