@@ -304,9 +304,11 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
             # rowblock: constant over runs of L elements inside a row (it varies along the reduced dims before c);
             # rowper: repeats every L elements (it varies along those from c on); L: the reduced dims from c on
             if kind == "rowblock":
-                c, first, varies, what = p.block_split(k), a0, f"d < {p.block_split(k)}", "a per-run"
+                c = p.block_split(k)
+                first, varies, what = a0, f"d < {c}", "a per-run"
             else:
-                c, first, varies, what = p.period_split(k), 0, f"(d >= {p.period_split(k)} && d < {a1})", "a repeating"
+                c = p.period_split(k)
+                first, varies, what = 0, f"(d >= {c} && d < {a1})", "a repeating"
             lines.append(f"  for (int d = {first}; d < {nd}; ++d) if (shp[{k}][d] != ({varies} ? a.F[d] : 1)) "
                          f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
             lines.append(f"  {{ long long L = 1; for (int d = {c}; d < {a1}; ++d) L *= a.F[d];")
