@@ -79,10 +79,17 @@ def plan_passes(p: Program, mode: str) -> Plan:
         pass_of[v.name] = pno
         return AccRef(v.name)
 
-    for red in reductions(p.out):
+    reds = reductions(p.out)
+    # online: a mean beside a variance of the same argument is the Welford accumulator's own mean (one accumulator and
+    # one block reduction, not a sum beside it)
+    welford_args = {r.arg for r in reds if r.kind == "var"} if mode == "online" else set()
+    for red in reds:
         arg = replace_reds(red.arg, done)
         k = red.kind
-        if k in ("sum", "mean"):
+        if k == "mean" and red.arg in welford_args:
+            a = acc("AccWelford", arg)
+            done[red] = value(f"(float){a.name}.mean", a.pass_no)
+        elif k in ("sum", "mean"):
             a = acc("AccSum", arg)
             done[red] = value(f"(float){a.name}.s" + (" / (float)a.R" if k == "mean" else ""), a.pass_no)
         elif k == "prod":
@@ -112,7 +119,6 @@ def plan_passes(p: Program, mode: str) -> Plan:
             done[red] = value(f"(float){s.name}.s / (float)a.R", s.pass_no)
         else:
             raise NotExpressible(f"reduction {k}")
-    # in online mode a mean over the same argument as a variance reads the Welford accumulator's own mean
     plan.out = replace_reds(p.out, done)
     plan.passes = max((a.pass_no for a in plan.accs), default=0)
     return plan
@@ -409,8 +415,9 @@ struct AccWelford { fb_acc n, mean, m2;
   FB_M void merge(const AccWelford& o) {
     if (o.n == 0) return;
     if (n == 0) { n = o.n; mean = o.mean; m2 = o.m2; return; }
-    fb_acc t = n + o.n, d = o.mean - mean;
-    mean += d * o.n / t; m2 += o.m2 + d * d * n * o.n / t; n = t; } };
+    // one reciprocal per merge (fast on the GPU, like add's step): a block's merges sit where its memory pipe waits
+    fb_acc t = n + o.n, d = o.mean - mean, w = o.n * fb_rcp(t);
+    mean += d * w; m2 += o.m2 + d * d * n * w; n = t; } };
 """
 
 MATH = r"""
@@ -424,6 +431,11 @@ FB_HD float fb_exp(float x) { return expf(x); }
 FB_HD float fb_div(float x, float y) { return x / y; }
 FB_HD float fb_tanh(float x) { return tanhf(x); }
 FB_HD float fb_log(float x) { return logf(x); }
+#endif
+#ifdef __CUDA_ARCH__
+FB_HD fb_acc fb_rcp(fb_acc x) { return __frcp_rn(x); }
+#else
+FB_HD fb_acc fb_rcp(fb_acc x) { return (fb_acc)1 / x; }
 #endif
 FB_HD float fb_sigmoid(float x) { return fb_div(1.0f, 1.0f + fb_exp(-x)); }
 #ifdef __CUDACC__

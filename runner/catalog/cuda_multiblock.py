@@ -107,9 +107,10 @@ static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
           const long long r = r0 + j, flat = o * a.R + r; (void)flat;
           {body}
         }}{store_out}"""
-            # the last pass takes the blocks in reverse: its first blocks re-read what the pass before read last,
-            # still in L2
-            bid = "(gridDim.x - 1 - blockIdx.x)" if last and pno > 1 else "blockIdx.x"
+            # the last pass takes the blocks, and each block its slice, in reverse: what it reads first is what the
+            # pass before read last, still in L2
+            back = last and pno > 1
+            bid = "(gridDim.x - 1 - blockIdx.x)" if back else "blockIdx.x"
             kernels.append(f"""
 __global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) {{
   const long long row = {bid} / {S}, o = row, i = 0;
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) 
   {span_code}
   {gather(pno)}
   {decl}
-{_split_loop(p, loads, v, T, U if v > 1 else 1, step, S if params.interleave else 1)}
+{_split_loop(p, loads, v, T, U if v > 1 else 1, step, S if params.interleave else 1, back)}
 {tail}
 }}
 """)
@@ -160,15 +161,29 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
     return ws_decl + "".join(kernels) + _forward(launch)
 
 
-def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, span: int = 1) -> str:
+def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, span: int = 1,
+                back: bool = False) -> str:
     """A block's walk over its slice [lo, hi) of row o, `step` run at each vector r0, a block's T vectors at a time
     and `span` blocks' worth of vectors between its steps: with U > 1 each thread loads its next U vectors
-    (read-only path) before any is used, so U loads per input are in flight."""
+    (read-only path) before any is used, so U loads per input are in flight. `back`: the block's steps from the
+    slice's end to its start (each step's vectors in the same order)."""
     T_ = T * span  # vectors from one step of the block to its next
+    stride = T_ * U * v  # elements from one step to the next
+
+    def steps(var: str) -> str:
+        first = f"lo + (long long)threadIdx.x * {v}"
+        if not back:
+            return f"for (long long {var} = {first}; {var} < hi; {var} += {stride}LL)"
+        # the last step any thread of the block takes, then down to the first
+        return (f"for (long long {var} = {first} + (hi > lo ? (hi - lo - 1) / {stride}LL : -1LL) * {stride}LL; "
+                f"{var} >= lo; {var} -= {stride}LL)")
+
     if U == 1:
-        return f"""  for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T_}LL * {v}) {{
+        return f"""  {steps("r0")} {{
+    if (r0 < hi) {{
         {loads.vector_decls("(o * a.R + r0)", v) if v > 1 else ""}
         {step}
+    }}
   }}"""
     arrays, fills, views = [], [], []
     for k in sorted(loads.vec & loads.used):
@@ -178,7 +193,7 @@ def _split_loop(p: Program, loads: _Loads, v: int, T: int, U: int, step: str, sp
         fills.append(f"u{k}[u] = fb_ldv<{t}, {v}>((const {t}*)a.in[{k}] + {at});")
         views.append(f"const FbVec<{t}, {v}> v{k} = u{k}[u];")
     views.append(loads.block_decls("r0", v))
-    return f"""  for (long long rb = lo + (long long)threadIdx.x * {v}; rb < hi; rb += {T_ * U}LL * {v}) {{
+    return f"""  {steps("rb")} {{
     {" ".join(arrays)}
 #pragma unroll
     for (int u = 0; u < {U}; ++u) {{

@@ -338,6 +338,7 @@ def test_the_columns_shared_memory_bound_knows_every_accumulator_size(tmp_path):
     checks = "".join(f'static_assert(sizeof({k}) == {n}, "{k}");\n' for k, n in _ACC_BYTES.items())
     (tmp_path / "acc.cpp").write_text("#include <math.h>\n#define FB_M inline\ntypedef float fb_acc;\n"
                                       "static inline float fb_exp(float x) { return expf(x); }\n"
+                                      "static inline fb_acc fb_rcp(fb_acc x) { return 1 / x; }\n"
                                       + ACCUMULATORS + checks)
     p = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", str(tmp_path / "acc.cpp")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-2000:]
