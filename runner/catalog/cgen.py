@@ -415,7 +415,7 @@ struct AccWelford { fb_acc n, mean, m2;
   FB_M void merge(const AccWelford& o) {
     if (o.n == 0) return;
     if (n == 0) { n = o.n; mean = o.mean; m2 = o.m2; return; }
-    // one reciprocal per merge (fast on the GPU, like add's step): a block's merges sit where its memory pipe waits
+    // one reciprocal per merge (fast on the GPU, as in add): the merges of a block sit where its memory pipe waits
     fb_acc t = n + o.n, d = o.mean - mean, w = o.n * fb_rcp(t);
     mean += d * w; m2 += o.m2 + d * d * n * w; n = t; } };
 """

@@ -43,12 +43,13 @@ from runner.catalog.ir import Program
 
 @dataclass(frozen=True)
 class CudaParams:
-    layout: str = "rows"  # flat | bcast | rows | columns | split | cluster | grid
+    layout: str = "rows"  # flat | bcast | rows | columns | strided | split | cluster | grid
     vec: int = 4  # elements per vector access (1 = scalar)
     threads: int = 256  # threads per block
     group: int = 0  # rows: threads per row (32 = a warp, 0 = the whole block)
     col_width: int = 32  # columns: threads across the inner dim
-    slices: int = 8  # columns: threads splitting the reduced dim; split, grid: blocks per row; cluster: blocks per cluster
+    slices: int = 8  # columns: threads splitting the reduced dim; split, grid: blocks per row; cluster: blocks per cluster;
+    # strided: groups of the reduced dim's periods
     mode: str = "online"  # online | twopass
     grid: str = "stride"  # flat, bcast: stride (one wave of resident blocks) | once (one pass: U vectors per thread)
     fast_math: bool = False
@@ -66,6 +67,8 @@ class CudaParams:
             base += f"-g{self.group or self.threads}-{self.mode}"
         elif self.layout == "columns":
             base += f"-w{self.col_width}x{self.slices}-{self.mode}"
+        elif self.layout == "strided":
+            base += f"-g{self.slices}"
         elif self.layout == "split":
             base += f"-s{self.slices}-{self.mode}" + ("-il" if self.interleave else "")
         elif self.layout == "cluster":
@@ -328,6 +331,7 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
     from runner.catalog import cuda_grid, cuda_multiblock, cuda_rows  # (they build on this module's helpers)
 
     body = {"flat": _flat, "bcast": _bcast, "rows": cuda_rows.render_rows, "columns": cuda_rows.render_columns,
+            "strided": cuda_rows.render_strided,
             "split": cuda_multiblock.render_split, "cluster": cuda_multiblock.render_cluster,
             "grid": cuda_grid.render_grid}.get(params.layout)
     if body is None:

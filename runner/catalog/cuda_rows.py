@@ -265,3 +265,122 @@ __global__ void __launch_bounds__({CW * RS}) fb_cols_v{v}(FbArgs a) {{
   }}
 }}
 """
+
+
+# ---- strided: a middle dim reduced with V-wide loads where the inner dim is not whole vectors -----------------------
+
+
+def render_strided(p: Program, params: CudaParams, out_t: str) -> str:
+    """Reduce the middle dim of (O, R, I) where I is not whole vectors (Sum over (128, 4096, 4095)), one pass, a
+    value per (o, i): a batch's R x I slab is contiguous, so its period of lcm(I, V) elements (K = lcm / I rows, L =
+    lcm / V vectors) tiles it; thread t reads the V-wide vectors at V * t of every period, whose V lanes are always
+    the same (row class, column) pairs. G groups of periods per thread set; the partials of a column (K row classes
+    x G groups, a group with no period left writing its accumulators' initial values) meet in a workspace, merged by a second kernel, a thread per output. Where the slab is not whole
+    periods or a pointer does not align: the scalar columns kernel."""
+    if not p.is_row:
+        raise NotExpressible("strided is for row programs")
+    V, T, G, U = params.vec, params.threads, params.slices, params.unroll
+    if U not in (1, 2, 4, 8) or V < 2:
+        raise NotExpressible(f"strided with vector width {V}, unroll {U}")
+    plan = plan_passes(p, params.mode)
+    if plan.passes != 1 or full_output(p):
+        raise NotExpressible("strided is for one-pass reductions with a value per row")
+    if any(p.access(k) != "full" for k in range(len(p.inputs))):
+        raise NotExpressible("strided reads every input at the output's flat index")
+    vec_in = set(range(len(p.inputs)))
+    loads = _Loads(p, vec_in, runs=False)
+    accs, body = pass_feed(plan, loads, 1, "\n            ")
+    fills, views = [], []
+    for k in sorted(loads.vec & loads.used):
+        t = _ctype(p.inputs[k].dtype)
+        fills.append(f"u{k}[u] = fb_ldv<{t}, {V}>((const {t}*)a.in[{k}] + slab + (m + u) * (L * {V}) + {V} * t);")
+        views.append(f"const FbVec<{t}, {V}> v{k} = u{k}[u];")
+    arrays = " ".join(f"FbVec<{_ctype(p.inputs[k].dtype)}, {V}> u{k}[{U}];" for k in sorted(loads.vec & loads.used))
+    ws = " ".join(f"{x.kind} {x.name};" for x in accs)
+    em = Emitter(_Loads(p, set()))
+    res = _row_result(p, plan, em)
+    lines = "\n    ".join(em.lines)
+    fallback = CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, mode=params.mode, unroll=4)
+    kernels = f"""
+struct FbWs {{ {ws} }};
+static void* fb_ws = 0;
+static size_t fb_ws_bytes = 0;
+static FbWs* fb_workspace(long long n, cudaStream_t s) {{
+  size_t need = (size_t)n * sizeof(FbWs);
+  if (need > fb_ws_bytes) {{
+    if (fb_ws) cudaFreeAsync(fb_ws, s);
+    if (cudaMallocAsync(&fb_ws, need, s) != cudaSuccess) {{ fb_ws = 0; fb_ws_bytes = 0; return 0; }}
+    fb_ws_bytes = need;
+  }}
+  return (FbWs*)fb_ws;
+}}
+
+// partials: block (o, g, tile), thread t of the period's L vectors; no barriers (a thread past L returns)
+__global__ void __launch_bounds__({T}) fb_strd_v{V}(FbArgs a, FbWs* ws, long long K, long long L) {{
+  const long long tiles = (L + {T - 1}) / {T}, b = blockIdx.x, tile = b % tiles, g = b / tiles % {G}, o = b / (tiles * {G});
+  const long long t = tile * {T} + threadIdx.x;
+  if (t >= L) return;
+  const long long slab = o * a.R * a.I, M = a.R / K, m0 = g * M / {G}, m1 = (g + 1) * M / {G};
+  long long rq[{V}], iq[{V}];  // lane j: its row within a period and its column
+#pragma unroll
+  for (int j = 0; j < {V}; ++j) {{ rq[j] = ({V} * t + j) / a.I; iq[j] = ({V} * t + j) % a.I; }}
+  {" ".join(f"{x.kind} {x.name}_v[{V}];" for x in accs)}
+#pragma unroll
+  for (int j = 0; j < {V}; ++j) {{ {" ".join(f"{x.name}_v[j].init();" for x in accs)} }}
+  for (long long m = m0; m < m1; m += {U}) {{
+    {arrays}
+#pragma unroll
+    for (int u = 0; u < {U}; ++u)
+      if (m + u < m1) {{ {" ".join(fills)} }}
+#pragma unroll
+    for (int u = 0; u < {U}; ++u) {{
+      if (m + u < m1) {{
+        {" ".join(views)}
+#pragma unroll
+        for (int j = 0; j < {V}; ++j) {{
+          const long long r = (m + u) * K + rq[j], i = iq[j], flat = slab + r * a.I + i; (void)i; (void)flat;
+          {_lane_binds(body, accs, [])}
+          {body}
+        }}
+      }}
+    }}
+  }}
+#pragma unroll
+  for (int j = 0; j < {V}; ++j) {{
+    FbWs& w = ws[(o * {G} + g) * (L * {V}) + {V} * t + j];
+    {" ".join(f"w.{x.name} = {x.name}_v[j];" for x in accs)}
+  }}
+}}
+
+// a thread per output (o, i): its K row classes x G groups merged in a fixed order
+__global__ void __launch_bounds__(256) fb_strd_fin(FbArgs a, const FbWs* ws, long long K, long long L) {{
+  const long long id = blockIdx.x * 256LL + threadIdx.x;
+  if (id >= a.O * a.I) return;
+  const long long o = id / a.I, i = id % a.I, r = 0, flat = o * a.R * a.I + i; (void)r; (void)flat;
+  {" ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)}
+  for (long long q = 0; q < K; ++q)
+    for (int g = 0; g < {G}; ++g) {{
+      const FbWs& w = ws[(o * {G} + g) * (L * {V}) + q * a.I + i];
+      {" ".join(f"{x.name}.merge(w.{x.name});" for x in accs)}
+    }}
+  {_value_decls(plan, 1)}
+  {lines}
+  (({out_t}*)a.out)[o * a.I + i] = fb_to<{out_t}>({res});
+}}
+"""
+    conds = " && ".join(f"fb_aligned(a.in[{k}], {V} * (int)sizeof({_ctype(p.inputs[k].dtype)}))" for k in sorted(vec_in))
+    launch = f"""  if (a.O * a.I == 0) return 0;
+  long long gcd = a.I, rest = {V};
+  while (rest) {{ const long long t = gcd % rest; gcd = rest; rest = t; }}
+  const long long K = {V} / gcd, L = a.I / gcd, tiles = (L + {T - 1}) / {T};  // a period: K rows, L vectors
+  FbWs* ws = 0;
+  const bool wide = a.R % K == 0 && a.O * {G} * tiles < 0x7fffffffLL && {conds or "true"}
+                    && (ws = fb_workspace(a.O * {G} * L * {V}, s)) != 0;
+  if (wide) {{
+    fb_strd_v{V}<<<(unsigned)(a.O * {G} * tiles), {T}, 0, s>>>(a, ws, K, L);
+    fb_strd_fin<<<(unsigned)((a.O * a.I + 255) / 256), 256, 0, s>>>(a, ws, K, L);
+  }} else {{
+    const long long ctiles = a.O * ((a.I + 31) / 32);
+    fb_cols_v1<<<(unsigned)(ctiles < 0x7fffffffLL ? ctiles : 0x7fffffffLL), dim3(32, 8), 0, s>>>(a);
+  }}"""
+    return kernels + _columns_kernel(p, plan, fallback, out_t, 1, set()) + _forward(launch)

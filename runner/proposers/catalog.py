@@ -117,8 +117,10 @@ def _neighbours(p) -> list:
     if isinstance(p, cuda.CudaParams):
         steps = {"vec": [1, 2, 4, 8], "threads": [128, 256, 512, 1024], "slices": [1, 2, 4, 8, 16, 32, 64, 128],
                  "col_width": [32, 64]}
-        if p.layout in ("flat", "bcast", "split", "columns"):
+        if p.layout in ("flat", "bcast", "split", "columns", "strided"):
             steps["unroll"] = [1, 2, 4, 8]
+        if p.layout == "strided":
+            steps["vec"] = [2, 4, 8]  # (a width of one is the columns layout's scalar kernel)
         for f in fields(p):
             v = getattr(p, f.name)
             if f.name in steps:

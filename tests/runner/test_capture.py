@@ -65,6 +65,8 @@ def patterns():
 # name -> (family, F, reduced dims, reduction kinds, a phrase the notes must contain)
 EXPECTED = {
     "argmax": ("row", (64, 300), (1,), {"argmax"}, "argmax"),
+    "argmax_middle": ("row", (6, 96, 45), (1,), {"argmax"}, "argmax"),
+    "mean_middle": ("row", (5, 128, 63), (1,), {"mean"}, "mean over dims [1]"),
     "batchnorm_eval": ("elementwise", (4, 6, 10, 8), (), set(), "batch norm with running statistics"),
     "channel_affine": ("elementwise", (4, 8, 6, 10), (), set(), ""),
     "diag_matmul": ("elementwise", (256, 80), (), set(), "diag(a) @ B is a broadcast multiply"),

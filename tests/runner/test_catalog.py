@@ -208,6 +208,9 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("hinge_loss", cuda.CudaParams("split", vec=4, threads=512, slices=64, unroll=2, interleave=True)),
     ("hinge_rows", cuda.CudaParams("rows", vec=4, threads=256, group=32, mode="online")),
     ("hinge_rows", cuda.CudaParams("grid", vec=4, threads=128, slices=2, mode="online", fast_math=True)),
+    # a middle dim whose inner size is not whole vectors: V-wide loads at a stride of V rows
+    ("argmax_middle", cuda.CudaParams("strided", vec=4, threads=256, slices=4, unroll=8)),
+    ("mean_middle", cuda.CudaParams("strided", vec=2, threads=128, slices=2, unroll=1)),
 ]
 
 
@@ -549,6 +552,13 @@ GPU_CASES = {
                    cuda.CudaParams("split", vec=4, threads=64, slices=8, unroll=4),
                    cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1),  # (read one at a time)
                    cuda.CudaParams("columns", vec=1, threads=256, col_width=32, slices=8)],
+    # a middle dim with an odd inner size: vectors at a stride of V rows, partials merged by a second kernel (the
+    # first shapes); the second shapes' rows are not whole periods of V rows (the scalar columns fall-back)
+    "argmax_middle": [cuda.CudaParams("strided", vec=4, threads=256, slices=4, unroll=8),
+                      cuda.CudaParams("strided", vec=2, threads=64, slices=3, unroll=2),
+                      cuda.CudaParams("strided", vec=8, threads=32, slices=1, unroll=4)],
+    "mean_middle": [cuda.CudaParams("strided", vec=4, threads=128, slices=8, unroll=4),
+                    cuda.CudaParams("strided", vec=4, threads=256, slices=2, unroll=8, fast_math=True)],
     # after a GEMM: the weight and bias vary along the row, read V-wide from each row's start
     "gemm_groupnorm": [cuda.CudaParams("rows", vec=4, threads=64, group=32, mode="twopass"),
                        cuda.CudaParams("split", vec=4, threads=64, slices=2, mode="online", unroll=2),
