@@ -275,8 +275,9 @@ def render_strided(p: Program, params: CudaParams, out_t: str) -> str:
     value per (o, i): a batch's R x I slab is contiguous, so its period of lcm(I, V) elements (K = lcm / I rows, L =
     lcm / V vectors) tiles it; thread t reads the V-wide vectors at V * t of every period, whose V lanes are always
     the same (row class, column) pairs. G groups of periods per thread set; the partials of a column (K row classes
-    x G groups, a group with no period left writing its accumulators' initial values) meet in a workspace, merged by a second kernel, a thread per output. Where the slab is not whole
-    periods or a pointer does not align: the scalar columns kernel."""
+    x G groups, a group with no period left writing its accumulators' initial values) meet in a workspace, merged by
+    a second kernel, a thread per output. Where the slab is not whole periods or a pointer does not align: the scalar
+    columns kernel."""
     if not p.is_row:
         raise NotExpressible("strided is for row programs")
     V, T, G, U = params.vec, params.threads, params.slices, params.unroll
