@@ -34,7 +34,10 @@ def check_secret(name: str, value: str) -> None:
 class Settings(BaseSettings):
     """Environment variables are FUSEBOT_<FIELD> (DATABASE_URL is also accepted for the database)."""
 
-    model_config = SettingsConfigDict(env_prefix="FUSEBOT_", extra="ignore", hide_input_in_errors=True)
+    # populate_by_name: Settings(database_url=...) is taken as given; pydantic-settings before 2.15 otherwise matched
+    # an aliased field's keyword only by its aliases and silently kept the default database (measured with 2.14.2)
+    model_config = SettingsConfigDict(env_prefix="FUSEBOT_", extra="ignore", hide_input_in_errors=True,
+                                      populate_by_name=True)
 
     app_id: int = Field(gt=0)
     private_key: SecretStr | None = None  # the App's PEM private key, or:

@@ -26,6 +26,17 @@ def test_valid_settings_load():
     assert WEBHOOK_SECRET not in repr(s) and rsa_keys()[0] not in repr(s)
 
 
+def test_a_database_url_given_by_name_is_the_one_used(monkeypatch, tmp_path):
+    """The field has environment aliases (FUSEBOT_DATABASE_URL, DATABASE_URL); a keyword by its name must still win
+    over the default (pydantic-settings 2.14 dropped it, and every test world shared ./fusebot.db)."""
+    for name in ("FUSEBOT_DATABASE_URL", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"sqlite:///{tmp_path / 'mine.db'}"
+    assert Settings(**good(database_url=url)).database_url == url
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'env.db'}")
+    assert Settings(**good()).database_url == f"sqlite:///{tmp_path / 'env.db'}"
+
+
 @pytest.mark.parametrize(
     "over, message",
     [
