@@ -259,6 +259,18 @@ def get_init_inputs():
 '''
 
 
+def test_the_shared_c_blocks_read_the_same_inside_a_python_string():
+    """code_key finds the shared blocks inside a KernelBench candidate (a Python file holding the CUDA source as a
+    string) by their repr(): a quote or a backslash in them (an apostrophe in a C comment, session 11) changes the
+    quoting or escaping, the blocks are no longer found, and a needless fast-math twin takes a trial of its own."""
+    from runner.catalog.cgen import ACCUMULATORS, MATH
+
+    for name, block in (("MATH", MATH), ("ACCUMULATORS", ACCUMULATORS), ("cuda.FAST", cuda.FAST),
+                        ("cpu.FAST", cpu.FAST)):
+        bad = sorted({c for c in block if c in "'\"\\"})
+        assert not bad, f"{name} holds {bad}: reword it (see code_key in runner/proposers/catalog.py)"
+
+
 def test_fast_math_where_nothing_uses_it_is_the_same_code():
     """Fast math changes exp, log and division only: for a ReLU, a batch norm's affine or a conv's ReLU + bias
     epilogue, the fast variant is the same machine code and must not take a trial of its own."""
