@@ -339,6 +339,24 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
     return "\n".join(head) + body(p, params, out_t)
 
 
+def workspace_code(fields: str) -> str:
+    """A library's device workspace: `struct FbWs { fields }` and fb_workspace(bytes, stream), which grows one buffer
+    on the caller's stream (never shrinks it) and returns 0, keeping nothing, when the allocation fails."""
+    return f"""struct FbWs {{ {fields or 'int unused;'} }};
+static void* fb_ws = 0;
+static size_t fb_ws_bytes = 0;
+static void* fb_workspace(size_t need, cudaStream_t s) {{
+  if (need > fb_ws_bytes) {{
+    if (fb_ws) cudaFreeAsync(fb_ws, s);
+    fb_ws_bytes = 0;
+    if (cudaMallocAsync(&fb_ws, need, s) != cudaSuccess) {{ fb_ws = 0; return 0; }}
+    fb_ws_bytes = need;
+  }}
+  return fb_ws;
+}}
+"""
+
+
 def _forward(launch: str) -> str:
     return f"""
 FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {{

@@ -24,7 +24,16 @@ parts 6.86).
 from __future__ import annotations
 
 from runner.catalog.cgen import NotExpressible, plan_passes
-from runner.catalog.cuda import CudaParams, _align_check, _ctype, _forward, _Loads, _value_decls, row_bases
+from runner.catalog.cuda import (
+    CudaParams,
+    _align_check,
+    _ctype,
+    _forward,
+    _Loads,
+    _value_decls,
+    row_bases,
+    workspace_code,
+)
 from runner.catalog.cuda_multiblock import (
     PADDED_FILL,
     slice_fill,
@@ -72,10 +81,7 @@ def render_grid(p: Program, params: CudaParams, out_t: str) -> str:
     def decls(loads: _Loads, v: int) -> str:
         return slice_reads(loads, ctype, cached, v)
 
-    ws_decl = f"""static void* fb_ws = 0;
-static size_t fb_ws_bytes = 0;
-struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in plan.accs) or 'int unused;'} }};
-"""
+    ws_decl = workspace_code(' '.join(f'{x.kind} {x.name};' for x in plan.accs))
     kernels = []
     for v in sorted({1, V}):
         loads = _Loads(p, set(cached) | set(rowvec))
@@ -150,17 +156,10 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   }}
   const long long groups = a.O < resident / {S} ? a.O : resident / {S};
   const size_t ws_bytes = (size_t)a.O * {S} * sizeof(FbWs), need = ws_bytes + (size_t)a.O * {P} * sizeof(unsigned);
-  if (need > fb_ws_bytes) {{
-    if (fb_ws) cudaFreeAsync(fb_ws, s);
-    if (cudaMallocAsync(&fb_ws, need, s) != cudaSuccess) {{
-      fb_ws = 0; fb_ws_bytes = 0;
-      snprintf(fb_err, sizeof fb_err, "workspace allocation failed");
-      return 3;
-    }}
-    fb_ws_bytes = need;
-  }}
-  FbWs* ws = (FbWs*)fb_ws;
-  unsigned* cnt = (unsigned*)((char*)fb_ws + ws_bytes);
+  char* base = (char*)fb_workspace(need, s);
+  if (!base) {{ snprintf(fb_err, sizeof fb_err, "workspace allocation failed"); return 3; }}
+  FbWs* ws = (FbWs*)base;
+  unsigned* cnt = (unsigned*)(base + ws_bytes);
   cudaMemsetAsync(cnt, 0, (size_t)a.O * {P} * sizeof(unsigned), s);
   cudaLaunchConfig_t cfg = {{}};
   cudaLaunchAttribute attr[1];

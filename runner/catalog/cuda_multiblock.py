@@ -15,6 +15,7 @@ from runner.catalog.cuda import (
     _vec_inputs,
     row_bases,
     vector_at,
+    workspace_code,
 )
 from runner.catalog.ir import Program
 
@@ -34,19 +35,7 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
     plan = plan_passes(p, params.mode)
     vec_in = _vec_inputs(p, ("full", "rowvec", "rowper"))
     accs = plan.accs
-    ws_decl = f"""static void* fb_ws = 0;
-static size_t fb_ws_bytes = 0;
-struct FbWs {{ {' '.join(f'{x.kind} {x.name};' for x in accs) or 'int unused;'} }};
-static FbWs* fb_workspace(long long rows, cudaStream_t s) {{
-  size_t need = (size_t)rows * {S} * sizeof(FbWs);
-  if (need > fb_ws_bytes) {{
-    if (fb_ws) cudaFreeAsync(fb_ws, s);
-    if (cudaMallocAsync(&fb_ws, need, s) != cudaSuccess) return 0;
-    fb_ws_bytes = need;
-  }}
-  return (FbWs*)fb_ws;
-}}
-"""
+    ws_decl = workspace_code(' '.join(f'{x.kind} {x.name};' for x in accs))
 
     def gather(upto: int, by_block: bool = True) -> str:
         """Merge the S partials of accumulators from passes < upto, then compute their values. `by_block`: the
@@ -151,7 +140,7 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
         steps.append("    fb_split_finish<<<(unsigned)((a.O + 127) / 128), 128, 0, s>>>(a, ws);")
     launch = f"""  if (a.I != 1) {{ snprintf(fb_err, sizeof fb_err, "split needs the reduced dims innermost"); return 1; }}
   if (a.O == 0) return 0;
-  FbWs* ws = fb_workspace(a.O, s);
+  FbWs* ws = (FbWs*)fb_workspace((size_t)a.O * {S} * sizeof(FbWs), s);
   if (!ws) {{ snprintf(fb_err, sizeof fb_err, "workspace allocation failed"); return 3; }}
   const unsigned grid = (unsigned)(a.O * {S});
   const bool wide = {V} > 1 && ({ok});

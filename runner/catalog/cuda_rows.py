@@ -17,6 +17,7 @@ from runner.catalog.cuda import (
     _vec_inputs,
     pass_feed,
     row_bases,
+    workspace_code,
 )
 from runner.catalog.ir import Program
 
@@ -302,20 +303,7 @@ def render_strided(p: Program, params: CudaParams, out_t: str) -> str:
     res = _row_result(p, plan, em)
     lines = "\n    ".join(em.lines)
     fallback = CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, mode=params.mode, unroll=4)
-    kernels = f"""
-struct FbWs {{ {ws} }};
-static void* fb_ws = 0;
-static size_t fb_ws_bytes = 0;
-static FbWs* fb_workspace(long long n, cudaStream_t s) {{
-  size_t need = (size_t)n * sizeof(FbWs);
-  if (need > fb_ws_bytes) {{
-    if (fb_ws) cudaFreeAsync(fb_ws, s);
-    if (cudaMallocAsync(&fb_ws, need, s) != cudaSuccess) {{ fb_ws = 0; fb_ws_bytes = 0; return 0; }}
-    fb_ws_bytes = need;
-  }}
-  return (FbWs*)fb_ws;
-}}
-
+    kernels = workspace_code(ws) + f"""
 // partials: block (o, g, tile), thread t of the period's L vectors; no barriers (a thread past L returns)
 __global__ void __launch_bounds__({T}) fb_strd_v{V}(FbArgs a, FbWs* ws, long long K, long long L) {{
   const long long tiles = (L + {T - 1}) / {T}, b = blockIdx.x, tile = b % tiles, g = b / tiles % {G}, o = b / (tiles * {G});
@@ -376,7 +364,7 @@ __global__ void __launch_bounds__(256) fb_strd_fin(FbArgs a, const FbWs* ws, lon
   const long long K = {V} / gcd, L = a.I / gcd, tiles = (L + {T - 1}) / {T};  // a period: K rows, L vectors
   FbWs* ws = 0;
   const bool wide = a.R % K == 0 && a.O * {G} * tiles < 0x7fffffffLL && {conds or "true"}
-                    && (ws = fb_workspace(a.O * {G} * L * {V}, s)) != 0;
+                    && (ws = (FbWs*)fb_workspace((size_t)(a.O * {G} * L * {V}) * sizeof(FbWs), s)) != 0;
   if (wide) {{
     fb_strd_v{V}<<<(unsigned)(a.O * {G} * tiles), {T}, 0, s>>>(a, ws, K, L);
     fb_strd_fin<<<(unsigned)((a.O * a.I + 255) / 256), 256, 0, s>>>(a, ws, K, L);
