@@ -271,6 +271,18 @@ __global__ void __launch_bounds__({CW * RS}) fb_cols_v{v}(FbArgs a) {{
 # ---- strided: a middle dim reduced with V-wide loads where the inner dim is not whole vectors -----------------------
 
 
+def strided_refusal(p: Program, mode: str = "online") -> str | None:
+    """Why the strided layout cannot express the program (None when it can): one pass, a value per row, every input
+    read at the output's flat index."""
+    if not p.is_row:
+        return "strided is for row programs"
+    if plan_passes(p, mode).passes != 1 or full_output(p):
+        return "strided is for one-pass reductions with a value per row"
+    if any(p.access(k) != "full" for k in range(len(p.inputs))):
+        return "strided reads every input at the output's flat index"
+    return None
+
+
 def render_strided(p: Program, params: CudaParams, out_t: str) -> str:
     """Reduce the middle dim of (O, R, I) where I is not whole vectors (Sum over (128, 4096, 4095)), one pass, a
     value per (o, i): a batch's R x I slab is contiguous, so its period of lcm(I, V) elements (K = lcm / I rows, L =
@@ -279,17 +291,14 @@ def render_strided(p: Program, params: CudaParams, out_t: str) -> str:
     x G groups, a group with no period left writing its accumulators' initial values) meet in a workspace, merged by
     a second kernel, a thread per output. Where the slab is not whole periods or a pointer does not align: the scalar
     columns kernel."""
-    if not p.is_row:
-        raise NotExpressible("strided is for row programs")
     V, T, G, U = params.vec, params.threads, params.slices, params.unroll
     if U not in (1, 2, 4, 8) or V < 2:
         raise NotExpressible(f"strided with vector width {V}, unroll {U}")
+    why = strided_refusal(p, params.mode)
+    if why:
+        raise NotExpressible(why)
     plan = plan_passes(p, params.mode)
-    if plan.passes != 1 or full_output(p):
-        raise NotExpressible("strided is for one-pass reductions with a value per row")
-    if any(p.access(k) != "full" for k in range(len(p.inputs))):
-        raise NotExpressible("strided reads every input at the output's flat index")
-    vec_in = set(range(len(p.inputs)))
+    vec_in = _vec_inputs(p, ("full",))
     loads = _Loads(p, vec_in, runs=False)
     accs, body = pass_feed(plan, loads, 1, "\n            ")
     fills, views = [], []
@@ -369,7 +378,8 @@ __global__ void __launch_bounds__(256) fb_strd_fin(FbArgs a, const FbWs* ws, lon
     fb_strd_v{V}<<<(unsigned)(a.O * {G} * tiles), {T}, 0, s>>>(a, ws, K, L);
     fb_strd_fin<<<(unsigned)((a.O * a.I + 255) / 256), 256, 0, s>>>(a, ws, K, L);
   }} else {{
-    const long long ctiles = a.O * ((a.I + 31) / 32);
-    fb_cols_v1<<<(unsigned)(ctiles < 0x7fffffffLL ? ctiles : 0x7fffffffLL), dim3(32, 8), 0, s>>>(a);
+    const long long ctiles = a.O * ((a.I + {fallback.col_width - 1}) / {fallback.col_width});
+    const dim3 block({fallback.col_width}, {fallback.slices});
+    fb_cols_v1<<<(unsigned)(ctiles < 0x7fffffffLL ? ctiles : 0x7fffffffLL), block, 0, s>>>(a);
   }}"""
     return kernels + _columns_kernel(p, plan, fallback, out_t, 1, set()) + _forward(launch)

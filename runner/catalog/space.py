@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
-from runner.catalog.cgen import NotExpressible, full_output, op_code, plan_passes, red_kinds, uses_general
+from runner.catalog.cgen import NotExpressible, op_code, red_kinds, uses_general
 from runner.catalog.cpu import CpuParams
 from runner.catalog.cuda import CudaParams, broadcast_view
+from runner.catalog.cuda_rows import strided_refusal
 from runner.catalog.ir import Op, Program, walk
 
 SMS = 132  # H100; only the ordering of guesses depends on it
@@ -156,7 +157,7 @@ def _cuda(p: Program) -> list[Strategy]:
                                 f"Reduce along a middle dim: {how}, slices of the reduced dim per block merged in "
                                 f"shared memory; {_what(p)} {'in one pass' if mode == 'online' else 'in two passes'}, "
                                 "then the output.", ps))
-        if inner % wide and wide > 1 and _strided_ok(p):
+        if inner % wide and wide > 1 and _strided_fits(p):
             # the inner dim not whole vectors: the columns kernels would read it an element at a time. On the H100,
             # Sum over (128, 4096, 4095) by a probe of this kernel: 2.94-3.04 ms (94-97% of the floor) against
             # eager's 3.05 and the scalar columns' 3.3-3.4 in the harness
@@ -253,13 +254,11 @@ def _cuda(p: Program) -> list[Strategy]:
     return out
 
 
-def _strided_ok(p: Program) -> bool:
-    """The strided columns kernel's programs: one pass, a value per row, every input read at the output's index."""
+def _strided_fits(p: Program) -> bool:
     try:
-        one = plan_passes(p, "online").passes == 1
-    except NotExpressible:
+        return strided_refusal(p) is None
+    except NotExpressible:  # a reduction no accumulator expresses
         return False
-    return one and not full_output(p) and all(p.access(k) == "full" for k in range(len(p.inputs)))
 
 
 def _big_row_groups(row_bytes: int, per_sm: int) -> int:
