@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
-from runner.catalog.cgen import NotExpressible, op_code, red_kinds, uses_general
+from runner.catalog.cgen import NotExpressible, full_output, op_code, red_kinds, uses_general
 from runner.catalog.cpu import CpuParams
 from runner.catalog.cuda import CudaParams, broadcast_view
 from runner.catalog.cuda_rows import strided_refusal
@@ -214,8 +214,16 @@ def _cuda(p: Program) -> list[Strategy]:
             # the row is on chip, so a second pass over it is cheap: exact two-pass first
             # half-width vectors first: on the H100 8-byte accesses beat float4 on chip (InstanceNorm on clusters of
             # 16: 5.47 against 6.52 ms; softmax on a grid group of 16: 5.35 against 5.51)
-            [CudaParams("cluster", vec=v, threads=t, slices=c, mode=m, buffers=b) for m in sorted(modes, reverse=True)
-             for b, ts in ((1, (256, 128)), (1, (512,)), (2, (256,))) for c in cs for t in ts for v in (wide // 2, wide)])
+            # the first pass taking the slice in 4 parts as they land, where the output is the row's and the row is
+            # whole vectors, first (H100, two-pass on clusters of 16, 4 parts against 1: log-softmax 4.59 against
+            # 5.15 ms with 8-byte vectors, 4.79 against 4.80 with 16-byte ones, 4.54 on clusters of 8; softmax 4.75
+            # against 4.83; InstanceNorm 5.30 against 5.41; bench/results/h100-cluster-chunks)
+            [*(CudaParams("cluster", vec=v, threads=256, slices=c, mode=sorted(modes, reverse=True)[0], buffers=1,
+                          chunks=4) for c, v in ((cs[0], wide // 2), (cs[0], wide), (cs[-1], wide))
+               if wide > 2 and R % wide == 0 and full_output(p)),
+             *(CudaParams("cluster", vec=v, threads=t, slices=c, mode=m, buffers=b) for m in sorted(modes, reverse=True)
+               for b, ts in ((1, (256, 128)), (1, (512,)), (2, (256,))) for c in cs for t in ts
+               for v in (wide // 2, wide))])
         # the same on a group of co-resident blocks of a cooperative grid, partials through global memory: no
         # cluster's placement limits (softmax over 4096 x 393216 on the H100: 5.35 ms against 5.53-5.56 on clusters)
         s_grid = Strategy(

@@ -335,6 +335,33 @@ def _norm_rows(rows: int, per_row: tuple[int, int]) -> Program:
                    axes=(1, 2), out_shape=shape)
 
 
+def test_rows_held_by_a_cluster_try_the_first_pass_in_parts_first():
+    """Rows of 1-1.5 MB (softmax 4096 x 393216, InstanceNorm): the cluster's two-pass sets with the slice's fill in
+    4 parts lead, where they run as named (whole vectors, the row's own output); every set renders. Rows of 65535
+    (not whole vectors) and a per-row output (a logsumexp) get none: their kernels cannot cut the fill."""
+    from runner.catalog.space import strategies
+
+    def cluster(prog):
+        return next(s for s in strategies(prog, "cuda") if s.key == "cuda-rows-cluster").params
+
+    x = Load(0)
+    soft = Program(inputs=[Input(0, (4096, 393216), "float32")], out=Op("exp", (Op("sub", (x, Red("lse", x))),)),
+                   shape=(4096, 393216), axes=(1,), out_shape=(4096, 393216))  # softmax as the capture lowers it
+    lead = cluster(soft)[:3]
+    assert [(p.chunks, p.mode, p.buffers, p.slices, p.vec) for p in lead] == \
+        [(4, "twopass", 1, 16, 2), (4, "twopass", 1, 16, 4), (4, "twopass", 1, 8, 4)]
+    assert [p for p in cluster(soft) if p.chunks == 1]  # the whole-slice sets follow
+    from runner.proposers.catalog import effective
+
+    assert all(effective(p, soft) == p for p in lead)
+    for p in lead:
+        cuda.render(soft, p)  # NotExpressible would fail here
+    odd = replace(soft, inputs=[Input(0, (64, 65535), "float32")], shape=(64, 65535), out_shape=(64, 65535))
+    assert all(p.chunks == 1 for p in cluster(odd))
+    lse = replace(soft, out=Red("lse", x), out_shape=(4096, 1))
+    assert all(p.chunks == 1 for p in cluster(lse))
+
+
 def test_rows_beyond_a_cluster_that_fit_on_chip_a_few_at_a_time_go_to_a_grid_group_first():
     """GroupNorm's 896 rows of 8 MB: three rows on chip at once, a group of 88 blocks (two per SM, 95 KB each) or 44
     (one per SM) per row, proposed first; LayerNorm's 16 MB rows fit once at most: no grid, as before."""
