@@ -219,7 +219,7 @@ def _cuda(p: Program) -> list[Strategy]:
             # 5.15 ms with 8-byte vectors, 4.79 against 4.80 with 16-byte ones, 4.54 on clusters of 8; softmax 4.75
             # against 4.83; InstanceNorm 5.30 against 5.41; bench/results/h100-cluster-chunks)
             [*(CudaParams("cluster", vec=v, threads=256, slices=c, mode=sorted(modes, reverse=True)[0], buffers=1,
-                          chunks=4) for c, v in ((cs[0], wide // 2), (cs[0], wide), (cs[-1], wide))
+                          chunks=4) for c, v in dict.fromkeys(((cs[0], wide // 2), (cs[0], wide), (cs[-1], wide)))
                if wide > 2 and R % wide == 0 and full_output(p)),
              *(CudaParams("cluster", vec=v, threads=t, slices=c, mode=m, buffers=b) for m in sorted(modes, reverse=True)
                for b, ts in ((1, (256, 128)), (1, (512,)), (2, (256,))) for c in cs for t in ts

@@ -356,6 +356,9 @@ def test_rows_held_by_a_cluster_try_the_first_pass_in_parts_first():
     assert all(effective(p, soft) == p for p in lead)
     for p in lead:
         cuda.render(soft, p)  # NotExpressible would fail here
+    big = replace(soft, inputs=[Input(0, (64, 600000), "float32")], shape=(64, 600000), out_shape=(64, 600000))
+    labels = [p.label() for p in cluster(big)]  # 2.4 MB rows: clusters of 16 alone, each set once
+    assert len(labels) == len(set(labels)) and sum(p.chunks == 4 for p in cluster(big)) == 2
     odd = replace(soft, inputs=[Input(0, (64, 65535), "float32")], shape=(64, 65535), out_shape=(64, 65535))
     assert all(p.chunks == 1 for p in cluster(odd))
     lse = replace(soft, out=Red("lse", x), out_shape=(4096, 1))
