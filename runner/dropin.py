@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import re
 
+from runner import build
 from runner.contract import DEFAULT_TOLERANCE, ProblemSpec
 
 # The harness's flags (runner/build.py), so the drop-in runs the code the harness measured, built the same way.
-CPU_FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp"]
+CPU_FLAGS = list(build.CPU_FLAGS)
 CUDA_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC"]
 
 DROPIN_FILE = "dropin.py"

@@ -8,6 +8,7 @@ with their reasons. A repair sees the failed code with the compiler's or checker
 
 from __future__ import annotations
 
+from runner.build import CPU_FLAGS
 from runner.contract import Candidate, Verdict
 from runner.proposer import Attempt, History, Idea, ProblemContext
 
@@ -81,7 +82,7 @@ def format_rules(ctx: ProblemContext, abi_header: str) -> str:
     where = (
         "Launch every kernel on `stream` (a cudaStream_t) and on nothing else; do not synchronize the device."
         if ctx.backend == "cuda"
-        else "`stream` is NULL. C++17, built with -O3 -march=native -fopenmp."
+        else f"`stream` is NULL. C++17, built with {' '.join(f for f in CPU_FLAGS if f not in ('-shared', '-fPIC'))}."
     )
     return (
         "## What to write\n"

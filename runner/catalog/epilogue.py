@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner.build import CPU_FLAGS
 from runner.catalog.ir import Program
 from runner.catalog.lower import Heavy
 
@@ -83,7 +84,7 @@ def _build():
         src = os.path.join(os.getcwd(), "fb_epilogue.cpp")
         with open(src, "w") as f:
             f.write(_KERNEL)
-        subprocess.run(["g++", "-O3", "-march=native", "-std=c++17", "-fopenmp", "-shared", "-fPIC", {flags}
+        subprocess.run(["g++", {flags}
                         "-I", sysconfig.get_paths()["include"], src, "-o", so], check=True)
     import importlib.util
     spec = importlib.util.spec_from_file_location("fb_epilogue", so)
@@ -193,10 +194,11 @@ def render(p: Program, heavy: Heavy, kernel_source: str, backend: str, reference
            extra_flags: list[str] | None = None) -> str:
     """candidate.py of an epilogue candidate; `kernel_source` is the catalog kernel rendered with abi_offset=1."""
     flags = "".join(f"{f!r}, " for f in (extra_flags or []))
+    cpu_flags = "".join(f"{f!r}, " for f in CPU_FLAGS)  # the harness's own (runner/build.py)
     kernel = kernel_source.replace('#include "fusebot.h"', HEADER)
     if backend == "cpu":
         kernel += _CPU_WRAPPER
-        build = _CPU_BUILD.replace("{flags}", flags)
+        build = _CPU_BUILD.replace("{flags}", cpu_flags + flags)
     else:
         build = _CUDA_BUILD.replace("{flags}", flags).replace("{{", "{").replace("}}", "}")
     dtype = f"torch.{p.out_dtype}"
