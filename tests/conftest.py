@@ -1,4 +1,3 @@
-import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,17 +34,3 @@ def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv("FUSEBOT_CACHE_DIR", str(path))
         yield path
 
-
-@pytest.fixture
-def cpu_to_itself(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Tests that claim a CPU kernel beats eager, and the heaviest builds, take turns across `pytest -n` workers: on a
-    2-core machine an OpenMP kernel timed while the other worker built or timed ran 2.7x behind eager (5.56 against
-    2.03 ms, both claims of a fresh-clone run failed). The lock file lies in the run's temporary root, which the
-    workers share."""
-    lock = tmp_path_factory.getbasetemp().parent / "fusebot-cpu.lock"
-    with lock.open("w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

@@ -49,7 +49,7 @@ def test_a_suite_benched_in_batches_keeps_one_table(tmp_path):
 
 
 @pytest.mark.slow
-def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_path, cpu_to_itself):
+def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "runner.optimize_cli", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
            "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]

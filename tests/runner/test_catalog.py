@@ -225,7 +225,7 @@ def _nvcc(src: str, where: Path) -> tuple[int, str]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_every_cuda_template_instantiation_compiles(patterns, tmp_path, cpu_to_itself):
+def test_every_cuda_template_instantiation_compiles(patterns, tmp_path):
     jobs = []
     for name, params in CUDA_CASES:
         pat = patterns[name]

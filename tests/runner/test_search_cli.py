@@ -41,7 +41,7 @@ def optimize(out: Path, env: dict, *extra: str, **kw) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_path, cpu_to_itself):
+def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_path):
     script = [
         Reply(IDEAS, match=IDEAS_T),
         Reply(answer(BROKEN), match=IMPL_T, times=1),
