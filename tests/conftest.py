@@ -33,4 +33,3 @@ def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FUSEBOT_CACHE_DIR", str(path))
         yield path
-
