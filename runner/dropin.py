@@ -22,7 +22,7 @@ from runner.contract import DEFAULT_TOLERANCE, ProblemSpec
 
 # The harness's flags (runner/build.py), so the drop-in runs the code the harness measured, built the same way.
 CPU_FLAGS = list(build.CPU_FLAGS)
-CUDA_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC"]
+CUDA_FLAGS = list(build.CUDA_FLAGS)
 
 DROPIN_FILE = "dropin.py"
 TEST_FILE = "test_dropin.py"
