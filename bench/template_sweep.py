@@ -44,8 +44,32 @@ def parse_params(text: str) -> CudaParams:
     return CudaParams(**kw)  # type: ignore[arg-type]
 
 
+def kernel_times_us(fn, calls: int = 5) -> dict[str, float]:
+    """GPU microseconds per call of every kernel (and memset) `fn` launches, by name, from torch.profiler over
+    `calls` calls with L2 flushed before each (the flush's own fill kernel left out)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    timer = Timer("cuda")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            timer.flush()
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for ev in prof.key_averages():
+        name = ev.key
+        total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0.0)
+        if "FillFunctor" in name or not total or ev.count < calls:
+            continue  # the flush (zero_), host-side rows
+        out[name] = total / calls
+    return out
+
+
 def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float,
-          explicit: list[CudaParams] | None = None, repeat: int = 1) -> list[dict]:
+          explicit: list[CudaParams] | None = None, repeat: int = 1, compiled: bool = False,
+          kernels: bool = False) -> list[dict]:
     prop = CatalogProposer()
     ctx = ProblemContext(name=path.stem, reference_source=path.read_text(), backend="cuda")
     pat = prop.pattern(ctx)
@@ -73,6 +97,11 @@ def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float,
     args = as_tensor_args(inputs, "cuda") + extra
     stream = torch.cuda.current_stream().cuda_stream
     rows = [{"problem": path.stem, "label": "torch eager", "ok": True, "fn": lambda: model(*inputs), "ms": []}]
+    if compiled:
+        cm = torch.compile(model)
+        with torch.no_grad():
+            cm(*inputs)
+        rows.append({"problem": path.stem, "label": "torch.compile", "ok": True, "fn": lambda: cm(*inputs), "ms": []})
     for c, p in zip(cands, params, strict=True):
         b = built[c.id]
         row = {"problem": path.stem, "label": p.label(), "ok": False, "fn": None, "ms": []}
@@ -95,6 +124,9 @@ def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float,
             if row["fn"] is not None:
                 row["ms"].append(timer.measure(row["fn"]).median_ms)
     for row in rows:
+        if kernels and row["fn"] is not None:
+            with torch.no_grad():
+                row["kernels_us"] = kernel_times_us(row["fn"])
         row.pop("fn")
         row["median_ms"] = min(row["ms"]) if row["ms"] else None
     for r in rows:
@@ -110,13 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", action="append", type=parse_params,
                     help="time these parameter sets instead of the catalog's (layout=split,vec=4,slices=16,...)")
     ap.add_argument("--repeat", type=int, default=1, help="interleaved timing passes over all the sets (the least is kept)")
+    ap.add_argument("--compile", action="store_true", help="time torch.compile of the reference too")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also each kernel's GPU time per call (torch.profiler), under each row")
     ap.add_argument("--bandwidth", type=float, default=3.01e12, help="bytes/s for the floor (the H100's copy rate)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     strict_fp32()
     print_rows = []
     for path in args.problems:
-        print_rows += sweep(path, set(args.layout) if args.layout else None, args.max, args.bandwidth, args.param, args.repeat)
+        print_rows += sweep(path, set(args.layout) if args.layout else None, args.max, args.bandwidth, args.param, args.repeat,
+                            args.compile, args.kernels)
         torch.cuda.empty_cache()
     sys.stdout.write(f"{torch.cuda.get_device_name()}\n| problem | parameters | matches | median ms (least of passes) "
                      "| % floor | each pass |\n| --- | --- | --- | ---: | ---: | --- |\n")
@@ -125,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         pct = f"{r['pct_floor']:.0f}%" if r.get("pct_floor") else "-"
         each = " ".join(f"{m:.4g}" for m in r["ms"])
         sys.stdout.write(f"| {r['problem']} | {r['label']} | {'yes' if r.get('ok') else 'NO'} | {ms} | {pct} | {each} |\n")
+        for name, us in (r.get("kernels_us") or {}).items():
+            sys.stdout.write(f"|  | {us:.1f} us: {name[:110]} | | | | |\n")
     return 0
 
 

@@ -101,6 +101,10 @@ class Timing(_Model):
     # what each timed call ran: "drop-in" (the module a PR would add, bound to the kernel), "library" (the kernel
     # library called directly), "module" (a ModelNew, or a baseline); "" where not recorded
     call: str = ""
+    # the host's time per call (median, ms, from the flush's launch to the call's return; on CUDA not inside the
+    # GPU times) and the GPU spin queued before each call so that it is not (runner.timing)
+    host_ms: float | None = None
+    lead_ms: float = 0.0
 
     def call_text(self) -> str:
         """How the time was taken, for a report ("" where not recorded)."""
@@ -108,6 +112,13 @@ class Timing(_Model):
                            "output allocation and the kernel)",
                 "library": "fusebot's time is the kernel library's call",
                 "module": "fusebot's time is the candidate module's forward call"}.get(self.call, "")
+
+    def lead_text(self) -> str:
+        """How the host's own work was kept out of a GPU time, for a report ("" where it was not)."""
+        if self.lead_ms <= 0:
+            return ""
+        return ("each call's host work (its Python and launches) ran while the GPU was kept busy, so it is not in the "
+                "GPU times; it is shown apart as host us per call")
 
 
 class Roofline(_Model):

@@ -20,6 +20,7 @@ import math
 import os
 import secrets
 import shutil
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -640,8 +641,11 @@ class Evaluator:
             worker.close()
         from runner.timing import summarize
 
-        pool = lambda ts: summarize([x for t in ts for x in t.samples_ms], clock=ts[0].clock,  # noqa: E731
-                                    l2_flushed=ts[0].l2_flushed).model_copy(update={"call": ts[0].call})
+        def pool(ts: list[Timing]) -> Timing:
+            hosts = [t.host_ms for t in ts if t.host_ms is not None]
+            return summarize([x for t in ts for x in t.samples_ms], clock=ts[0].clock, l2_flushed=ts[0].l2_flushed,
+                             host_ms=statistics.median(hosts) if hosts else None,
+                             lead_ms=max(t.lead_ms for t in ts)).model_copy(update={"call": ts[0].call})
         verdict.timing = pool(cand)
         verdict.baselines = Baselines(eager=pool(eager), compile=pool(comp) if comp else None)
         verdict.roofline = self.roofline()

@@ -105,29 +105,30 @@ def _cell(text: str, limit: int = 160) -> str:
 
 def _row(label: str, t: Timing | None, baselines: Baselines | None, roofline: Roofline | None) -> str:
     if t is None:
-        return f"| {label} | n/a | | | | | |"
+        return f"| {label} | n/a | | | | | | |"
     eager = baselines.eager.median_ms / t.median_ms if baselines and baselines.eager else None
     comp = baselines.compile.median_ms / t.median_ms if baselines and baselines.compile else None
     floor = 100.0 * roofline.floor_ms / t.median_ms if roofline else None
     fmt = lambda x, unit: f"{x:.2f}{unit}" if x is not None else "n/a"  # noqa: E731
+    host = f"{t.host_ms * 1000:.0f}" if t.host_ms is not None else "n/a"
     return (f"| {label} | {t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n} | {fmt(eager, 'x')} | {fmt(comp, 'x')} | "
-            f"{fmt(floor, '%')} |")
+            f"{fmt(floor, '%')} | {host} |")
 
 
 def benchmark_table(o: Outcome) -> str:
     b, r = o.baselines, o.roofline
-    lines = ["| | median ms | IQR ms | n | vs eager | vs torch.compile | % of floor |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    lines = ["| | median ms | IQR ms | n | vs eager | vs torch.compile | % of floor | host us per call |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
              _row("PyTorch eager", b.eager if b else None, b, r)]
     if b and b.compile is None and b.compile_error:
-        lines.append(f"| torch.compile | failed: {_cell(b.compile_error, 80)} | | | | | |")
+        lines.append(f"| torch.compile | failed: {_cell(b.compile_error, 80)} | | | | | | |")
     else:
         lines.append(_row("torch.compile", b.compile if b else None, b, r))
     if o.verdict and o.verdict.timing:
         lines.append(_row(f"fusebot ({o.best.candidate.id if o.best and o.best.candidate else 'best'})",
                           o.verdict.timing, b, r))
     if r:
-        lines.append(f"| roofline floor | {r.floor_ms:.4g} | | | | | 100% |")
+        lines.append(f"| roofline floor | {r.floor_ms:.4g} | | | | | 100% | |")
     return "\n".join(lines)
 
 
@@ -165,7 +166,7 @@ def report_markdown(o: Outcome) -> str:
     head += ["## Benchmark", "", benchmark_table(o), ""]
     if v and v.environment:
         e = v.environment
-        how = v.timing.call_text() if v.timing else ""
+        how = "; ".join(x for x in (v.timing.call_text(), v.timing.lead_text()) if x) if v.timing else ""
         head += [f"Measured on {e.gpu or e.cpu or e.device} (torch {e.torch}, CUDA {e.cuda or 'n/a'}, "
                  f"fusebot {e.fusebot}); times are medians of n calls, spread as IQR" + (f"; {how}." if how else "."),
                  ""]

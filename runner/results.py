@@ -123,7 +123,9 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
            "", f"Environment: {env}.", "",
            "Times are medians of n calls with the last-level cache flushed before each; spread is the interquartile "
            "range. The raw samples are in the verdict (result.json of the run)."
-           + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else ""), ""]
+           + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else "")
+           + (f" {v.timing.lead_text().capitalize()} in the run's report." if v.timing and v.timing.lead_text() else ""),
+           ""]
     if check is not None:
         out += [f"Drop-in check before this was proposed: `{check.command}`: {check.passed_tests} passed, "
                 f"{check.failed_tests} failed, {check.skipped_tests} skipped ({check.seconds:.1f} s).", ""]

@@ -37,6 +37,7 @@ def clock(monkeypatch):
     monkeypatch.setattr(timing, "_event_sync", lambda e: None)
     monkeypatch.setattr(timing, "_event_elapsed", lambda a, b: b.t - a.t)
     monkeypatch.setattr(timing, "_cuda_sync", sync)
+    monkeypatch.setattr(timing, "_sleep", None)  # (this clock has no host side: no lead; see _Queue below)
     return c
 
 
@@ -64,3 +65,81 @@ def test_a_slower_wake_up_than_the_no_ops_is_charged(clock):
     timer.sync_floor_ms()
     clock.latency = 0.020  # the host woke up 8 us later than after any no-op: counted, not forgiven
     assert timer._one_cuda(_call(clock, 0.25, 0.0)) == pytest.approx(0.258)
+
+
+class _Queue:
+    """Host and GPU on one clock in us: the host launches work (a flush of `flush_us`, a spin, the call's kernels of
+    `kernel_us` after `host_us` of its own work), the GPU runs it in order as soon as it is launched and the GPU is
+    free; an event's time is when the GPU reaches it."""
+
+    def __init__(self, host_us: float, kernel_us: float, flush_us: float = 35.0, cycles_per_us: float = 1980.0):
+        self.host, self.gpu = 0.0, 0.0
+        self.host_us, self.kernel_us, self.flush_us, self.cycles_per_us = host_us, kernel_us, flush_us, cycles_per_us
+
+    def launch(self, us: float) -> None:
+        self.gpu = max(self.gpu, self.host) + us
+        self.host += 2.0  # a launch's own host cost
+
+    def call(self) -> None:
+        self.host += self.host_us
+        self.launch(self.kernel_us)
+
+
+@pytest.fixture
+def queue(monkeypatch):
+    q = _Queue(host_us=80.0, kernel_us=180.0)
+
+    def record(e):
+        e.t = max(q.gpu, q.host)
+        q.gpu = e.t
+
+    def sync_to(t):
+        q.host = max(q.host, t) + 10.0
+
+    monkeypatch.setattr(timing, "_Event", _Event)
+    monkeypatch.setattr(timing, "_event_record", record)
+    monkeypatch.setattr(timing, "_event_sync", lambda e: sync_to(e.t))
+    monkeypatch.setattr(timing, "_event_elapsed", lambda a, b: (b.t - a.t) / 1000.0)
+    monkeypatch.setattr(timing, "_cuda_sync", lambda: sync_to(q.gpu))
+    monkeypatch.setattr(timing, "_sleep", lambda cycles: q.launch(cycles / q.cycles_per_us))
+    monkeypatch.setattr(timing, "_perf_ns", lambda: int(q.host * 1000))
+    monkeypatch.setattr(timing, "_zero", lambda buf: q.launch(q.flush_us))
+    return q
+
+
+def _cuda_timer():
+    timer = timing.Timer("cpu", timing.TimerConfig(warmup=3, min_reps=10, max_reps=40), flush_bytes=1024)
+    timer.device = "cuda"  # the CUDA path on the simulated queue
+    return timer
+
+
+def test_the_hosts_work_before_the_kernels_is_not_timed(queue):
+    """80 us of host work against a 35 us flush: without a lead the events would time 45 us of an idle GPU."""
+    t = _cuda_timer().measure(queue.call)
+    assert t.median_ms == pytest.approx(0.180, abs=0.002), t.median_ms
+    assert t.host_ms == pytest.approx(0.080 + 0.006, abs=0.004)  # the flush's, the spin's and the call's launches
+    assert 0.080 <= t.lead_ms <= 0.2
+
+
+def test_without_the_lead_the_gap_was_timed(queue, monkeypatch):
+    monkeypatch.setattr(timing, "_sleep", None)
+    t = _cuda_timer().measure(queue.call)
+    assert t.median_ms == pytest.approx(0.180 + 0.080 + 0.004 - 0.035, abs=0.003)
+
+
+def test_a_call_that_slows_down_on_the_host_is_taken_again_with_a_longer_lead(queue):
+    timer = _cuda_timer()
+    timer.measure(queue.call)
+    queue.host_us = 400.0  # now 400 us of host work a call: the first sample's lead falls short
+    lead_before = timer.lead_us
+    one = timer._one_cuda(queue.call)
+    assert one == pytest.approx(0.180, abs=0.002), one
+    assert timer.lead_us > 400.0 > lead_before
+
+
+def test_the_lead_is_capped_and_what_outlasts_it_is_timed(queue):
+    queue.host_us = 3000.0
+    t = _cuda_timer().measure(queue.call)
+    assert t.lead_ms == pytest.approx(timing.MAX_LEAD_US / 1000.0)
+    # the GPU idled for the host's 3 ms less the flush and the 1 ms lead (and the launches before the call)
+    assert t.median_ms == pytest.approx(0.180 + 3.0 - 0.035 - 1.0 + 0.004, abs=0.01), t.median_ms

@@ -44,3 +44,24 @@ def test_work_left_on_another_stream_is_timed():
     escaped = timer.measure(on_side).median_ms
     assert own > 1.0, own
     assert escaped > 0.8 * own, (escaped, own)
+
+
+def test_the_hosts_work_before_the_kernel_is_not_timed_but_reported():
+    """150 us of Python before a 0.2 ms kernel: the flush (~35 us on the H100) alone would leave the GPU idle for
+    most of it, inside the events."""
+    import time
+
+    timer = Timer("cuda", CFG)
+    spin = _cycles(0.2)
+
+    def busy_host():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 150e-6:
+            pass
+        torch.cuda._sleep(spin)
+
+    alone = timer.measure(lambda: torch.cuda._sleep(spin))
+    slow = timer.measure(busy_host)
+    assert slow.median_ms < alone.median_ms * 1.1 + 0.01, (slow.median_ms, alone.median_ms)
+    assert slow.host_ms >= 0.15 > alone.host_ms, (slow.host_ms, alone.host_ms)
+    assert slow.lead_ms >= 0.15
