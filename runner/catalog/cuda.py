@@ -51,7 +51,9 @@ class CudaParams:
     slices: int = 8  # columns: threads splitting the reduced dim; split, grid: blocks per row; cluster: blocks per cluster;
     # strided: groups of the reduced dim's periods
     mode: str = "online"  # online | twopass
-    grid: str = "stride"  # flat, bcast: stride (one wave of resident blocks) | once (one pass: U vectors per thread)
+    grid: str = "stride"  # flat, bcast: stride (one wave of resident blocks) | once (one pass: U vectors per thread);
+    # split with a per-element output: once = each row's partials merged by one small kernel, then the output pass
+    # one tile of U vectors per thread per block over the row (stride: every block merges them, then walks its slice)
     fast_math: bool = False
     buffers: int = 2  # cluster, grid: 2 = the next row streams into a second buffer where two fit; 1 = one
     unroll: int = 1  # flat, bcast, split: vectors per thread per step, all loaded before any is computed;
@@ -70,7 +72,7 @@ class CudaParams:
         elif self.layout == "strided":
             base += f"-g{self.slices}"
         elif self.layout == "split":
-            base += f"-s{self.slices}-{self.mode}" + ("-il" if self.interleave else "")
+            base += f"-s{self.slices}-{self.mode}" + ("-il" if self.interleave else "") + ("-once" if self.grid == "once" else "")
         elif self.layout == "cluster":
             base += f"-c{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
             base += f"-k{self.chunks}" if self.chunks > 1 else ""

@@ -37,13 +37,18 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
     accs = plan.accs
     ws_decl = workspace_code(' '.join(f'{x.kind} {x.name};' for x in accs))
 
-    def gather(upto: int, by_block: bool = True) -> str:
+    once = params.grid == "once" and full_output(p)
+
+    def gather(upto: int, by_block: bool = True, merged: bool = False) -> str:
         """Merge the S partials of accumulators from passes < upto, then compute their values. `by_block`: the
-        block's threads work on one row together (the pass kernels; not the finishing kernel, a thread per row)."""
+        block's threads work on one row together (the pass kernels; not the finishing kernel, a thread per row).
+        `merged`: fb_split_merge already merged them into the row's first slot."""
         out = []
         for x in accs:
             if x.pass_no < upto:
-                if S <= 32 or not by_block:  # a few partials: every thread merges them all
+                if merged:
+                    out.append(f"{x.kind} {x.name} = ws[row * {S}].{x.name};")
+                elif S <= 32 or not by_block:  # a few partials: every thread merges them all
                     out.append(f"{x.kind} {x.name}; {x.name}.init(); "
                                f"for (int q = 0; q < {S}; ++q) {x.name}.merge(ws[row * {S} + q].{x.name});")
                 else:  # many: the block's threads share them, then a block merge (a serial walk cost microseconds)
@@ -98,6 +103,21 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
         }}{store_out}"""
             # the last pass takes the blocks, and each block its slice, in reverse: what it reads first is what the
             # pass before read last, still in L2
+            if last and once:
+                # one tile of T x U vectors per block, blocks in the row's order (like a plain elementwise kernel),
+                # the row's values read from the merged slot
+                uv = U if v > 1 else 1
+                kernels.append(f"""
+__global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) {{
+  const long long tiles = (a.R + {T * v * uv - 1}) / {T * v * uv};
+  const long long row = blockIdx.x / tiles, o = row, i = 0;
+  {row_bases(p)}
+  const long long lo = (blockIdx.x % tiles) * {T * v * uv}, hi = lo + {T * v * uv} < a.R ? lo + {T * v * uv} : a.R;
+  {gather(pno, merged=True)}
+{_split_loop(p, loads, v, T, uv, step)}
+}}
+""")
+                continue
             back = last and pno > 1
             bid = "(gridDim.x - 1 - blockIdx.x)" if back else "blockIdx.x"
             kernels.append(f"""
@@ -127,12 +147,32 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
   (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
 }}
 """)
+    if once:
+        merge = [f"{x.kind} {x.name}; {x.name}.init(); for (int q = threadIdx.x; q < {S}; q += {T}) "
+                 f"{x.name}.merge(ws[row * {S} + q].{x.name}); fb_block_reduce<{x.kind}, {T}>({x.name});" for x in accs]
+        kernels.append(f"""
+// every accumulator's S partials of a row merged once, into the row's first slot, for the output pass's blocks
+__global__ void __launch_bounds__({T}) fb_split_merge(FbArgs a, FbWs* ws) {{
+  const long long row = blockIdx.x;
+  {chr(10).join("  " + m for m in merge).strip()}
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    {" ".join(f"ws[row * {S}].{x.name} = {x.name};" for x in accs)}
+  }}
+}}
+""")
     ok = _align_check(p, vec_in, out_t, V, f"a.R % {V} == 0")
     steps = []
     for pno in range(1, plan.passes + 1):
         steps.append(f"    if (wide) fb_split_p{pno}_v{V}<<<grid, {T}, 0, s>>>(a, ws); "
                      f"else fb_split_p{pno}_v1<<<grid, {T}, 0, s>>>(a, ws);")
-    if full_output(p):
+    if once:
+        last = plan.passes + 1
+        steps.append(f"    fb_split_merge<<<(unsigned)a.O, {T}, 0, s>>>(a, ws);")
+        tile = T * V * U
+        steps.append(f"    if (wide) fb_split_p{last}_v{V}<<<(unsigned)(a.O * ((a.R + {tile - 1}) / {tile})), {T}, 0, s>>>"
+                     f"(a, ws); else fb_split_p{last}_v1<<<(unsigned)(a.O * ((a.R + {T - 1}) / {T})), {T}, 0, s>>>(a, ws);")
+    elif full_output(p):
         last = plan.passes + 1
         steps.append(f"    if (wide) fb_split_p{last}_v{V}<<<grid, {T}, 0, s>>>(a, ws); "
                      f"else fb_split_p{last}_v1<<<grid, {T}, 0, s>>>(a, ws);")

@@ -177,6 +177,8 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("logsumexp_max", cuda.CudaParams("split", vec=4, threads=512, slices=4, mode="online", fast_math=True)),
     ("frobenius", cuda.CudaParams("split", vec=4, threads=256, slices=64, mode="twopass")),
     ("frobenius", cuda.CudaParams("split", vec=4, threads=512, slices=264, unroll=2, interleave=True)),
+    ("frobenius", cuda.CudaParams("split", vec=4, threads=512, slices=264, unroll=2, interleave=True, grid="once")),
+    ("layernorm", cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass", unroll=4, grid="once")),
     ("argmax", cuda.CudaParams("split", vec=4, threads=128, slices=16, interleave=True)),
     ("layernorm", cuda.CudaParams("split", vec=4, threads=512, slices=16, unroll=4)),  # rowvec loads hoisted too
     ("rmsnorm", cuda.CudaParams("columns", vec=1, threads=512, col_width=64, slices=8, unroll=4)),
@@ -379,6 +381,7 @@ def _aspects(p: cuda.CudaParams) -> set[tuple]:
     out = {_structure(p)}
     if p.layout == "split":
         out.add(("split-slices", p.interleave, p.slices > 32, p.vec == 1))
+        out.add(("split-output", p.grid == "once"))
     return out
 
 
@@ -406,6 +409,21 @@ def test_cuda_strategies_cover_the_row_shapes(patterns):
     assert max(p.vec for s in strategies(half, "cuda") for p in s.params) == 8
     with pytest.raises(NotExpressible):
         cpu.render(half, cpu.CpuParams("rows"))  # no fp16 on the CPU backend
+
+
+def test_a_few_long_rows_with_a_full_output_merge_their_partials_once_first(patterns):
+    """Frobenius (one row, an output per element): the output pass as a tile per block after one merge kernel, first;
+    a per-row output (hinge loss) has no output pass, and many rows (layernorm's) keep the merge in every block."""
+    prop = CatalogProposer()
+
+    def split_sets(name):
+        return [p for s in prop.strategies(ctx(name, "cuda")) for p in s.params if p.layout == "split"]
+
+    frob = split_sets("frobenius")
+    assert frob[0].grid == "once" and frob[0].interleave
+    assert {p.grid for p in frob} == {"once", "stride"}  # the per-block merge follows
+    assert "-once" in frob[0].label()
+    assert all(p.grid == "stride" for n in ("hinge_loss", "layernorm") for p in split_sets(n))
 
 
 # ---- the proposer --------------------------------------------------------------------------------------------------
@@ -513,7 +531,10 @@ GPU_CASES = {
                cuda.CudaParams("cluster", vec=4, threads=128, slices=2, buffers=1),  # partials merged across blocks
                cuda.CudaParams("grid", vec=4, threads=64, slices=3, unroll=2)],  # an index per row from slice 0
     "frobenius": [cuda.CudaParams("split", vec=4, threads=256, slices=64),
-                  cuda.CudaParams("split", vec=4, threads=128, slices=48, unroll=2, interleave=True)],
+                  cuda.CudaParams("split", vec=4, threads=128, slices=48, unroll=2, interleave=True),
+                  # the partials merged once, then the output pass a tile per block (odd shapes: the scalar one)
+                  cuda.CudaParams("split", vec=4, threads=128, slices=48, unroll=2, interleave=True, grid="once"),
+                  cuda.CudaParams("split", vec=4, threads=64, slices=8, mode="twopass", grid="once")],
     "log_softmax": [cuda.CudaParams("cluster", vec=4, threads=256, slices=1), cuda.CudaParams("cluster", vec=4,
                     threads=128, slices=4, mode="twopass"),
                     # the first pass part by part, the output's refill closing a part's commit group at a time
@@ -540,6 +561,7 @@ GPU_CASES = {
                        cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="online"),
                        cuda.CudaParams("split", vec=4, threads=256, slices=4, mode="twopass", unroll=4),
                        cuda.CudaParams("split", vec=2, threads=128, slices=8, mode="online"),
+                       cuda.CudaParams("split", vec=4, threads=128, slices=4, mode="twopass", unroll=2, grid="once"),
                        cuda.CudaParams("cluster", vec=2, threads=128, slices=2, mode="twopass"),
                        cuda.CudaParams("grid", vec=4, threads=256, slices=4, mode="online"),
                        cuda.CudaParams("grid", vec=4, threads=128, slices=4, mode="twopass", buffers=1, chunks=4)],
