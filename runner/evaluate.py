@@ -596,9 +596,10 @@ class Evaluator:
             walls.append((time.perf_counter() - t0) * 1e3 / calls)
         wall_ms = min(walls)
         if wall_ms > 0.2 and timing.median_ms < 0.5 * wall_ms:
+            host = f" (its host work: {timing.host_ms:.4g} ms a call)" if timing.host_ms is not None else ""
             return None, [f"timer-escape: the timer saw {timing.median_ms:.4g} ms per call, but {calls} back-to-back "
-                          f"calls took at best {wall_ms:.4g} ms each by the parent's clock: work escaped the timed "
-                          "region"]
+                          f"calls took at best {wall_ms:.4g} ms each by the parent's clock{host}: work escaped the "
+                          "timed region, or the call is bound by its host work"]
         return timing, []
 
     def confirm(self, candidate: Candidate, rounds: int = 5) -> Verdict:
