@@ -9,18 +9,18 @@ repetitions until the median stops moving. On CPU: the same with a monotonic clo
 last-level cache.
 
 The host's own work before the call's first kernel is not timed either: after the flush a one-thread spin
-(`torch.cuda._sleep`) keeps the GPU busy for `lead_us`, the host time the call took in its warm-up and a fifth more
-plus 20 us (at most 1 ms), so the call's kernels are queued before the start event fires. Without it the events
-timed the GPU idling while the host ran the call's Python: on the H100 torch.compile's MinGPT GELU took 0.21-0.23 ms
-that way, its host work 83-105 us a call, against 0.1820-0.1825 ms with the GPU kept busy (eager tanh, 32 us of host
+(`torch.cuda._sleep`) keeps the GPU busy for `lead_us`, half as much again as the host time the call took in its
+warm-up (at most 1 ms), so the call's kernels are queued before the start event fires. Without it the events timed
+the GPU idling while the host ran the call's Python: on the H100 torch.compile's MinGPT GELU took 0.21-0.23 ms that
+way, its host work 83-105 us a call, against 0.1820-0.1825 ms with the GPU kept busy (eager tanh, 32 us of host
 work: 0.182 both ways; correlation of sample time and host time 0.96-0.98; bench/results/h100-timer-spread). A
 sample whose host work outlasted the lead is taken again with a longer one. The host time per call is reported
 beside the GPU time (`Timing.host_ms`). What this gives up: work a call puts on another stream of its own can run
-during the lead, before the start event, untimed: at most the lead less the host time before that launch, so about a
-fifth of the call's host time plus 20 us for work launched at its end, and up to the whole lead for work launched at
-its start and overlapped with host work of its own (the parent's wall-clock cross-check, runner.evaluate, catches
-that once it is more than the timed time; the flush gave the same room before, ~35 us). A gate that fills every SM
-during the lead would close it.
+during the lead, before the start event, untimed: at most the lead less the host time before that launch, so up to
+half the call's host time for work launched at its end, and up to the whole lead for work launched at its start and
+overlapped with host work of its own (the parent's wall-clock cross-check, runner.evaluate, catches that once it is
+more than the timed time; the flush gave the same room before, ~35 us). A gate that fills every SM during the lead
+would close it.
 
 Every callable used here is bound when this module is imported, which the workers do before any untrusted code
 runs: a candidate that later replaces `torch.cuda.synchronize` or `Event.elapsed_time` does not reach this timer
@@ -57,9 +57,9 @@ def _nothing() -> None:
 
 
 def _lead_for(host_us: float) -> float:
-    """The lead for a call whose host work took `host_us`: a little more, and no longer than needed, since work a call
-    puts on another stream of its own can run during it, untimed."""
-    return min(MAX_LEAD_US, 1.2 * host_us + 20.0)
+    """The lead for a call whose host work took `host_us`: half as much again, and no longer, since work a call puts
+    on another stream of its own can run during it, untimed (the factor the H100's runs of 2026-11-22 used)."""
+    return min(MAX_LEAD_US, 1.5 * host_us)
 
 
 @dataclass
