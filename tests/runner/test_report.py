@@ -52,6 +52,17 @@ def test_nothing_faster_than_the_faster_baseline_is_no_improvement():
     assert "| torch.compile | n/a |" in benchmark_table(o2)
 
 
+def test_the_host_time_per_call_is_shown_apart_and_said_to_be_outside_the_gpu_times():
+    gpu = lambda ms, host: timing(ms).model_copy(update={"host_ms": host, "lead_ms": 1.5 * host})  # noqa: E731
+    o = outcome("p", result(att(0.5)), Baselines(eager=gpu(2.0, 0.031), compile=gpu(1.0, 0.205)), ROOF)
+    table = benchmark_table(o)
+    assert table.splitlines()[0].endswith("| % of floor | host us per call |")
+    assert "| PyTorch eager | 2 | 0.04 | 10 | 1.00x | 0.50x | 20.00% | 31 |" in table
+    assert "| torch.compile | 1 | 0.02 | 10 | 2.00x | 1.00x | 40.00% | 205 |" in table
+    assert "| fusebot (r1-m-0.5) | 0.5 | 0.01 | 10 | 4.00x | 2.00x | 80.00% | n/a |" in table  # (not recorded)
+    assert gpu(1.0, 0.2).lead_text().startswith("each call's host work") and timing(1.0).lead_text() == ""
+
+
 def test_a_degenerate_problem_never_reports_a_speedup():
     o = outcome("p", result(att(0.1, degenerate=True)), Baselines(eager=timing(2.0)), ROOF)
     assert not o.improved and "degenerate" in o.message
