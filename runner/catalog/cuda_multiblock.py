@@ -101,8 +101,6 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
           const long long r = r0 + j, flat = o * a.R + r; (void)flat;
           {body}
         }}{store_out}"""
-            # the last pass takes the blocks, and each block its slice, in reverse: what it reads first is what the
-            # pass before read last, still in L2
             if last and once:
                 # one tile of T x U vectors per block, blocks in the row's order (like a plain elementwise kernel),
                 # the row's values read from the merged slot
@@ -118,6 +116,8 @@ __global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) 
 }}
 """)
                 continue
+            # the last pass takes the blocks, and each block its slice, in reverse: what it reads first is what the
+            # pass before read last, still in L2
             back = last and pno > 1
             bid = "(gridDim.x - 1 - blockIdx.x)" if back else "blockIdx.x"
             kernels.append(f"""
