@@ -182,7 +182,8 @@ def _cuda(p: Program) -> list[Strategy]:
     turns = rows < 8
     split = [CudaParams("split", vec=wide, threads=t, slices=s, mode=m, unroll=u, interleave=turns)
              for m in modes for s in _slices(rows) for t, u in (((512, 2), (256, 4)) if turns else ((512, 1), (256, 1)))]
-    if turns and full_output(p):
+    merge_once = turns and full_output(p)
+    if merge_once:
         # the row's partials merged once by a small kernel, then the output pass a tile per block in the row's order
         # (Frobenius over 7.5 GB on the H100: that pass 4.94 ms, torch.compile's own 4.97, against 5.27-5.53 with
         # every block merging the partials and walking its turns; bench/results/h100-pass-times)
@@ -197,7 +198,7 @@ def _cuda(p: Program) -> list[Strategy]:
     s_split = Strategy("cuda-rows-split",
                        "Several blocks per row (few long rows): each block reduces a slice into a workspace, the "
                        + ("partials are merged once by a small kernel, then the output pass runs a tile per block "
-                          "along the row" if turns and full_output(p) else
+                          "along the row" if merge_once else
                           "next kernel merges the slices' partials and writes its slice of the output")
                        + ": every SM busy.",
                        split)
