@@ -1,12 +1,14 @@
 """The timer: one function, used for the reference's baselines and for candidates alike.
 
-On CUDA: events around each call on the caller's stream, then a device-wide synchronize and a third event: the
-time from the call's end event to that third one, less the same span of a call that does nothing (the host's own
-sync latency, measured once per timer), is added to the sample, so work a callee left on any other stream is inside
-the measurement but the host's wake-up after the kernel is not (that latency was 12-90 us a call on the H100, 5-10% of
-a 0.2-0.3 ms kernel). The L2 is flushed before every timed call by writing a buffer twice its size; warm-up, then
-repetitions until the median stops moving. On CPU: the same with a monotonic clock and a buffer larger than the
-last-level cache.
+On CUDA: events around each call on the caller's stream, then, once its end event has fired, a device-wide
+synchronize timed on the host: how much longer it took than the same synchronize after a call that does nothing,
+queued right after behind the same flush and lead, is added to the sample. So work a callee left on any other stream
+is inside the measurement, but the host's own latency is not: it drifts with the host's speed, and a floor measured
+once (the least of 20 no-op calls, the timer before session 14) charged torch.compile's MinGPT GELU, 182 us on its
+own stream on the H100 with a spread of 2 us, 7-53 us more depending on the process and the moment; against the
+paired no-op, 1-2 us (bench/results/h100-timer-spread, section 6). The L2 is flushed before every timed call by
+writing a buffer twice its size; warm-up, then repetitions until the median stops moving. On CPU: the same with a
+monotonic clock and a buffer larger than the last-level cache.
 
 The host's own work before the call's first kernel is not timed either: after the flush a one-thread spin
 (`torch.cuda._sleep`) keeps the GPU busy for `lead_us`, half as much again as the host time the call took in its
@@ -50,10 +52,6 @@ _median = statistics.median
 _sleep = getattr(torch.cuda, "_sleep", None)
 
 MAX_LEAD_US = 1000.0
-
-
-def _nothing() -> None:
-    return None
 
 
 def _lead_for(host_us: float) -> float:
@@ -106,7 +104,6 @@ class Timer:
         else:
             self.flush_bytes = flush_bytes or (64 << 20)  # larger than any last-level cache we run on
         self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
-        self._sync_floor_ms: float | None = None
         self._cycles_per_us: float | None = None
         self.lead_us = 0.0  # GPU spin queued after the flush, so the call's host work is not timed
         self._host_ms: list[float] = []
@@ -129,10 +126,16 @@ class Timer:
             self._cycles_per_us = n / max(_event_elapsed(start, end) * 1000.0, 1e-3)
         return int(self.lead_us * self._cycles_per_us)
 
+    def _sync_ms(self) -> float:
+        t0 = _perf_ns()
+        _cuda_sync()
+        return (_perf_ns() - t0) / 1e6
+
     def _spans(self, fn: Callable[[], object], lead_cycles: int = 0) -> tuple[float, float, float]:
-        """(start -> end on the caller's stream, end -> after the device-wide sync, the host's time from the flush
-        to the call's return), in ms, for one flushed call."""
-        start, end, after = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
+        """(start -> end on the caller's stream; how much longer the device-wide sync after it took than the same
+        sync after a no-op queued behind the same flush and lead (may be below zero); the host's time from the
+        flush to the call's return), in ms, for one flushed call."""
+        start, end, mark = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
         t0 = _perf_ns()
         self.flush()
         if lead_cycles:
@@ -142,27 +145,23 @@ class Timer:
         host_ms = (_perf_ns() - t0) / 1e6
         _event_record(end)
         _event_sync(end)
-        _cuda_sync()  # device-wide: what the call left on other streams finishes before `after`
-        _event_record(after)
-        _event_sync(after)
-        return _event_elapsed(start, end), _event_elapsed(end, after), host_ms
-
-    def sync_floor_ms(self) -> float:
-        """The end -> after span of a call that does nothing: the host's latency alone (the least of 20)."""
-        if self._sync_floor_ms is None:
-            self._sync_floor_ms = min(self._spans(_nothing)[1] for _ in range(20))  # (no lead)
-        return self._sync_floor_ms
+        tail = self._sync_ms()  # waits for what the call left on other streams
+        self.flush()
+        if lead_cycles:
+            _sleep(lead_cycles)
+        _event_record(mark)
+        _event_sync(mark)
+        return _event_elapsed(start, end), tail - self._sync_ms(), host_ms
 
     def _one_cuda(self, fn: Callable[[], object]) -> float:
-        floor = self.sync_floor_ms()
         for _ in range(3):
-            own, tail, host_ms = self._spans(fn, self._lead_cycles())
+            own, extra, host_ms = self._spans(fn, self._lead_cycles())
             if host_ms * 1000.0 <= self.lead_us or self.lead_us >= MAX_LEAD_US or _sleep is None:
                 break
             # the host was still launching when the GPU ran out of queued work: the gap is in `own`; again, longer
             self.lead_us = _lead_for(host_ms * 1000.0)
         self._host_ms.append(host_ms)
-        return own + max(0.0, tail - floor)  # work past the end event on any stream counts
+        return own + max(0.0, extra)  # work past the end event on any stream counts
 
     def _one_cpu(self, fn: Callable[[], object]) -> float:
         self.flush()

@@ -1,5 +1,5 @@
 """runner.timing's CUDA sample arithmetic with a simulated device clock (no GPU): the call's own span on its stream,
-plus whatever the device-wide sync waited for beyond what it waits after a call that does nothing."""
+plus how much longer the device-wide sync after it took than the same sync after a no-op queued right after it."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def clock(monkeypatch):
     monkeypatch.setattr(timing, "_event_sync", lambda e: None)
     monkeypatch.setattr(timing, "_event_elapsed", lambda a, b: b.t - a.t)
     monkeypatch.setattr(timing, "_cuda_sync", sync)
-    monkeypatch.setattr(timing, "_sleep", None)  # (this clock has no host side: no lead; see _Queue below)
+    monkeypatch.setattr(timing, "_perf_ns", lambda: int(c.now * 1e6))  # (the host reads the same clock)
+    monkeypatch.setattr(timing, "_sleep", None)  # (this clock has no host work: no lead; see _Queue below)
     return c
 
 
@@ -51,7 +52,6 @@ def _call(c: _Clock, own: float, side: float):
 def test_the_hosts_wake_up_is_not_timed(clock):
     timer = timing.Timer("cpu", flush_bytes=1024)
     assert timer._one_cuda(_call(clock, 0.25, 0.0)) == pytest.approx(0.25)
-    assert timer.sync_floor_ms() == pytest.approx(0.012)
 
 
 def test_work_left_on_another_stream_is_timed(clock):
@@ -60,11 +60,14 @@ def test_work_left_on_another_stream_is_timed(clock):
     assert timer._one_cuda(_call(clock, 0.30, 0.10)) == pytest.approx(0.30)  # finished inside the call's own span
 
 
-def test_a_slower_wake_up_than_the_no_ops_is_charged(clock):
+def test_a_host_that_wakes_up_slower_now_is_not_charged(clock):
+    """The host's sync latency drifts with its speed (7-53 us on the H100 for one call in different processes and
+    moments): a floor measured once charged the difference; the no-op after each call sees the same latency."""
     timer = timing.Timer("cpu", flush_bytes=1024)
-    timer.sync_floor_ms()
-    clock.latency = 0.020  # the host woke up 8 us later than after any no-op: counted, not forgiven
-    assert timer._one_cuda(_call(clock, 0.25, 0.0)) == pytest.approx(0.258)
+    assert timer._one_cuda(_call(clock, 0.25, 0.0)) == pytest.approx(0.25)
+    clock.latency = 0.040
+    assert timer._one_cuda(_call(clock, 0.25, 0.0)) == pytest.approx(0.25)
+    assert timer._one_cuda(_call(clock, 0.05, 2.0)) == pytest.approx(2.0)
 
 
 class _Queue:

@@ -29,7 +29,6 @@ def test_a_call_that_does_nothing_times_near_zero():
     start and end events queued behind the lead's spin, 3-10 us (median 9.4 on the H100, 2026-11-22)."""
     timer = Timer("cuda", CFG)
     assert timer.measure(lambda: None).median_ms < 0.012
-    assert 0.0 < timer.sync_floor_ms() < 1.0
 
 
 def test_work_left_on_another_stream_is_timed():
