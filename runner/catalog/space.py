@@ -215,16 +215,9 @@ def _cuda(p: Program) -> list[Strategy]:
         # the other (one block with two buffers, prefetching its next row, ran slower on the H100: 7.68 against
         # 6.10 ms on InstanceNorm's 1 MB rows)
         cs = sorted(sizes, key=lambda c: (row_bytes / c > 112 * 1024, c))[:2]
-        # a row not whole vectors (the scalar kernel, its fill by 16-byte pieces): the fewest blocks, one per SM, with
-        # 512 or 1024 threads first (H100, L1 norm over rows of 65535: clusters of 2, 6.376-6.387 ms, against 6.489
-        # on clusters of 4 with 256 threads and 6.419-6.518 for every other set; bench/results/h100-s14-templates)
-        one_per_sm = [CudaParams("cluster", vec=wide, threads=t, slices=sizes[0], mode=m, buffers=1)
-                      for m in sorted(modes, reverse=True) for t in (512, 1024)
-                      if wide > 1 and R % wide and sizes[0] not in cs]
-        lead = one_per_sm[0].slices if one_per_sm else cs[0]
         s_cluster = Strategy(
             "cuda-rows-cluster",
-            f"Keep each row on chip: {'one block holds' if lead == 1 else f'a cluster of {lead} blocks holds'} the "
+            f"Keep each row on chip: {'one block holds' if cs[0] == 1 else f'a cluster of {cs[0]} blocks holds'} the "
             "row in shared memory (distributed shared memory across the cluster), so the row is read once and "
             f"written once however many passes {_what(p)} needs; partials merge through DSMEM.",
             # the row is on chip, so a second pass over it is cheap: exact two-pass first
@@ -234,8 +227,7 @@ def _cuda(p: Program) -> list[Strategy]:
             # whole vectors, first (H100, two-pass on clusters of 16, 4 parts against 1: log-softmax 4.59 against
             # 5.15 ms with 8-byte vectors, 4.79 against 4.80 with 16-byte ones, 4.54 on clusters of 8; softmax 4.75
             # against 4.83; InstanceNorm 5.30 against 5.41; bench/results/h100-cluster-chunks)
-            [*one_per_sm,
-             *(CudaParams("cluster", vec=v, threads=256, slices=c, mode=sorted(modes, reverse=True)[0], buffers=1,
+            [*(CudaParams("cluster", vec=v, threads=256, slices=c, mode=sorted(modes, reverse=True)[0], buffers=1,
                           chunks=4) for c, v in dict.fromkeys(((cs[0], wide // 2), (cs[0], wide), (cs[-1], wide)))
                if wide > 2 and R % wide == 0 and full_output(p)),
              *(CudaParams("cluster", vec=v, threads=t, slices=c, mode=m, buffers=b) for m in sorted(modes, reverse=True)

@@ -388,26 +388,6 @@ def test_rows_beyond_a_cluster_that_fit_on_chip_a_few_at_a_time_go_to_a_grid_gro
     assert effective(first, _norm_rows(896, (8, 63))) == replace(first, vec=1, chunks=1)
 
 
-def test_rows_not_whole_vectors_try_one_block_per_sm_on_the_cluster_first():
-    """L1 norm's rows of 65535 (256 KB): the scalar kernel on clusters of 2 (128 KB slices, one block per SM) with 512
-    and 1024 threads leads; the same rows of 65536 (the vector kernels) keep clusters of 4 and 8 first."""
-    from runner.catalog.space import strategies
-
-    def cluster(n):
-        x = Load(0)
-        prog = Program(inputs=[Input(0, (32768, n), "float32")], out=Op("div", (x, Red("mean", Op("abs", (x,))))),
-                       shape=(32768, n), axes=(1,), out_shape=(32768, n))
-        s = next(s for s in strategies(prog, "cuda") if s.key == "cuda-rows-cluster")
-        assert all(fits(p, prog) for p in s.params)
-        return s
-
-    odd = cluster(65535)
-    assert [(p.slices, p.threads) for p in odd.params[:2]] == [(2, 512), (2, 1024)]
-    assert "a cluster of 2 blocks" in odd.text
-    even = cluster(65536)
-    assert all(p.slices in (4, 8) for p in even.params) and "a cluster of 4 blocks" in even.text
-
-
 def test_a_cluster_slice_beyond_shared_memory_is_not_proposed():
     row = Program(inputs=[Input(0, (4, 393216), "float32")], out=Op("exp", (Op("sub", (Load(0), Red("lse", Load(0)))),)),
                   shape=(4, 393216), axes=(1,), out_shape=(4, 393216))
