@@ -102,7 +102,7 @@ class Timing(_Model):
     # library called directly), "module" (a ModelNew, or a baseline); "" where not recorded
     call: str = ""
     # the host's time per call (median, ms, from the flush's launch to the call's return; on CUDA not inside the
-    # GPU times) and the GPU spin queued before each call so that it is not (runner.timing)
+    # GPU times) and the longest GPU spin a kept sample ran behind so that it is not (runner.timing)
     host_ms: float | None = None
     lead_ms: float = 0.0
 

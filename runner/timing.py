@@ -16,7 +16,9 @@ warm-up (at most 1 ms), so the call's kernels are queued before the start event 
 the GPU idling while the host ran the call's Python: on the H100 torch.compile's MinGPT GELU took 0.21-0.23 ms that
 way, its host work 83-105 us a call, against 0.1820-0.1825 ms with the GPU kept busy (eager tanh, 32 us of host
 work: 0.182 both ways; correlation of sample time and host time 0.96-0.98; bench/results/h100-timer-spread). A
-sample whose host work outlasted the lead is taken again with a longer one. The host time per call is reported
+sample whose host work outlasted the lead is taken again behind a longer one, that sample alone; the lead then
+follows the median host time of the samples so far (`Timing.lead_ms`: the longest any kept sample ran behind). The
+host time per call is reported
 beside the GPU time (`Timing.host_ms`). What this gives up: work a call puts on another stream of its own can run
 during the lead, before the start event, untimed: at most the lead less the host time before that launch, so up to
 half the call's host time for work launched at its end, and up to the whole lead for work launched at its start and
@@ -107,13 +109,16 @@ class Timer:
         self._cycles_per_us: float | None = None
         self.lead_us = 0.0  # GPU spin queued after the flush, so the call's host work is not timed
         self._host_ms: list[float] = []
+        self._max_lead_us = 0.0  # the longest lead a kept sample of the current measurement ran behind
 
     def flush(self) -> None:
         _zero(self._flush_buf)
 
-    def _lead_cycles(self) -> int:
-        """The lead in clock cycles of this GPU (its clock measured once, by timing a spin)."""
-        if self.lead_us <= 0 or _sleep is None:
+    def _lead_cycles(self, lead_us: float | None = None) -> int:
+        """A lead (the timer's own by default) in clock cycles of this GPU (its clock measured once, by timing a
+        spin)."""
+        lead_us = self.lead_us if lead_us is None else lead_us
+        if lead_us <= 0 or _sleep is None:
             return 0
         if self._cycles_per_us is None:
             n = 2_000_000
@@ -124,7 +129,7 @@ class Timer:
             _event_record(end)
             _event_sync(end)
             self._cycles_per_us = n / max(_event_elapsed(start, end) * 1000.0, 1e-3)
-        return int(self.lead_us * self._cycles_per_us)
+        return int(lead_us * self._cycles_per_us)
 
     def _sync_ms(self) -> float:
         t0 = _perf_ns()
@@ -154,13 +159,17 @@ class Timer:
         return _event_elapsed(start, end), tail - self._sync_ms(), host_ms
 
     def _one_cuda(self, fn: Callable[[], object]) -> float:
+        lead_us = self.lead_us
         for _ in range(3):
-            own, extra, host_ms = self._spans(fn, self._lead_cycles())
-            if host_ms * 1000.0 <= self.lead_us or self.lead_us >= MAX_LEAD_US or _sleep is None:
+            own, extra, host_ms = self._spans(fn, self._lead_cycles(lead_us))
+            if host_ms * 1000.0 <= lead_us or lead_us >= MAX_LEAD_US or _sleep is None:
                 break
-            # the host was still launching when the GPU ran out of queued work: the gap is in `own`; again, longer
-            self.lead_us = _lead_for(host_ms * 1000.0)
+            # the host was still launching when the GPU ran out of queued work: the gap is in `own`; this sample
+            # again behind a longer lead (the later ones keep theirs: a longer lead is a wider untimed window)
+            lead_us = _lead_for(host_ms * 1000.0)
         self._host_ms.append(host_ms)
+        self._max_lead_us = max(self._max_lead_us, lead_us if _sleep is not None else 0.0)
+        self.lead_us = _lead_for(_median(self._host_ms) * 1000.0)  # follows the host's speed, not its outliers
         return own + max(0.0, extra)  # work past the end event on any stream counts
 
     def _one_cpu(self, fn: Callable[[], object]) -> float:
@@ -182,6 +191,7 @@ class Timer:
             _cuda_sync()
             self.lead_us = _lead_for(host_us)
         self._host_ms = []
+        self._max_lead_us = 0.0
         samples: list[float] = []
         deadline = _monotonic() + cfg.max_seconds
         last_median = None
@@ -197,7 +207,7 @@ class Timer:
                 break
         return summarize(samples, clock="cuda_events" if cuda else "monotonic", l2_flushed=True,
                          host_ms=_median(self._host_ms) if self._host_ms else None,
-                         lead_ms=self.lead_us / 1000.0 if cuda else 0.0)
+                         lead_ms=self._max_lead_us / 1000.0 if cuda else 0.0)
 
     def wall_per_call_ms(self, fn: Callable[[], object], calls: int) -> float:
         """Wall time per call over `calls` back-to-back calls ending in a device-wide sync (no flush)."""

@@ -137,7 +137,22 @@ def test_a_call_that_slows_down_on_the_host_is_taken_again_with_a_longer_lead(qu
     lead_before = timer.lead_us
     one = timer._one_cuda(queue.call)
     assert one == pytest.approx(0.180, abs=0.002), one
-    assert timer.lead_us > 400.0 > lead_before
+    assert timer._max_lead_us > 400.0 > lead_before  # that sample ran behind a longer lead
+
+
+def test_one_slow_call_does_not_lengthen_the_lead_of_the_samples_after_it(queue):
+    """The lead is a window in which a call's own work on another stream goes untimed: an outlier's longer lead is
+    that sample's alone; the lead follows the median host time, so a host that stays slower does raise it."""
+    timer = _cuda_timer()
+    timer.measure(queue.call)
+    queue.host_us = 400.0
+    timer._one_cuda(queue.call)
+    queue.host_us = 80.0
+    assert timer.lead_us < 200.0  # back behind the short lead (the ratchet kept ~600 us)
+    queue.host_us = 400.0
+    samples = [timer._one_cuda(queue.call) for _ in range(40)]
+    assert all(x == pytest.approx(0.180, abs=0.002) for x in samples)
+    assert timer.lead_us > 400.0
 
 
 def test_the_lead_is_capped_and_what_outlasts_it_is_timed(queue):
