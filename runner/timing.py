@@ -18,13 +18,12 @@ way, its host work 83-105 us a call, against 0.1820-0.1825 ms with the GPU kept 
 work: 0.182 both ways; correlation of sample time and host time 0.96-0.98; bench/results/h100-timer-spread). A
 sample whose host work outlasted the lead is taken again behind a longer one, that sample alone; the lead then
 follows the median host time of the samples so far (`Timing.lead_ms`: the longest any kept sample ran behind). The
-host time per call is reported
-beside the GPU time (`Timing.host_ms`). What this gives up: work a call puts on another stream of its own can run
-during the lead, before the start event, untimed: at most the lead less the host time before that launch, so up to
-half the call's host time for work launched at its end, and up to the whole lead for work launched at its start and
-overlapped with host work of its own (the parent's wall-clock cross-check, runner.evaluate, catches that once it is
-more than the timed time; the flush gave the same room before, ~35 us). A gate that fills every SM during the lead
-would close it.
+host time per call is reported beside the GPU time (`Timing.host_ms`). What this gives up: work a call puts on
+another stream of its own can run during the lead, before the start event, untimed: at most the lead less the host
+time before that launch, so up to half the call's host time for work launched at its end, and up to the whole lead
+for work launched at its start and overlapped with host work of its own (the parent's wall-clock cross-check,
+runner.evaluate, catches that once it is more than the timed time; the flush gave the same room before, ~35 us). A
+gate that fills every SM during the lead would close it.
 
 Every callable used here is bound when this module is imported, which the workers do before any untrusted code
 runs: a candidate that later replaces `torch.cuda.synchronize` or `Event.elapsed_time` does not reach this timer
