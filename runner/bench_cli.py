@@ -73,7 +73,7 @@ def bench_markdown(rows: list[BenchRow], meta: dict) -> str:
         lines.append(f"| {name} | {r.pattern or '-'} | {'yes' if r.verified else 'no'} | "
                      f"{'yes' if r.improved else 'no'} | {_fmt(r.eager_ms)} | {_fmt(r.compile_ms)} | "
                      f"{_fmt(r.fusebot_ms)} | {_fmt(r.speedup_vs_eager, '.2f', 'x')} | "
-                     f"{_fmt(r.speedup_vs_compile, '.2f', 'x')} | {_fmt(r.pct_of_floor, '.0f', '%')} | "
+                     f"{_fmt(r.speedup_vs_compile, '.2f', 'x')} | {_fmt(r.pct_of_floor, '.1f', '%')} | "
                      f"{r.search_seconds:.0f} |")
     ge = geomean([r.speedup_vs_eager for r in rows if r.verified and r.speedup_vs_eager])
     gc = geomean([r.speedup_vs_compile for r in rows if r.verified and r.speedup_vs_compile])

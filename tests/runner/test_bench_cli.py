@@ -34,7 +34,10 @@ def test_bench_markdown_has_one_line_per_problem_and_geometric_means():
     md = bench_markdown(rows, {"suite": "s", "backend": "cuda", "budget_seconds": 300})
     lines = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln]
     assert len(lines) == 4  # the header and three problems
-    assert "| softmax | row | yes | yes | 2 | 1 | 0.5 | 4.00x | 2.00x | 50% | 12 |" in md
+    assert "| softmax | row | yes | yes | 2 | 1 | 0.5 | 4.00x | 2.00x | 50.0% | 12 |" in md
+    # % of floor to a tenth: the target is 90%, and 89.6% is not 90%
+    close = BenchRow("l1", "row", True, True, 15.7, 13.1, 6.367, 2.47, 2.06, 5.708, 89.64, 52.0)
+    assert "| 89.6% |" in bench_markdown([close], {})
     assert "| gelu | elementwise | yes | no |" in md and "broken (error: ProblemError: import failed)" in md
     assert "2.00x vs eager, 1.00x vs torch.compile" in md  # geomean(4, 1) and geomean(2, 0.5)
     assert geomean([]) is None and geomean([2.0, 8.0]) == pytest.approx(4.0)
