@@ -39,6 +39,12 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
 
     once = params.grid == "once" and full_output(p)
 
+    def block_merge(x) -> str:
+        """The block's threads share a row's S partials of accumulator x, then a block merge."""
+        return (f"{x.kind} {x.name}; {x.name}.init(); "
+                f"for (int q = threadIdx.x; q < {S}; q += {T}) {x.name}.merge(ws[row * {S} + q].{x.name}); "
+                f"fb_block_reduce<{x.kind}, {T}>({x.name});")
+
     def gather(upto: int, by_block: bool = True, merged: bool = False) -> str:
         """Merge the S partials of accumulators from passes < upto, then compute their values. `by_block`: the
         block's threads work on one row together (the pass kernels; not the finishing kernel, a thread per row).
@@ -51,10 +57,8 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
                 elif S <= 32 or not by_block:  # a few partials: every thread merges them all
                     out.append(f"{x.kind} {x.name}; {x.name}.init(); "
                                f"for (int q = 0; q < {S}; ++q) {x.name}.merge(ws[row * {S} + q].{x.name});")
-                else:  # many: the block's threads share them, then a block merge (a serial walk cost microseconds)
-                    out.append(f"{x.kind} {x.name}; {x.name}.init(); "
-                               f"for (int q = threadIdx.x; q < {S}; q += {T}) {x.name}.merge(ws[row * {S} + q].{x.name}); "
-                               f"fb_block_reduce<{x.kind}, {T}>({x.name});")
+                else:  # many: the block's threads share them (a serial walk cost microseconds)
+                    out.append(block_merge(x))
         for pno in range(1, upto):
             out.append(_value_decls(plan, pno))
         return "\n    ".join(out)
@@ -148,8 +152,7 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
 }}
 """)
     if once:
-        merge = [f"{x.kind} {x.name}; {x.name}.init(); for (int q = threadIdx.x; q < {S}; q += {T}) "
-                 f"{x.name}.merge(ws[row * {S} + q].{x.name}); fb_block_reduce<{x.kind}, {T}>({x.name});" for x in accs]
+        merge = [block_merge(x) for x in accs]
         kernels.append(f"""
 // every accumulator's S partials of a row merged once, into the row's first slot, for the output pass's blocks
 __global__ void __launch_bounds__({T}) fb_split_merge(FbArgs a, FbWs* ws) {{
