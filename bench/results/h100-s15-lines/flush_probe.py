@@ -1,18 +1,20 @@
 """Does the timer's flush (zeroing 2 x L2, which leaves the L2 full of dirty lines) charge a short call for
 writing them back? The same calls timed after three flushes, interleaved: Z (the timer's: zero 100 MB), ZR (zero,
 then read another 100 MB: the L2 ends clean), R (read only)."""
-import math, sys
 from pathlib import Path
+
 import torch
+
+from bench.template_sweep import parse_params
 from runner import timing
-from runner.timing import Timer, TimerConfig
-from runner.problem import strict_fp32, load, build_model, make_inputs
+from runner.abi import KernelLibrary, as_tensor_args
+from runner.build import build_many
 from runner.cli import problem_from_file
+from runner.problem import build_model, load, make_inputs, strict_fp32
 from runner.proposer import ProblemContext
 from runner.proposers.catalog import CatalogProposer
-from runner.build import build_many
-from runner.abi import KernelLibrary, as_tensor_args
-from bench.template_sweep import parse_params
+from runner.timing import Timer, TimerConfig
+
 strict_fp32()
 MODE = {"m": "Z"}
 orig = timing.Timer.flush
@@ -23,7 +25,8 @@ def flush(self):
         orig(self)
     if m in ("ZR", "R"):
         if "b" not in state:
-            state["b"] = torch.ones(self.flush_bytes // 4, device="cuda"); state["o"] = torch.empty((), device="cuda")
+            state["b"] = torch.ones(self.flush_bytes // 4, device="cuda")
+            state["o"] = torch.empty((), device="cuda")
         torch.sum(state["b"], dim=0, out=state["o"])
 timing.Timer.flush = flush
 
@@ -45,7 +48,8 @@ def problem_fns(path, params):
     out = torch.empty_like(ref)
     args = as_tensor_args(inputs, "cuda") + list(model.state_dict().values())
     s = torch.cuda.current_stream().cuda_stream
-    lib(args, [out], s); torch.cuda.synchronize()
+    lib(args, [out], s)
+    torch.cuda.synchronize()
     assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4)
     def comp():
         with torch.no_grad():
@@ -53,7 +57,8 @@ def problem_fns(path, params):
     return nbytes, {"torch.compile": comp, "fusebot " + params: lambda: lib(args, [out], s)}
 
 timer = Timer("cuda", TimerConfig(warmup=3, min_reps=10, max_reps=30, max_seconds=3))
-B = torch.rand(4096, 4096, device="cuda"); y = torch.empty_like(B)
+B = torch.rand(4096, 4096, device="cuda")
+y = torch.empty_like(B)
 rows = [("copy_ 64 MB", 2 * B.numel() * 4, lambda: y.copy_(B))]
 kb = Path("out/kb-suite")
 for f, prm in [("level1_12_Matmul_with_diagonal_matrices_.py", "layout=bcast,vec=4,threads=256,grid=once"),
@@ -62,14 +67,14 @@ for f, prm in [("level1_12_Matmul_with_diagonal_matrices_.py", "layout=bcast,vec
     nb, fns = problem_fns(kb / f, prm)
     rows += [(f[:24] + " " + k, nb, fn) for k, fn in fns.items()]
 res = {}
-for rep in range(3):
+for _rep in range(3):
     for m in ("Z", "ZR", "R"):
         MODE["m"] = m
-        for name, nb, fn in rows:
+        for name, _nb, fn in rows:
             res.setdefault((name, m), []).append(timer.measure(fn).median_ms)
 print(torch.cuda.get_device_name())
 print("| call | floor ms | Z ms (% floor) | ZR ms | R ms |")
-for name, nb, fn in rows:
+for name, nb, _fn in rows:
     fl = nb / 3.01e12 * 1e3
     cells = [f"{min(res[(name, m)]):.4f} ({100 * fl / min(res[(name, m)]):.1f}%) [{' '.join(f'{x:.4f}' for x in res[(name, m)])}]" for m in ("Z", "ZR", "R")]
     print(f"| {name} | {fl:.4f} | " + " | ".join(cells) + " |")
