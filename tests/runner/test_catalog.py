@@ -581,6 +581,9 @@ GPU_CASES = {
                       cuda.CudaParams("strided", vec=8, threads=32, slices=1, unroll=4)],
     "mean_middle": [cuda.CudaParams("strided", vec=4, threads=128, slices=8, unroll=4),
                     cuda.CudaParams("strided", vec=4, threads=256, slices=2, unroll=8, fast_math=True)],
+    # two accumulators in one pass (a max beside a log-sum-exp) meeting in the grid's workspace
+    "logsumexp_max": [cuda.CudaParams("grid", vec=4, threads=64, slices=2, mode="online"),
+                      cuda.CudaParams("grid", vec=2, threads=32, slices=3, mode="online", buffers=1)],
     # after a GEMM: the weight and bias vary along the row, read V-wide from each row's start
     "gemm_groupnorm": [cuda.CudaParams("rows", vec=4, threads=64, group=32, mode="twopass"),
                        cuda.CudaParams("split", vec=4, threads=64, slices=2, mode="online", unroll=2),
