@@ -426,6 +426,20 @@ def test_a_few_long_rows_with_a_full_output_merge_their_partials_once_first(patt
     assert all(p.grid == "stride" for n in ("hinge_loss", "layernorm") for p in split_sets(n))
 
 
+def test_eight_rows_or_more_try_a_chunk_per_block_then_its_turn_taking_twin(patterns):
+    """Rows enough for a chunk per block (layernorm's fixture) start with it, and the same set taking turns along the
+    row comes second; a few rows (frobenius, hinge_loss) take turns from the first set on."""
+    prop = CatalogProposer()
+
+    def split_sets(name):
+        return next(s.params for s in prop.strategies(ctx(name, "cuda")) if s.key == "cuda-rows-split")
+
+    ln = split_sets("layernorm")
+    assert len(ln) > 2 and not ln[0].interleave and ln[1] == replace(ln[0], interleave=True)
+    assert sum(p.interleave for p in ln) == 1
+    assert all(p.interleave for n in ("frobenius", "hinge_loss") for p in split_sets(n))
+
+
 # ---- the proposer --------------------------------------------------------------------------------------------------
 
 
@@ -504,6 +518,7 @@ GPU_CASES = {
                   cuda.CudaParams("split", vec=4, threads=256, slices=16, mode="twopass"),
                   cuda.CudaParams("split", vec=4, threads=128, slices=16, unroll=4),  # a slice's tail inside a step
                   cuda.CudaParams("split", vec=4, threads=64, slices=40, mode="twopass"),  # Welford partials, block-merged
+                  cuda.CudaParams("split", vec=4, threads=128, slices=16, interleave=True),  # taking turns along a row
                   # a row on chip across a group of blocks: weight and bias read per slice; two passes' partials
                   cuda.CudaParams("grid", vec=4, threads=256, slices=8, mode="online", buffers=1),
                   cuda.CudaParams("grid", vec=4, threads=64, slices=5, mode="twopass")],
