@@ -178,9 +178,9 @@ def _cuda(p: Program) -> list[Strategy]:
             for m in modes for v in (wide, wide // 2, 1) for t in (256, 128)]
     # one or a few long rows (a whole-tensor norm): a row's blocks take turns along it, several vectors in flight
     # (Frobenius over 7.5 GB on the H100: 7.9 ms, against 8.5-8.7 with a contiguous chunk per block); more rows start
-    # with a chunk per block and its turn-taking twin second (LayerNorm's 16 rows of 16.8 MB: 0.34 ms against 0.39-0.44
-    # taking turns in session 9; on today's kernels the twin is ahead, 0.300-0.302 against 0.307-0.308 in two sweeps,
-    # bench/results/h100-s16-layernorm)
+    # with a chunk per block and its turn-taking twin second (LayerNorm's 16 rows of 16.8 MB: 0.34 ms against
+    # 0.39-0.44 taking turns when 854946e added them; on 7f05970's kernels the twin is ahead, 0.300-0.302 against
+    # 0.307-0.308 in two sweeps, bench/results/h100-s16-layernorm)
     turns = rows < 8
     split = [CudaParams("split", vec=wide, threads=t, slices=s, mode=m, unroll=u, interleave=turns)
              for m in modes for s in _slices(rows) for t, u in (((512, 2), (256, 4)) if turns else ((512, 1), (256, 1)))]
