@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """Generated drop-ins on a real device: for every example, the seed proposer's kernels through the harness, the
 fastest verified one written out as a PR would add it, its generated test run by the runner's own check, and the
 drop-in driven through torch.compile and (on CUDA) a captured CUDA graph.
@@ -23,13 +24,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.markers import discover  # noqa: E402
+from bot.repo.markers import discover  # noqa: E402
 from runner.contract import ProblemSpec  # noqa: E402
-from runner.optimize_cli import kernelbench_aliases  # noqa: E402
-from runner.proposer import History, Idea, ProblemContext  # noqa: E402
+from runner.pipeline import kernelbench_aliases  # noqa: E402
 from runner.proposers.catalog import CatalogProposer  # noqa: E402
-from runner.proposers.seed import SeedProposer, Unsupported  # noqa: E402
-from runner.results import Provenance, check_dropin, slug, target_files, write_files  # noqa: E402
+from runner.proposers.seed import (
+    SeedProposer,
+    Unsupported,  # noqa: E402
+)
+from runner.results.files import (
+    Provenance,
+    check_dropin,
+    slug,
+    target_files,
+    write_files,  # noqa: E402
+)
+from runner.search.types import (
+    History,
+    Idea,
+    ProblemContext,  # noqa: E402
+)
 
 KERNELS = "fusebot_kernels"
 PROBE = r"""
@@ -65,7 +79,7 @@ with torch.no_grad():
 
 
 def run_target(t, repo: Path, backend: str) -> dict:
-    from runner.evaluate import Evaluator
+    from runner.harness.evaluator import Evaluator
 
     spec = ProblemSpec(name=t.name, root=str(repo), module=t.file.removesuffix(".py").replace("/", "."),
                        class_name=t.class_name, second_inputs=t.second_inputs)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from dropin_overhead import _load, regenerate  # noqa: E402
 
-from runner.abi import KernelLibrary  # noqa: E402
+from runner.harness.procs.abi import KernelLibrary  # noqa: E402
 
 
 def pieces(folder: Path, tmp: Path) -> dict:
@@ -39,7 +39,7 @@ def pieces(folder: Path, tmp: Path) -> dict:
     state = [named[n] for n in fn._fusebot_state_names]
     dev, key = x[0].device, fn._fusebot_key
 
-    def harness():  # as runner/workers/contestant.py's _call (what it timed until it timed drop-ins)
+    def harness():  # as runner/harness/procs/contestant.py's _call (what it timed until it timed drop-ins)
         outs = [torch.empty(x[0].shape, device="cuda")]
         lib([*x, *state], outs, torch.cuda.current_stream().cuda_stream)
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """What a user's call of a generated drop-in costs, beside what the harness times: for each bench problem folder
 (bench's `problems/<name>/`, with reference.py, dropin.py and kernel.cu), the same timer over
 
@@ -31,11 +32,18 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.abi import KernelLibrary  # noqa: E402
 from runner.contract import ProblemSpec  # noqa: E402
-from runner.dropin import CUDA_FLAGS, REFERENCE_FILE, dropin_source  # noqa: E402
-from runner.problem import strict_fp32  # noqa: E402
-from runner.timing import Timer, TimerConfig  # noqa: E402
+from runner.harness.problem import strict_fp32  # noqa: E402
+from runner.harness.procs.abi import KernelLibrary  # noqa: E402
+from runner.harness.timing import (
+    Timer,
+    TimerConfig,  # noqa: E402
+)
+from runner.results.dropin import (
+    CUDA_FLAGS,
+    REFERENCE_FILE,
+    dropin_source,  # noqa: E402
+)
 
 log = logging.getLogger("dropin_overhead")
 

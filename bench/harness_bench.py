@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """Measure the harness itself (issue 2, item 10) and write bench/results/<name>/{results.json,README.md}.
 
     python bench/harness_bench.py --out DIR [--problems KERNELBENCH_DIR] [--parts builds,overhead,baselines]
@@ -27,9 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner import build as builder  # noqa: E402
-from runner.contract import Candidate, ProblemSpec  # noqa: E402
-from runner.evaluate import Evaluator, HarnessConfig  # noqa: E402
+from runner.contract import (
+    Candidate,
+    ProblemSpec,  # noqa: E402
+)
+from runner.harness import build as builder  # noqa: E402
+from runner.harness.evaluator import (
+    Evaluator,
+    HarnessConfig,  # noqa: E402
+)
 
 log = logging.getLogger("bench")
 

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import torch
 
-from runner import verify
-from runner.abi import KernelLibrary, as_tensor_args
-from runner.build import build_many
-from runner.catalog.cuda import CudaParams
-from runner.cli import problem_from_file
-from runner.problem import build_model, load, make_inputs, strict_fp32
-from runner.proposer import ProblemContext
+from runner.catalog.codegen.cuda import CudaParams
+from runner.harness import verify
+from runner.harness.build import build_many
+from runner.harness.problem import build_model, load, make_inputs, strict_fp32
+from runner.harness.procs.abi import KernelLibrary, as_tensor_args
+from runner.harness.timing import Timer, TimerConfig
+from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer
-from runner.timing import Timer, TimerConfig
+from runner.search.types import ProblemContext
 
 log = logging.getLogger("template_sweep")
 

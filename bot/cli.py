@@ -11,12 +11,12 @@ import typer
 # name -> (module:attribute of a Typer app, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("bot.demo:app", "Run the whole flow on a local repository made from examples/: no GitHub, no LLM."),
-    "eval": ("runner.cli:eval_app", "Verify and time one candidate kernel against a reference problem."),
-    "optimize": ("runner.cli:optimize_app", "Search for a faster kernel for one problem and write the result folder."),
-    "bench": ("runner.cli:bench_app", "Run optimize over every problem in a folder and write a benchmark table."),
-    "serve": ("bot.server:app", "Run the GitHub App's web service (webhooks, runner API)."),
-    "worker": ("runner.worker:app", "Lease jobs from a fusebot bot and run them on this GPU host."),
-    "action": ("bot.action:app", "Entry point of the GitHub Action (reads GITHUB_EVENT_PATH)."),
+    "eval": ("runner.cli.eval:eval_app", "Verify and time one candidate kernel against a reference problem."),
+    "optimize": ("runner.cli.optimize:optimize_app", "Search for a faster kernel for one problem and write the result folder."),
+    "bench": ("runner.cli.bench:bench_app", "Run optimize over every problem in a folder and write a benchmark table."),
+    "serve": ("bot.web.server:app", "Run the GitHub App's web service (webhooks, runner API)."),
+    "worker": ("runner.cli.worker:app", "Lease jobs from a fusebot bot and run them on this GPU host."),
+    "action": ("bot.action.entry:app", "Entry point of the GitHub Action (reads GITHUB_EVENT_PATH)."),
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="fusebot: verified fused kernels as pull requests.")

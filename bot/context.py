@@ -9,10 +9,10 @@ from typing import Any
 
 from github import Github
 
-from bot.github import GitHubApp
-from bot.jobs import Store
-from bot.metrics import Metrics
-from bot.settings import Settings
+from bot.github.client import GitHubApp
+from bot.store.jobs import Store
+from bot.web.metrics import Metrics
+from bot.web.settings import Settings
 
 
 @dataclass

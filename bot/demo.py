@@ -20,10 +20,10 @@ import git
 import typer
 from rich.console import Console
 
-from bot import pr
-from bot.markers import MARKER, discover
-from bot.platform import LocalPlatform
-from bot.publish import publish
+from bot.github.platform import LocalPlatform
+from bot.publish import pr
+from bot.publish.publish import publish
+from bot.repo.markers import MARKER, discover
 from runner.contract import Environment, SearchBudget, TargetResult, TargetSpec
 
 log = logging.getLogger(__name__)
@@ -81,10 +81,10 @@ def _proposers():
 def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudget, backend: str,
                   compile_baseline: bool, proposers, platform: LocalPlatform, check_id: int) -> TargetResult:
     from runner.contract import ProblemSpec
-    from runner.evaluate import Evaluator
-    from runner.optimize_cli import optimize_problem
-    from runner.report import trace_markdown
-    from runner.results import Provenance, target_result
+    from runner.harness.evaluator import Evaluator
+    from runner.pipeline import optimize_problem
+    from runner.results.files import Provenance, target_result
+    from runner.results.outcome import trace_markdown
 
     spec = ProblemSpec(name=t.name, root=str(repo_dir), module=t.file.removesuffix(".py").replace("/", "."),
                        class_name=t.class_name, second_inputs=t.second_inputs)
@@ -128,7 +128,7 @@ def demo(
     if not examples.is_dir() or not list(examples.glob("*.py")):
         err.print(f"[red]{examples}: no example modules there[/red]")
         raise typer.Exit(2)
-    from runner.evaluate import default_backend
+    from runner.harness.evaluator import default_backend
 
     chosen = backend or default_backend()
     if chosen == "cpu":  # one thread for eager, torch.compile and kernels alike: timings a shared CPU can repeat

@@ -20,7 +20,7 @@ Backend = Literal["cuda", "cpu"]
 JobKind = Literal["search", "benchmark", "hygiene"]
 
 # Next to each kernel fusebot writes (`<kernels_dir>/<folder>/fusebot.json`): what re-verifying it needs. The bot finds
-# kernels by it, the runner re-verifies from it (runner/results.py writes it, runner/reverify.py reads it).
+# kernels by it, the runner re-verifies from it (runner/results/files.py writes it, runner/results/reverify.py reads it).
 MANIFEST_FILE = "fusebot.json"
 
 # Default tolerances per dtype (atol, rtol), overridable per problem.
@@ -102,7 +102,7 @@ class Timing(_Model):
     # library called directly), "module" (a ModelNew, or a baseline); "" where not recorded
     call: str = ""
     # the host's time per call (median, ms, from the flush's launch to the call's return; on CUDA not inside the
-    # GPU times) and the longest GPU spin a kept sample ran behind so that it is not (runner.timing)
+    # GPU times) and the longest GPU spin a kept sample ran behind so that it is not (runner.harness.timing)
     host_ms: float | None = None
     lead_ms: float = 0.0
 
@@ -262,7 +262,7 @@ class Job(_Model):
 
 
 class DropinCheck(_Model):
-    """The runner's own run of a generated drop-in and its test before it accepts a result (runner/results.py)."""
+    """The runner's own run of a generated drop-in and its test before it accepts a result (runner/results/files.py)."""
 
     passed: bool
     command: str

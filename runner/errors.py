@@ -18,3 +18,7 @@ class ProblemError(HarnessError):
 
 class MachineError(HarnessError):
     """The machine cannot run the harness: no GPU where one was asked for, a compiler missing, a dead judge."""
+
+
+class UsageError(Exception):
+    """A configuration or usage mistake: exit status 2, with a message that names the fix."""

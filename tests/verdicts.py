@@ -7,8 +7,8 @@ import functools
 from pathlib import Path
 
 from runner.contract import Candidate, ProblemSpec, Verdict
-from runner.proposer import History, Idea, ProblemContext
 from runner.proposers.seed import SeedProposer
+from runner.search.types import History, Idea, ProblemContext
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mlp_epilogue.py"
@@ -34,7 +34,7 @@ def slow_candidate() -> Candidate:
 @functools.cache
 def real_verdicts() -> dict[str, Verdict]:
     """{"fused": an accepted verdict that beats eager, "slow": an accepted verdict slower than eager}."""
-    from runner.evaluate import Evaluator
+    from runner.harness.evaluator import Evaluator
 
     with Evaluator(SPEC, backend="cpu", compile_baseline=True) as ev:
         ev.baselines()

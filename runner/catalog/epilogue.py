@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.build import CPU_FLAGS
 from runner.catalog.ir import Program
-from runner.catalog.lower import Heavy
+from runner.catalog.recognition import Heavy
+from runner.harness.build import CPU_FLAGS
 
 HEADER = (Path(__file__).resolve().parents[1] / "csrc" / "fusebot.h").read_text()
 
@@ -194,7 +194,7 @@ def render(p: Program, heavy: Heavy, kernel_source: str, backend: str, reference
            extra_flags: list[str] | None = None) -> str:
     """candidate.py of an epilogue candidate; `kernel_source` is the catalog kernel rendered with abi_offset=1."""
     flags = "".join(f"{f!r}, " for f in (extra_flags or []))
-    cpu_flags = "".join(f"{f!r}, " for f in CPU_FLAGS)  # the harness's own (runner/build.py)
+    cpu_flags = "".join(f"{f!r}, " for f in CPU_FLAGS)  # the harness's own (runner/harness/build.py)
     kernel = kernel_source.replace('#include "fusebot.h"', HEADER)
     if backend == "cpu":
         kernel += _CPU_WRAPPER

@@ -1,8 +1,8 @@
 """The builtin strategy catalog: a proposer that needs no LLM.
 
-It captures the reference (runner.capture, in a confined child process), recognises its pattern family
-(runner.catalog.lower), and proposes the family's strategies (runner.catalog.space) in plain words; each idea is
-implemented as distinct parameterisations of a CUDA-C or C++ template (runner.catalog.cuda / cpu), or, for a GEMM or
+It captures the reference (runner.catalog.capture, in a confined child process), recognises its pattern family
+(runner.catalog.recognition), and proposes the family's strategies (runner.catalog.space) in plain words; each idea is
+implemented as distinct parameterisations of a CUDA-C or C++ template (runner.catalog.codegen.cuda / cpu), or, for a GEMM or
 convolution with an epilogue, as a KernelBench-format candidate (runner.catalog.epilogue). Later rounds refine
 around the fastest verified kernel (one parameter changed at a time) before trying strategies not yet tried.
 Deterministic: no randomness; nothing already tried is proposed again.
@@ -14,13 +14,14 @@ import hashlib
 import logging
 from dataclasses import fields, replace
 
-from runner.capture import capture_source
-from runner.catalog import cpu, cuda, epilogue
-from runner.catalog.cgen import ACCUMULATORS, MATH, NotExpressible
-from runner.catalog.lower import Pattern, recognise
+from runner.catalog import epilogue
+from runner.catalog.capture import capture_source
+from runner.catalog.codegen import cpu, cuda
+from runner.catalog.codegen.common import ACCUMULATORS, MATH, NotExpressible
+from runner.catalog.recognition import Pattern, recognise
 from runner.catalog.space import Strategy, strategies
 from runner.contract import Candidate, Verdict
-from runner.proposer import History, Idea, ProblemContext, Session
+from runner.search.types import History, Idea, ProblemContext, Session
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def _key(source: str) -> str:
 
 
 def remember(source: str, pattern: Pattern) -> None:
-    """Record a reference's pattern (captured elsewhere, e.g. several at once by runner.capture.capture_sources)."""
+    """Record a reference's pattern (captured elsewhere, e.g. several at once by runner.catalog.capture.capture_sources)."""
     _PATTERNS[_key(source)] = pattern
 
 

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from runner.contract import Candidate, Verdict
-from runner.proposer import History, Idea, ProblemContext, Session
+from runner.search.types import History, Idea, ProblemContext, Session
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from bot.context import Context
-from bot.server import build_context, create_app
-from bot.settings import Settings
+from bot.web.server import build_context, create_app
+from bot.web.settings import Settings
 from tests.bot.helpers import (
     APP_ID,
     INSTALLATION,

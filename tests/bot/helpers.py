@@ -15,7 +15,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from bot.webhooks import sign
+from bot.github.webhooks import sign
 from tests.fakes.github_server import load_spec, validation_errors
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "github" / "webhook-examples"

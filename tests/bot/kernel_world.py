@@ -1,8 +1,8 @@
 """A repository that holds a real fusebot kernel, and a runner that runs leased jobs for real (CPU backend).
 
 The example module (examples/mlp_epilogue.py) goes into the fake GitHub's repository; the kernel files are the ones
-runner/results.py writes for the seed proposer's fused kernel, so their manifest names that module. `run_leased`
-is a runner over the runner API: lease, download the job's source tarball, `runner.jobrun.run_job` on it (no stubs),
+runner/results/files.py writes for the seed proposer's fused kernel, so their manifest names that module. `run_leased`
+is a runner over the runner API: lease, download the job's source tarball, `runner.pipeline.run_job` on it (no stubs),
 heartbeat its progress, upload the result.
 """
 
@@ -12,10 +12,10 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
+from runner.cli.worker import safe_extract
 from runner.contract import JobResult, Progress
-from runner.jobrun import run_job
-from runner.results import Provenance, slug, target_files
-from runner.worker import safe_extract
+from runner.pipeline import run_job
+from runner.results.files import Provenance, slug, target_files
 from tests.verdicts import EXAMPLE, SPEC, real_verdicts, seed_candidate
 
 KERNELS = "fusebot_kernels"

@@ -1,4 +1,4 @@
-"""A worker process for the durability tests: runner/worker.py's Worker with a stub run_job.
+"""A worker process for the durability tests: runner/cli/worker.py's Worker with a stub run_job.
 
     python -m tests.bot.stub_worker URL MODE      (token from FUSEBOT_WORKER_TOKEN)
 
@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from runner.cli.worker import Worker, WorkerSettings, WorkerStopping
 from runner.contract import Job, JobResult, Progress
-from runner.worker import Worker, WorkerSettings, WorkerStopping
 
 
 def main() -> None:

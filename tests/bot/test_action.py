@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import bot.action
-from bot import cli, pr
+import bot.action.entry
+from bot import cli
+from bot.publish import pr
 from runner.contract import Job, JobResult
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_world import (
@@ -29,7 +30,7 @@ from tests.bot.action_world import (
 from tests.bot.helpers import APP_ID, REPO, pr_payload, rsa_keys
 from tests.bot.test_pr_body import improved_result, slow_result
 
-REAL_SEARCH = bot.action.search
+REAL_SEARCH = bot.action.entry.search
 LLM_KEY = "sk-test-llm-key-0123456789abcdef"
 FAST_GITHUB = {"FUSEBOT_GITHUB_REQUEST_INTERVAL_SECONDS": "0", "FUSEBOT_GITHUB_WRITE_INTERVAL_SECONDS": "0"}
 
@@ -48,7 +49,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActionWor
             w.results.append(fake_result(job, improved, slow))
             return w.results[-1]
 
-        monkeypatch.setattr(bot.action, "search", fake_run_job)
+        monkeypatch.setattr(bot.action.entry, "search", fake_run_job)
         yield w
     assert fake.errors == [], "requests or responses outside GitHub's OpenAPI description"
 
@@ -183,7 +184,7 @@ def test_per_target_prs_are_all_in_the_outputs_and_the_best_speedup_is_over_all(
                                    environment=improved.verdict.environment))
         return w.results[-1]
 
-    monkeypatch.setattr(bot.action, "search", two_improved)
+    monkeypatch.setattr(bot.action.entry, "search", two_improved)
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("schedule", schedule_payload()))
     assert res.exit_code == 0, res.output
@@ -256,7 +257,7 @@ def test_a_failed_search_fails_the_check_run_and_the_step(world: ActionWorld, mo
     def broken(job: Job, source_dir: Path, progress) -> JobResult:
         raise RuntimeError(f"CUDA error: no device (token {TOKEN})")
 
-    monkeypatch.setattr(bot.action, "search", broken)
+    monkeypatch.setattr(bot.action.entry, "search", broken)
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("workflow_dispatch", dispatch_payload()))
     assert res.exit_code == 1
@@ -288,8 +289,8 @@ def test_a_fork_on_plain_pull_request_gets_results_and_patch_in_the_summary(worl
 def test_the_action_module_never_imports_torch_or_the_search():
     from tests.bot.test_layout import modules_after_import
 
-    loaded = modules_after_import("bot.action", "bot.action_settings", "bot.action_report", "bot.config_docs")
-    assert "bot.action" in loaded and "github" not in loaded  # PyGithub too is imported only when a search ran
+    loaded = modules_after_import("bot.action.entry", "bot.action.settings", "bot.action.report", "bot.repo.config_docs")
+    assert "bot.action.entry" in loaded and "github" not in loaded  # PyGithub too is imported only when a search ran
     assert not any(m == "torch" or m.startswith("torch.") for m in loaded)
     assert {m for m in loaded if m.startswith("runner.")} <= {"runner.contract"}
 
@@ -307,7 +308,7 @@ def test_models_without_an_endpoint_stop_before_anything_starts(world: ActionWor
 
 def test_the_search_gets_llm_proposers_and_its_processes_never_the_llm_key(world: ActionWorld,
                                                                           monkeypatch: pytest.MonkeyPatch):
-    import runner.jobrun
+    import runner.pipeline
 
     w = world
     seen: dict = {}
@@ -317,8 +318,8 @@ def test_the_search_gets_llm_proposers_and_its_processes_never_the_llm_key(world
         w.jobs.append(job)
         return fake_result(job, improved_result(), slow_result())
 
-    monkeypatch.setattr(bot.action, "search", REAL_SEARCH)
-    monkeypatch.setattr(runner.jobrun, "run_job", fake_run_job)
+    monkeypatch.setattr(bot.action.entry, "search", REAL_SEARCH)
+    monkeypatch.setattr(runner.pipeline, "run_job", fake_run_job)
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("workflow_dispatch", dispatch_payload()), FUSEBOT_MODELS="model-a,model-b",
                      FUSEBOT_LLM_BASE_URL="http://127.0.0.1:9/v1", FUSEBOT_LLM_API_KEY=LLM_KEY)

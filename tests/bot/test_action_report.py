@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from bot import pr
-from bot.action import _Progress
-from bot.action_report import RunReport, output_block, write_report
-from bot.platform import PlatformError
+from bot.action.entry import _Progress
+from bot.action.report import RunReport, output_block, write_report
+from bot.github.platform import PlatformError
+from bot.publish import pr
 from runner.contract import Progress
 
 

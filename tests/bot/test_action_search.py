@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bot import pr
+from bot.publish import pr
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ROOT, action_outputs, context_for, run_fusebot_step
 from tests.bot.action_world import TOKEN, ActionWorld
@@ -49,7 +49,7 @@ def world(tmp_path: Path) -> Iterator[ActionWorld]:
 
 
 def medians(table_text: str) -> dict[str, float]:
-    """The median-ms column of a target's benchmark table (bot/pr.py's target_table), by row."""
+    """The median-ms column of a target's benchmark table (bot/publish/pr.py's target_table), by row."""
     return {name: float(ms) for name, ms in ROW.findall(table_text)}
 
 

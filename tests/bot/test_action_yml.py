@@ -2,7 +2,7 @@
 (and clean under shellcheck), and its fusebot step run as the runner runs a composite action (tests/bot/action_step.py).
 
 The fusebot step runs for real in a subprocess against the fake GitHub; only the search inside it is replaced here (a
-`sitecustomize` that swaps `bot.action.search` for a fake returning real Verdicts). The real search through the same
+`sitecustomize` that swaps `bot.action.entry.search` for a fake returning real Verdicts). The real search through the same
 step: tests/bot/test_action_search.py."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bot import action_report, pr
+from bot.action import report
+from bot.publish import pr
 from runner.contract import TargetResult
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ACTION, EXPR, ROOT, action_outputs, context_for, resolve, run_fusebot_step, step
@@ -33,8 +34,9 @@ SITECUSTOMIZE = '''
 import os
 from pathlib import Path
 
-import bot.action
-from runner.contract import Job, TargetResult
+import bot.action.entry
+from runner.contract import Job
+from runner.contract import TargetResult
 from tests.bot.action_world import fake_result
 
 
@@ -44,7 +46,7 @@ def fake_search(job: Job, source_dir, progress):
     return fake_result(job, load("improved.json"), load("slow.json"))
 
 
-bot.action.search = fake_search
+bot.action.entry.search = fake_search
 '''
 
 
@@ -54,7 +56,7 @@ def test_inputs_and_outputs_are_the_documented_ones():
     assert ACTION["inputs"]["github-token"]["default"] == "${{ github.token }}"
     assert ACTION["inputs"]["config-path"]["default"] == ".github/fusebot.yml"
     assert all(not i.get("required") and i.get("description") for i in ACTION["inputs"].values())
-    assert set(ACTION["outputs"]) == OUTPUTS == set(action_report.OUTPUTS)  # what `fusebot action` writes
+    assert set(ACTION["outputs"]) == OUTPUTS == set(report.OUTPUTS)  # what `fusebot action` writes
     for name, out in ACTION["outputs"].items():
         assert out["value"] == f"${{{{ steps.fusebot.outputs.{name} }}}}"
     readme = (ROOT / "README.md").read_text()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 
-from bot.background import PipeWake
+from bot.web.tasks import PipeWake
 
 
 def test_pipe_wake_signals_and_never_blocks():

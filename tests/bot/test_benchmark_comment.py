@@ -4,11 +4,11 @@ not measured); the check-run conclusion; and the pure helpers behind the jobs (k
 
 from __future__ import annotations
 
-from bot import pr
-from bot.benchmark import benchmark_check, benchmark_comment, conclusion, state
-from bot.discovery import kernel_folders, touched_kernel_folders
-from bot.hygiene import hygiene_check
-from bot.publish import same_but_timestamps
+from bot.publish import pr
+from bot.publish.benchmark import benchmark_check, benchmark_comment, conclusion, state
+from bot.publish.hygiene import hygiene_check
+from bot.publish.publish import same_but_timestamps
+from bot.repo.discovery import kernel_folders, touched_kernel_folders
 from runner.contract import DropinCheck, Job, JobResult, TargetResult
 from tests.verdicts import real_verdicts
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from bot.config import CONFIG_PATH, ConfigError, FusebotConfig, json_schema, load_config
+from bot.repo.config import CONFIG_PATH, ConfigError, FusebotConfig, json_schema, load_config
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "bot" / "schema" / "fusebot-config.schema.json"
 
@@ -39,7 +39,7 @@ ignore: ["third_party/*"]
 
 
 def test_committed_schema_is_the_models_schema():
-    assert json.loads(SCHEMA_FILE.read_text()) == json_schema(), "run: python -c 'from bot.config import ...'"
+    assert json.loads(SCHEMA_FILE.read_text()) == json_schema(), "run: python -c 'from bot.repo.config import ...'"
 
 
 def test_full_example_valid_against_model_and_published_schema():

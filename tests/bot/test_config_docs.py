@@ -7,15 +7,15 @@ import json
 import subprocess
 import sys
 
-from bot import config_docs
-from bot.config import json_schema_text
+from bot.repo import config_docs
+from bot.repo.config import json_schema_text
 
 SCHEMA = json.loads(config_docs.SCHEMA.read_text())
 
 
 def test_the_committed_page_is_the_generators_output():
-    assert config_docs.SCHEMA.read_text() == json_schema_text()  # the schema itself is current (bot/config.py)
-    assert config_docs.DOC.read_text() == config_docs.render(SCHEMA), "run `python -m bot.config_docs`"
+    assert config_docs.SCHEMA.read_text() == json_schema_text()  # the schema itself is current (bot/repo/config.py)
+    assert config_docs.DOC.read_text() == config_docs.render(SCHEMA), "run `python -m bot.repo.config_docs`"
 
 
 def test_every_key_of_every_section_is_documented_with_its_type_and_default():
@@ -39,7 +39,7 @@ def test_a_new_field_in_the_schema_changes_the_page():
 
 
 def test_check_mode_reports_a_stale_page(tmp_path, monkeypatch):
-    assert subprocess.run([sys.executable, "-m", "bot.config_docs", "--check"], cwd=config_docs.ROOT).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "bot.repo.config_docs", "--check"], cwd=config_docs.ROOT).returncode == 0
     stale = tmp_path / "config.md"
     stale.write_text("# old\n")
     monkeypatch.setattr(config_docs, "DOC", stale)

@@ -15,7 +15,7 @@ from pathlib import Path
 import git
 import pytest
 
-from bot import pr
+from bot.publish import pr
 
 ROOT = Path(__file__).resolve().parents[2]
 BRANCH = "fusebot/main/examples"

@@ -6,8 +6,8 @@ import tarfile
 
 import pytest
 
-from bot.config import load_config
-from bot.discovery import CloneError, checkout_cached, clone_at, discover, make_tarball, marked_classes
+from bot.repo.config import load_config
+from bot.repo.discovery import CloneError, checkout_cached, clone_at, discover, make_tarball, marked_classes
 from tests.bot.helpers import MODULE, GitRepo, git, initial_files
 
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bot.db import init_db
-from bot.jobs import Store
+from bot.store.db import init_db
+from bot.store.jobs import Store
+from runner.cli.worker import Worker, WorkerSettings
 from runner.contract import JobResult, Progress
-from runner.worker import Worker, WorkerSettings
 from tests.bot.botproc import BotProcess
 from tests.bot.helpers import (
     INSTALLATION,

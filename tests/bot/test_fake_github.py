@@ -56,7 +56,7 @@ def test_app_endpoints_need_the_apps_jwt(fake_github: FakeGitHub, tmp_path):
 def test_github_outage_delays_but_loses_nothing(world, status):
     from datetime import timedelta
 
-    from bot.db import utcnow
+    from bot.store.db import utcnow
     from tests.bot.helpers import pr_payload
 
     world.fake.outage = status

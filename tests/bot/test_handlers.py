@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from bot.handlers.comments import HELP, STATUS_MARKER, parse_command
+from bot.features.comments import HELP, STATUS_MARKER, parse_command
 from tests.bot.helpers import INSTALLATION, MODULE, REPO, comment_payload, example, pr_payload
 from tests.fakes.github_server import Pull
 
@@ -279,7 +279,7 @@ def test_bad_or_missing_signature_is_401_and_records_nothing(world):
 
 
 def test_oversized_payload_is_refused_before_reading(world):
-    from bot.server import MAX_WEBHOOK_BYTES
+    from bot.web.server import MAX_WEBHOOK_BYTES
 
     r = world.client.post("/webhook", content=b"{}", headers={"Content-Length": str(MAX_WEBHOOK_BYTES + 1),
                                                                 "X-GitHub-Event": "ping", "X-GitHub-Delivery": "x"})
@@ -311,7 +311,7 @@ def test_healthz_and_metrics(world):
 def test_nightly_runs_all_targets_on_the_default_branch_and_takes_the_configs_schedule(world):
     from datetime import UTC, datetime
 
-    from bot.scheduler import tick
+    from bot.features.nightly import tick
 
     config = "schedule:\n  cron: '15 1 * * *'\n  timezone: Asia/Tokyo\n"
     main = world.repo.commit({".github/fusebot.yml": config}, "config", branch="main")

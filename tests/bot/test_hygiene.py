@@ -10,11 +10,11 @@ import sys
 
 import git
 
-from bot import pr
-from bot.hygiene import publish_hygiene
-from bot.platform import LocalPlatform
-from runner.results import Provenance, slug, target_files, write_files
-from runner.reverify import reverify, stale_reason
+from bot.github.platform import LocalPlatform
+from bot.publish import pr
+from bot.publish.hygiene import publish_hygiene
+from runner.results.files import Provenance, slug, target_files, write_files
+from runner.results.reverify import reverify, stale_reason
 from tests.bot.test_pr_body import improved_result
 from tests.verdicts import EXAMPLE, SPEC, real_verdicts, seed_candidate
 

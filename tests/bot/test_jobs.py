@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from bot.db import init_db, utcnow
-from bot.jobs import LeaseError, Store, job_id_for
-from bot.webhooks import Event
+from bot.github.webhooks import Event
+from bot.store.db import init_db, utcnow
+from bot.store.jobs import LeaseError, Store, job_id_for
 from runner.contract import Job, JobResult, Progress, TargetSpec
 
 

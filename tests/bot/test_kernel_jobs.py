@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot import pr
-from bot.benchmark import conclusion
-from bot.deliver import deliver_job
-from bot.notify import sync_check_runs
-from bot.scheduler import tick
+from bot.features.nightly import tick
+from bot.publish import pr
+from bot.publish.benchmark import conclusion
+from bot.publish.deliver import deliver_job
+from bot.publish.notify import sync_check_runs
 from runner.contract import TargetResult
 from tests.bot.helpers import REPO, git, pr_payload
 from tests.bot.kernel_world import (

@@ -20,8 +20,8 @@ import time
 import httpx
 import pytest
 
-from bot.db import init_db
-from bot.jobs import Store
+from bot.store.db import init_db
+from bot.store.jobs import Store
 from tests.bot.botproc import ROOT, BotProcess
 from tests.bot.helpers import INSTALLATION, REPO, GitRepo, example, initial_files, pr_payload
 from tests.fakes.github_server import FakeGitHub, Pull

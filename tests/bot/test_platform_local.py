@@ -10,9 +10,9 @@ from pathlib import Path
 import git
 import pytest
 
-from bot import pr
-from bot.platform import LocalPlatform, PlatformError
-from bot.publish import branch_files, publish
+from bot.github.platform import LocalPlatform, PlatformError
+from bot.publish import pr
+from bot.publish.publish import branch_files, publish
 from tests.bot.test_pr_body import improved_result, plan_of, slow_result
 
 

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from bot import pr
+from bot.publish import pr
 from runner.contract import Progress, TargetResult
-from runner.results import Provenance, target_files
+from runner.results.files import Provenance, target_files
 from tests.verdicts import SPEC, real_verdicts, seed_candidate
 
 

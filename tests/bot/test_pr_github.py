@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import subprocess
 
-from bot import pr
-from bot.notify import sync_check_runs
+from bot.publish import pr
+from bot.publish.notify import sync_check_runs
 from runner.contract import TargetResult
-from runner.results import Provenance, slug, target_files
+from runner.results.files import Provenance, slug, target_files
 from tests.bot.helpers import REPO, comment_payload, initial_files, pr_payload
 from tests.fakes.github_server import Pull
 from tests.verdicts import SPEC, real_verdicts, seed_candidate

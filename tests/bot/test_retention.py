@@ -8,8 +8,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bot import retention
-from bot.db import utcnow
+from bot.store import retention
+from bot.store.db import utcnow
 from tests.bot.helpers import INSTALLATION, REPO, example, pr_payload
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.db import init_db
-from bot.jobs import Store
-from bot.scheduler import SCHEDULE_EVENT, next_fire, tick
+from bot.features.nightly import SCHEDULE_EVENT, next_fire, tick
+from bot.store.db import init_db
+from bot.store.jobs import Store
 
 
 def test_next_fire_in_the_repository_time_zone():

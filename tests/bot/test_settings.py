@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from bot.settings import Settings, SettingsError, load_settings
+from bot.web.settings import Settings, SettingsError, load_settings
 from tests.bot.helpers import APP_ID, RUNNER_TOKENS, WEBHOOK_SECRET, rsa_keys
 
 
@@ -83,7 +83,7 @@ def test_environment_and_key_file(monkeypatch, tmp_path):
 
 
 def test_serve_refuses_to_start_without_secrets(monkeypatch, caplog):
-    from bot.server import app
+    from bot.web.server import app
 
     monkeypatch.setenv("FUSEBOT_APP_ID", str(APP_ID))
     monkeypatch.setenv("FUSEBOT_PRIVATE_KEY", rsa_keys()[0])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bot.webhooks import BadRequest, InvalidSignature, parse, sign, verify_signature
+from bot.github.webhooks import BadRequest, InvalidSignature, parse, sign, verify_signature
 from tests.bot.helpers import EXAMPLES, WEBHOOK_SECRET, unexpected_differences
 from tests.fakes.github_server import load_spec, validation_errors
 

@@ -1,4 +1,4 @@
-"""End to end: webhooks into a running bot (real HTTP on loopback), jobs out to runner/worker.py workers.
+"""End to end: webhooks into a running bot (real HTTP on loopback), jobs out to runner/cli/worker.py workers.
 
 A labelled-PR webhook, a comment command and a nightly tick each become exactly one job that a worker leases,
 downloads, runs (a stub run_job) and completes, with the check run completed on the fake GitHub. Then the
@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.db import utcnow
-from bot.server import create_app
+from bot.store.db import utcnow
+from bot.web.server import create_app
+from runner.cli.worker import JobStopped, Worker, WorkerSettings
 from runner.contract import Job, JobResult, Progress, TargetResult
-from runner.worker import JobStopped, Worker, WorkerSettings
 from tests.bot.conftest import World, make_world, new_postgres_db
 from tests.bot.helpers import (
     REPO,
@@ -157,14 +157,14 @@ def test_label_comment_and_nightly_each_become_one_completed_job(live, caplog):
 
 
 def test_missing_run_job_fails_the_job_clearly(live, monkeypatch):
-    monkeypatch.setitem(sys.modules, "runner.jobrun", None)  # as if the search were not installed
+    monkeypatch.setitem(sys.modules, "runner.pipeline", None)  # as if the search were not installed
     w = live.world
     w.post("pull_request", pr_payload("labeled", number=2, head_sha=w.shas["feature"], base_sha=w.shas["main"],
                                       label="optimize-kernels"))
     wait_for(lambda: w.jobs(), what="a job")
     assert live.worker(None).run(once=True) == 1
     [job] = w.jobs()
-    assert job.state == "failed" and "runner.jobrun.run_job is not available" in job.error
+    assert job.state == "failed" and "runner.pipeline.run_job is not available" in job.error
 
 
 def test_cancelled_job_stops_the_worker(live):
@@ -262,7 +262,7 @@ def test_worker_settings_refuse_unsafe_values(token, url):
 def test_worker_command_exits_without_a_token(monkeypatch, caplog):
     from typer.testing import CliRunner
 
-    from runner.worker import app
+    from runner.cli.worker import app
 
     monkeypatch.delenv("FUSEBOT_WORKER_TOKEN", raising=False)
     result = CliRunner().invoke(app, ["--bot", "http://127.0.0.1:1", "--once"])
@@ -274,7 +274,7 @@ def test_worker_command_pins_its_gpu_and_runs_the_default_run_job(live, monkeypa
     """`fusebot worker --bot URL --gpu 1`: the job runs with CUDA_VISIBLE_DEVICES=1 (one worker per GPU)."""
     from typer.testing import CliRunner
 
-    import runner.worker as worker_module
+    import runner.cli.worker as worker_module
 
     w = live.world
     w.post("pull_request", pr_payload("labeled", number=2, head_sha=w.shas["feature"], base_sha=w.shas["main"],
@@ -302,7 +302,7 @@ def test_worker_command_pins_its_gpu_and_runs_the_default_run_job(live, monkeypa
 def test_worker_with_a_wrong_token_stops_at_once(live, monkeypatch, caplog):
     from typer.testing import CliRunner
 
-    from runner.worker import TokenRefused, app
+    from runner.cli.worker import TokenRefused, app
 
     settings = WorkerSettings(bot_url=live.url, token="not-a-runner-token-0123456789")
     with pytest.raises(TokenRefused):

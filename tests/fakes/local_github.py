@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from bot.webhooks import sign
+from bot.github.webhooks import sign
 from tests.fakes.github_server import FakeGitHub, Pull
 from tests.fakes.serve import free_port
 

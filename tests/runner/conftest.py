@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from runner.contract import ProblemSpec
-from runner.evaluate import Evaluator, HarnessConfig
+from runner.harness.evaluator import Evaluator, HarnessConfig
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 PROBLEMS = FIXTURES / "problems"

@@ -124,7 +124,7 @@ def build(sources: dict[str, str], where: Path, wide_index: tuple[str, ...] = ()
 
 
 def last_kernel(lib) -> str:
-    """The name of the kernel the library's last fusebot_forward launched (a runner.abi.KernelLibrary)."""
+    """The name of the kernel the library's last fusebot_forward launched (a runner.harness.procs.abi.KernelLibrary)."""
     import ctypes
 
     fn = lib.lib.fb_emu_last_kernel

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.proposers.llm import LLMSettings
+from runner.proposers.llm.proposer import LLMSettings
 
 SECRET = "sk-test-SECRET-4242-do-not-leak"
 

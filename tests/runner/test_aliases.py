@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from runner.capture import capture_source
-from runner.catalog.lower import recognise
+from runner.catalog.capture import capture_source
+from runner.catalog.recognition import recognise
 from runner.contract import ProblemSpec
-from runner.optimize_cli import kernelbench_aliases
+from runner.pipeline import kernelbench_aliases
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

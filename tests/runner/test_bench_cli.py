@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench_cli import BenchRow, bench_markdown, geomean, write_table
+from runner.cli.bench import BenchRow, bench_markdown, geomean, write_table
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/problems"
@@ -54,7 +54,7 @@ def test_a_suite_benched_in_batches_keeps_one_table(tmp_path):
 @pytest.mark.slow
 def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "runner.optimize_cli", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
+    cmd = [sys.executable, "-m", "runner.cli.optimize", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
            "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
     p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -98,6 +98,6 @@ def test_bench_runs_every_problem_of_a_folder_and_writes_its_table(tmp_path):
 
 
 def test_bench_refuses_a_missing_folder(tmp_path):
-    cmd = [sys.executable, "-m", "runner.bench_cli", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
+    cmd = [sys.executable, "-m", "runner.cli.bench", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
     p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "not a folder" in " ".join(p.stderr.split())

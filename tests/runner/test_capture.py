@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.capture import capture_sources
+from runner.catalog.capture import capture_sources
 from runner.catalog.ir import Const, Load, Op, Red, reductions
-from runner.catalog.lower import recognise
+from runner.catalog.recognition import recognise
 
 CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"
 NAMES = sorted(p.stem for p in CATALOG.glob("*.py"))

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.capture import capture_sources
-from runner.catalog import cpu, cuda
-from runner.catalog.cgen import NotExpressible
+from runner.catalog.capture import capture_sources
+from runner.catalog.codegen import cpu, cuda
+from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.ir import Const, Input, Load, Op, Program, Red
-from runner.catalog.lower import recognise
-from runner.cli import problem_from_file
+from runner.catalog.recognition import recognise
 from runner.contract import Candidate, Timing, Verdict
-from runner.evaluate import Evaluator, HarnessConfig
-from runner.proposer import Attempt, History, ProblemContext
+from runner.harness.evaluator import Evaluator, HarnessConfig
+from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer, catalog_proposers, label_of, remember
+from runner.search.types import Attempt, History, ProblemContext
 from tests.runner.conftest import FAST_TIMER
 
 CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"
@@ -131,7 +131,7 @@ def one_translation_unit(sources: list[str]) -> str:
 
 def test_every_cpu_strategy_of_every_fixture_compiles(patterns, tmp_path):
     """Every C++ parameter set the catalog can propose for the fixtures compiles with the harness's own flags."""
-    from runner.build import toolchain
+    from runner.harness.build import toolchain
 
     prop = CatalogProposer()
     sources = []
@@ -336,8 +336,8 @@ def test_the_columns_shared_memory_bound_knows_every_accumulator_size(tmp_path):
     table must name every accumulator and its size as compiled with the GPU's fb_acc (float)."""
     import re
 
-    from runner.catalog.cgen import ACCUMULATORS
-    from runner.catalog.cuda_rows import _ACC_BYTES
+    from runner.catalog.codegen.common import ACCUMULATORS
+    from runner.catalog.codegen.cuda.rows import _ACC_BYTES
 
     assert set(_ACC_BYTES) == set(re.findall(r"struct (Acc\w+)", ACCUMULATORS))
     checks = "".join(f'static_assert(sizeof({k}) == {n}, "{k}");\n' for k, n in _ACC_BYTES.items())
@@ -351,11 +351,11 @@ def test_the_columns_shared_memory_bound_knows_every_accumulator_size(tmp_path):
 
 def test_every_cuda_template_declares_the_kernels_it_launches(patterns):
     """The harness's no-kernel check looks for the declared kernels in the profiler's trace: every kernel a catalog
-    source launches must be found by runner.kernels (the first H100 run rejected every catalog kernel when the
+    source launches must be found by runner.harness.procs.profile (the first H100 run rejected every catalog kernel when the
     declaration `__global__ void __launch_bounds__(T) name` was not recognised)."""
     import re
 
-    from runner.kernels import declared_kernels
+    from runner.harness.procs.profile import declared_kernels
 
     for name, params in CUDA_CASES:
         pat = patterns[name]

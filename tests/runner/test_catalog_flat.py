@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.abi import KernelLibrary
-from runner.catalog import cuda
-from runner.catalog.cgen import NotExpressible
+from runner.catalog.codegen import cuda
+from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.ir import Const, Input, Load, Op, Program
 from runner.catalog.space import strategies
+from runner.harness.procs.abi import KernelLibrary
 from tests.runner import cuda_emulation
 
 CSRC = Path(__file__).resolve().parents[2] / "runner/csrc"
@@ -218,9 +218,9 @@ def _has_avx2() -> bool:
 def test_the_cpu_kernel_of_a_select_is_vectorized_with_the_harness_flags(tmp_path):
     """relu's `t > 0 ? t : 0` in the flat C++ kernel: with g++'s default trapping math an AVX2 target kept it a branch
     and the loop scalar (16x slower than vectorized on a 2-core AMD EPYC, behind eager); the harness's flags
-    (runner/build.py CPU_FLAGS) must let the loop run 8 floats at a time."""
-    from runner.build import CPU_FLAGS
-    from runner.catalog import cpu
+    (runner/harness/build.py CPU_FLAGS) must let the loop run 8 floats at a time."""
+    from runner.catalog.codegen import cpu
+    from runner.harness.build import CPU_FLAGS
 
     x = Load(0)
     prog = Program(inputs=[Input(0, (1024, 1024), "float32")],

@@ -1,4 +1,4 @@
-"""The CUDA `strided` layout (runner/catalog/cuda_rows.py): a middle dim reduced with V-wide loads where the inner
+"""The CUDA `strided` layout (runner/catalog/codegen/cuda/rows.py): a middle dim reduced with V-wide loads where the inner
 dim is not whole vectors. Its two kernels have no barriers or shuffles, so the emulated GPU of
 tests/runner/cuda_emulation.py runs them exactly: values against torch on shapes whose period is 4, 2 or 1 rows,
 ties in argmax, several groups per column; the host's fall-back to the scalar columns kernel by name (that kernel
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.abi import KernelLibrary
-from runner.catalog import cuda
-from runner.catalog.cgen import NotExpressible
+from runner.catalog.codegen import cuda
+from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.space import strategies
-from runner.proposer import ProblemContext
+from runner.harness.procs.abi import KernelLibrary
 from runner.proposers.catalog import CatalogProposer
+from runner.search.types import ProblemContext
 from tests.runner import cuda_emulation
 
 CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"

@@ -17,14 +17,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F  # noqa: N812
 
-from runner.abi import FbTensor, describe
-from runner.capture import capture_model
-from runner.catalog import cpu, cuda
+from runner.catalog.capture import capture_model
+from runner.catalog.codegen import cpu, cuda
 from runner.catalog.ir import Input, Load, Op, Program, Red
-from runner.catalog.lower import recognise
+from runner.catalog.recognition import recognise
 from runner.contract import Timing, Verdict
-from runner.proposer import Attempt, History, ProblemContext
+from runner.harness.procs.abi import FbTensor, describe
 from runner.proposers.catalog import CatalogProposer, code_key, fits, label_of, remember
+from runner.search.types import Attempt, History, ProblemContext
 from tests.runner.test_catalog import CSRC, one_translation_unit
 
 
@@ -116,7 +116,7 @@ def _lower(model: nn.Module, inputs: list):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Every case's pattern, and one C++ candidate of each recognised case, all compiled in one g++ run."""
-    from runner.build import toolchain
+    from runner.harness.build import toolchain
 
     pats = {name: _lower(m, xs) for name, (m, xs) in CASES.items()}
     ok = [name for name, pat in pats.items() if pat.program is not None]
@@ -174,7 +174,7 @@ def test_batch_norm_without_running_stats_is_unsupported_in_eval_mode_too():
 
 
 def test_kernelbench_batch_norm_is_lowered_as_the_harness_runs_it():
-    """The harness builds the reference in eval mode (runner.problem.build_model): running statistics, elementwise."""
+    """The harness builds the reference in eval mode (runner.harness.problem.build_model): running statistics, elementwise."""
     pat = _lower(Wrap(nn.BatchNorm2d(6)), [_x(3, 6, 5, 7)])
     assert pat.family == "elementwise" and any("running statistics" in n for n in pat.notes)
     assert {i.abi for i in pat.program.inputs} == {0, 1, 2, 3, 4}  # x, weight, bias, running mean and var
@@ -263,7 +263,7 @@ def test_the_shared_c_blocks_read_the_same_inside_a_python_string():
     """code_key finds the shared blocks inside a KernelBench candidate (a Python file holding the CUDA source as a
     string) by their repr(): a quote or a backslash in them (an apostrophe in a C comment, session 11) changes the
     quoting or escaping, the blocks are no longer found, and a needless fast-math twin takes a trial of its own."""
-    from runner.catalog.cgen import ACCUMULATORS, MATH
+    from runner.catalog.codegen.common import ACCUMULATORS, MATH
 
     for name, block in (("MATH", MATH), ("ACCUMULATORS", ACCUMULATORS), ("cuda.FAST", cuda.FAST),
                         ("cpu.FAST", cpu.FAST)):
@@ -303,7 +303,7 @@ def test_fast_math_where_nothing_uses_it_is_the_same_code():
 def test_an_odd_row_length_proposes_the_scalar_kernels_it_would_run():
     """Rows of 65535 (level1 38/39): the vector path needs a row length divisible by the width, so every float4
     candidate ran its scalar kernel: the proposer names them as what they are (vec=1), and proposes each once."""
-    from runner.catalog.lower import Pattern
+    from runner.catalog.recognition import Pattern
     from runner.proposers.catalog import effective
 
     prog = Program(inputs=[Input(0, (64, 65535), "float32")], out=Op("div", (Load(0), Red("sum", Op("abs", (Load(0),))))),
@@ -420,9 +420,9 @@ def get_init_inputs():
 def _degenerate(tmp_path, source: str) -> str | None:
     """The harness's verdict on a problem's degeneracy from three of the judge's trials (its prepare step, run here)."""
     from runner.contract import ProblemSpec
-    from runner.evaluate import Evaluator
-    from runner.problem import load
-    from runner.workers import judge
+    from runner.harness.evaluator import Evaluator
+    from runner.harness.problem import load
+    from runner.harness.procs import judge
 
     (tmp_path / "p.py").write_text(source)
     spec = ProblemSpec(name="p", path=str(tmp_path / "p.py"))
@@ -448,10 +448,10 @@ def test_a_scalar_loss_is_not_called_degenerate(tmp_path):
 def test_a_confirmed_loss_is_not_called_degenerate(harness_cache):
     """The final confirmation re-verifies in a fresh process. On one trial a scalar loss is one number, which cannot
     be told from a constant: every loss of the H100 bench was called degenerate there. It takes two draws now."""
-    from runner.cli import problem_from_file
-    from runner.evaluate import Evaluator, HarnessConfig
-    from runner.proposer import ProblemContext
+    from runner.harness.evaluator import Evaluator, HarnessConfig
+    from runner.pipeline import problem_from_file
     from runner.proposers.catalog import CatalogProposer
+    from runner.search.types import ProblemContext
 
     from .conftest import FAST_TIMER
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from runner.contract import ProblemSpec
-from runner.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, dropin_test_source, kernel_filename
+from runner.results.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, dropin_test_source, kernel_filename
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests/fixtures/problems/scale_relu.py"

@@ -1,7 +1,7 @@
 """A trial's output files are deleted once the judge has read them (they live in /dev/shm, i.e. memory), and only
 files inside the candidate's own directory are ever touched."""
 
-from runner.evaluate import _discard_outputs
+from runner.harness.evaluator import _discard_outputs
 
 
 def test_read_outputs_are_deleted_and_nothing_outside_the_candidate_dir(tmp_path):

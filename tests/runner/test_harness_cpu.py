@@ -4,7 +4,7 @@ reason that names it, and a candidate's failure never leaks into another's verdi
 import pytest
 
 from runner.contract import REASON_NAMES, Candidate
-from runner.evaluate import Evaluator, HarnessConfig
+from runner.harness.evaluator import Evaluator, HarnessConfig
 
 from .adversarial import FAST_HACKS, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
 from .conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
@@ -39,7 +39,7 @@ def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
 
 def test_a_large_problem_is_verified_on_three_trials_of_its_first_shape():
     """Above large_io_bytes (here 0: every problem is large) the first shape gets 3 trials, both distributions."""
-    from runner.evaluate import HarnessConfig
+    from runner.harness.evaluator import HarnessConfig
 
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, large_io_bytes=0)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import ipc
+from runner.harness.procs import ipc
 
 EXPORTER = textwrap.dedent("""
     import json, sys, torch
-    from runner import ipc
+    from runner.harness.procs import ipc
     big = torch.empty(1 << 20, device="cuda")          # the tensor lives inside a larger cached segment
     t = big[4096:4096 + 1000].copy_(torch.arange(1000, device="cuda", dtype=torch.float32) * 0.5)
     print(json.dumps(ipc.export(t)), flush=True)

@@ -1,4 +1,4 @@
-"""runner.jobrun.run_job: a bot's Job over a checked-out source tree becomes a JobResult with each target's files."""
+"""runner.pipeline.run_job: a bot's Job over a checked-out source tree becomes a JobResult with each target's files."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 from runner.contract import Candidate, Job, SearchBudget, TargetSpec
-from runner.jobrun import problem_spec, run_job
-from runner.proposer import Idea
+from runner.pipeline import problem_spec, run_job
+from runner.search.types import Idea
 from tests.runner.cpu_kernels import GOOD, PROBLEM
 
 

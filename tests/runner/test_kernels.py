@@ -1,6 +1,6 @@
-"""runner.kernels.declared_kernels: the names the no-kernel check looks for in the profiler's trace."""
+"""runner.harness.procs.profile.declared_kernels: the names the no-kernel check looks for in the profiler's trace."""
 
-from runner.kernels import declared_kernels
+from runner.harness.procs.profile import declared_kernels
 
 
 def test_kernel_names_with_launch_bounds_on_either_side_of_void():

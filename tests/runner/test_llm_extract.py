@@ -1,6 +1,6 @@
-"""Extraction of ideas and code from free-form answers (runner/extract.py)."""
+"""Extraction of ideas and code from free-form answers (runner/proposers/llm/extract.py)."""
 
-from runner.extract import extract_code, extract_ideas
+from runner.proposers.llm.extract import extract_code, extract_ideas
 
 KERNEL = '#include "fusebot.h"\nFB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,\n' \
          '    int32_t n_out, void* stream) {\n  return 0;\n}\n'

@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from runner.contract import Baselines, Roofline, SearchBudget
-from runner.proposer import BudgetExhausted, GpuInfo, Idea, ProblemContext, ProposerUnavailable, Session
-from runner.proposers.llm import LLMProposer, LLMSettings, llm_proposers
-from runner.search import search
-from runner.trace import read_events
+from runner.proposers.llm.proposer import LLMProposer, LLMSettings, llm_proposers
+from runner.search.loop import search
+from runner.search.trace import read_events
+from runner.search.types import BudgetExhausted, GpuInfo, Idea, ProblemContext, ProposerUnavailable, Session
 from tests.fakes.evaluators import TableEvaluator, timing
 from tests.fakes.llm_server import Reply, ScriptedLLM
 from tests.runner.llm_helpers import IDEAS, SECRET, code_answer, settings
@@ -88,7 +88,7 @@ def test_429_waits_what_retry_after_says(tmp_path):
     with ScriptedLLM(script) as srv:
         p = LLMProposer(settings(srv.url), "scripted-a")
         p.bind(Session())
-        ideas = p.ideas(CTX, __import__("runner.proposer").proposer.History(), 2)
+        ideas = p.ideas(CTX, __import__("runner.search.types").search.types.History(), 2)
     assert len(ideas) == 2
     a, b = srv.completions()
     assert (a.status, b.status) == (429, 200)
@@ -124,7 +124,7 @@ def test_a_4xx_is_a_failed_attempt_not_a_retry_and_not_a_crash():
         p = LLMProposer(settings(srv.url), "m")
         failures = []
         p.bind(Session(failed=lambda idea, why: failures.append(why)))
-        assert p.implement(CTX, Idea(text="fuse"), __import__("runner.proposer").proposer.History(), 1) == []
+        assert p.implement(CTX, Idea(text="fuse"), __import__("runner.search.types").search.types.History(), 1) == []
         assert len(srv.completions()) == 1 and failures == ["m: the request was rejected"]
 
 
@@ -219,7 +219,7 @@ def test_retry_after_is_read_as_seconds_milliseconds_or_an_http_date():
 
     import httpx
 
-    from runner.proposers.llm import retry_after_s
+    from runner.proposers.llm.proposer import retry_after_s
 
     class E(Exception):
         def __init__(self, headers):

@@ -4,7 +4,7 @@ import pytest
 
 from runner.contract import Candidate, ProblemSpec
 from runner.errors import ProblemError
-from runner.evaluate import Evaluator, HarnessConfig
+from runner.harness.evaluator import Evaluator, HarnessConfig
 
 from .adversarial import HONEST_FAST
 from .conftest import FAST_TIMER, PROBLEMS

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runner.contract import Baselines, BuildInfo, Candidate, Roofline, TrialResult, Verdict
-from runner.prompts import (
+from runner.proposers.llm.prompts import (
     MAX_CODE_CHARS,
     SHOW_FAILED,
     ideas_prompt,
@@ -11,7 +11,7 @@ from runner.prompts import (
     repair_prompt,
     source_filename,
 )
-from runner.proposer import Attempt, GpuInfo, History, Idea, ProblemContext
+from runner.search.types import Attempt, GpuInfo, History, Idea, ProblemContext
 from tests.fakes.evaluators import timing
 
 ABI = "#define FB_MAX_DIMS 8 /* the header */"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from runner.contract import Confirmation, Job, JobResult, Timing, Verdict
-from runner.jobrun import run_job
-from runner.remeasure import assessment
-from runner.results import Provenance, slug, target_files, write_files
+from runner.pipeline import run_job
+from runner.results.files import Provenance, slug, target_files, write_files
+from runner.results.remeasure import assessment
 from tests.verdicts import EXAMPLE, SPEC, seed_candidate
 
 KERNELS = "fusebot_kernels"

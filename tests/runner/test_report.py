@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from runner.contract import Baselines, Candidate, Roofline, TrialResult, Verdict
-from runner.proposer import Attempt, History, Idea
-from runner.report import benchmark_table, outcome, report_markdown, result_json
-from runner.search import SearchResult
+from runner.results.outcome import benchmark_table, outcome, report_markdown, result_json
+from runner.search.loop import SearchResult
+from runner.search.types import Attempt, History, Idea
 from tests.fakes.evaluators import timing
 
 ROOF = Roofline(bytes_moved=8 << 20, bandwidth_bytes_per_s=2e10, bandwidth_source="measured", floor_ms=0.4)
@@ -80,7 +80,7 @@ def test_result_json_summarises_the_trace_and_is_json():
 
 def _confirmed(cand_ms: list[float], eager_ms: list[float]):
     from runner.contract import Confirmation
-    from runner.timing import summarize
+    from runner.harness.timing import summarize
 
     t = lambda xs: summarize(xs, clock="cuda_events", l2_flushed=True)  # noqa: E731
     conf = Confirmation(rounds=len(cand_ms), candidate_ms=cand_ms, eager_ms=eager_ms,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from runner.contract import Candidate
-from runner.results import (
+from runner.results.files import (
     Provenance,
     check_dropin,
     dropin_test_filename,
@@ -180,7 +180,7 @@ def test_a_cuda_dropin_without_a_gpu_says_why_and_its_check_verifies_nothing(tmp
 
 def test_the_generated_test_runs_confined(tmp_path):
     """It imports the repository's code: no credentials, no writes outside its scratch copy."""
-    from runner.results import check_dropin, dropin_test_filename, slug
+    from runner.results.files import check_dropin, dropin_test_filename, slug
 
     root, outside = tmp_path / "scratch", tmp_path / "outside.txt"
     folder = root / "fusebot_kernels" / slug("t")

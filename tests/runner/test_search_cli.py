@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.trace import read_events
+from runner.search.trace import read_events
 from tests.fakes.llm_server import Reply, ScriptedLLM
 from tests.runner.cpu_kernels import BROKEN, GOOD, PROBLEM, SLOW, WRONG, answer
 from tests.runner.llm_helpers import IDEAS, SECRET
@@ -34,7 +34,7 @@ def cli_env(url: str, tmp: Path) -> dict[str, str]:
 
 
 def optimize(out: Path, env: dict, *extra: str, **kw) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "runner.optimize_cli", str(PROBLEM), "--out", str(out), "--backend", "cpu",
+    cmd = [sys.executable, "-m", "runner.cli.optimize", str(PROBLEM), "--out", str(out), "--backend", "cpu",
            "--no-compile-baseline", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, **kw)
@@ -97,7 +97,7 @@ def test_when_nothing_beats_the_baselines_it_says_so_and_writes_no_kernel(tmp_pa
 
 def test_usage_errors_exit_2_with_a_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
-    missing = subprocess.run([sys.executable, "-m", "runner.optimize_cli", str(tmp_path / "nope.py"), "--out",
+    missing = subprocess.run([sys.executable, "-m", "runner.cli.optimize", str(tmp_path / "nope.py"), "--out",
                               str(tmp_path / "o")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no such file" in " ".join((missing.stdout + missing.stderr).split())
     # (with no LLM configured, optimize runs the builtin catalog: tests/runner/test_bench_cli.py)

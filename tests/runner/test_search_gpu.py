@@ -33,7 +33,7 @@ def test_optimize_on_cuda_builds_verifies_times_and_repairs(tmp_path):
     out = tmp_path / "out"
     with ScriptedLLM(script) as srv:
         env = cli_env(srv.url, tmp_path)
-        cmd = [sys.executable, "-m", "runner.optimize_cli", str(PROBLEM), "--out", str(out), "--backend", "cuda",
+        cmd = [sys.executable, "-m", "runner.cli.optimize", str(PROBLEM), "--out", str(out), "--backend", "cuda",
                "--rounds", "2", "--ideas", "2", "--implementations", "2", "--max-repairs", "1", "-v"]
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     print(done.stdout[-4000:], done.stderr[-6000:])

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from runner.contract import Candidate, SearchBudget, Verdict
-from runner.proposer import Idea, ProblemContext, ProposerUnavailable, Session
-from runner.search import search, shares
-from runner.trace import read_events
+from runner.search.loop import search, shares
+from runner.search.trace import read_events
+from runner.search.types import Idea, ProblemContext, ProposerUnavailable, Session
 from tests.fakes.evaluators import TableEvaluator
 
 CTX = ProblemContext(name="relu", reference_source="class Model: ...", backend="cpu")
@@ -220,7 +220,7 @@ def test_a_kernel_from_a_resumed_trace_is_confirmed_like_a_fresh_one_before_it_i
     """The resumed search's best goes through the caller's confirmation: re-timed against the baselines, it is
     proposed only if it wins every round, and a kernel that fails when verified again is not proposed."""
     from runner.contract import Confirmation, Environment, ProblemSpec
-    from runner.optimize_cli import optimize_problem
+    from runner.pipeline import optimize_problem
 
     class Confirming(TableEvaluator):
         def __init__(self, wins: bool):

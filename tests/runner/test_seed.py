@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.contract import ProblemSpec
-from runner.evaluate import Evaluator, HarnessConfig
-from runner.proposer import History, ProblemContext
+from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.proposers.seed import IDEA_FUSED, SeedProposer
+from runner.search.types import History, ProblemContext
 from tests.runner.conftest import FAST_TIMER
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -2,8 +2,8 @@
 
 import time
 
-from runner.evaluate import Evaluator
-from runner.timing import summarize
+from runner.harness.evaluator import Evaluator
+from runner.harness.timing import summarize
 
 from .conftest import scale_relu_spec
 

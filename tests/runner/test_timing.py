@@ -1,11 +1,11 @@
-"""runner.timing's CUDA sample arithmetic with a simulated device clock (no GPU): the call's own span on its stream,
+"""runner.harness.timing's CUDA sample arithmetic with a simulated device clock (no GPU): the call's own span on its stream,
 plus how much longer the device-wide sync after it took than the same sync after a no-op queued right after it."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner import timing
+from runner.harness import timing
 
 
 class _Clock:

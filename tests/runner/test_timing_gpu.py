@@ -1,11 +1,11 @@
-"""runner.timing on the GPU: the host's wake-up after a call is not timed, work left on another stream is."""
+"""runner.harness.timing on the GPU: the host's wake-up after a call is not timed, work left on another stream is."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from runner.timing import Timer, TimerConfig
+from runner.harness.timing import Timer, TimerConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -1,10 +1,10 @@
-"""runner.verify compares outputs a chunk at a time (a 6 GB fp32 output must not need 60 GB of fp64 temporaries):
+"""runner.harness.verify compares outputs a chunk at a time (a 6 GB fp32 output must not need 60 GB of fp64 temporaries):
 the chunked comparison must find the same things, with the same counts and first index, as the whole-tensor one."""
 
 import pytest
 import torch
 
-from runner import verify
+from runner.harness import verify
 
 
 def _case() -> tuple[torch.Tensor, torch.Tensor]:

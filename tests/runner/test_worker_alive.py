@@ -1,7 +1,7 @@
 import os
 import time
 
-from runner.worker import Worker, WorkerSettings
+from runner.cli.worker import Worker, WorkerSettings
 
 
 def test_the_poll_loop_touches_the_alive_file_even_when_the_bot_is_down(tmp_path):

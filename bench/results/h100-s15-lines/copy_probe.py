@@ -1,7 +1,6 @@
 """Same-size references for diag(a)@B's 134 MB call, by the sweep's timer config: a device copy of B, torch's
 broadcast multiply into a preallocated output, and a plain read of B (sum)."""
 import torch
-
 from runner.problem import strict_fp32
 from runner.timing import Timer, TimerConfig
 

@@ -4,16 +4,16 @@ then read another 100 MB: the L2 ends clean), R (read only)."""
 from pathlib import Path
 
 import torch
+from runner.abi import KernelLibrary, as_tensor_args
+from runner.build import build_many
+from runner.problem import build_model, load, make_inputs, strict_fp32
+from runner.proposer import ProblemContext
+from runner.timing import Timer, TimerConfig
 
 from bench.template_sweep import parse_params
 from runner import timing
-from runner.abi import KernelLibrary, as_tensor_args
-from runner.build import build_many
 from runner.cli import problem_from_file
-from runner.problem import build_model, load, make_inputs, strict_fp32
-from runner.proposer import ProblemContext
 from runner.proposers.catalog import CatalogProposer
-from runner.timing import Timer, TimerConfig
 
 strict_fp32()
 MODE = {"m": "Z"}

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from runner.problem import strict_fp32
 from runner.timing import Timer, TimerConfig
 

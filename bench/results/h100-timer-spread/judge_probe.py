@@ -26,8 +26,9 @@ def row(setting, name, t):
 
 
 def in_process():
-    from runner.cli import problem_from_file
     from runner.workers import judge
+
+    from runner.cli import problem_from_file
 
     st = judge.State()
     wd = Path(os.environ["HOME"])
@@ -39,8 +40,9 @@ def in_process():
         row("in-process", "eager", b["eager"])
         row("in-process", "torch.compile", b["compile"])
     if DEV == "cuda":
-        from bench.template_sweep import kernel_times_us
         from runner.problem import make_inputs
+
+        from bench.template_sweep import kernel_times_us
         inputs = make_inputs(st.problem, 12, shape_set=0, randn=None, device=DEV)
         compiled = torch.compile(st.model)
         with torch.no_grad():

@@ -2,7 +2,6 @@
 import sys
 
 import torch
-
 from runner.timing import Timer, TimerConfig
 
 t = Timer("cuda", TimerConfig(max_reps=40, max_seconds=2))

@@ -6,7 +6,6 @@ import os
 import sys
 
 import torch
-
 from runner.timing import Timer
 
 dev = "cuda"

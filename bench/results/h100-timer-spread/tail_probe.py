@@ -88,8 +88,9 @@ def escape(timer):
 
 
 def main():
-    from runner.cli import problem_from_file
     from runner.problem import build_model, load, make_inputs, strict_fp32
+
+    from runner.cli import problem_from_file
 
     if sys.argv[1:] == ["in-judge"]:
         from runner.workers import judge

@@ -3,9 +3,9 @@
 import sys
 
 import torch
+from runner.timing import Timer, TimerConfig
 
 from runner import timing
-from runner.timing import Timer, TimerConfig
 
 
 def gelu(x):

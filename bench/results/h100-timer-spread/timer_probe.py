@@ -4,7 +4,6 @@ import statistics
 import sys
 
 import torch
-
 from runner.timing import Timer
 
 dev = "cuda"

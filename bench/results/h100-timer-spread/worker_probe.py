@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 
 import torch
-
-from runner.cli import problem_from_file
 from runner.evaluate import HarnessConfig
 from runner.problem import build_model, load, make_inputs, strict_fp32
 from runner.timing import Timer, TimerConfig
+
+from runner.cli import problem_from_file
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # (cpu: a smoke test of this script)
 PROBLEM = Path(os.environ.get("PROBE_PROBLEM", "out/kb-suite/level1_88_MinGPTNewGelu.py"))

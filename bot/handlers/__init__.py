@@ -1,8 +1,0 @@
-"""One router per feature, composed here (bedevere's layout)."""
-
-from bot.handlers import checks, comments, installations, labels, schedule
-from bot.routing import Router
-
-router = Router(labels.router, comments.router, checks.router, installations.router, schedule.router)
-
-__all__ = ["router"]

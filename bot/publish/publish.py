@@ -1,0 +1,121 @@
+"""From a search's results to what users see, on any Platform: the branch, the PR, the check run, the comments.
+
+    publish(platform, plan, base_sha=..., check_run_id=..., label_pr=..., fork=...)
+
+- nothing improved: the check run completes `neutral` with the reasons; no branch, no PR; the status comment says so;
+- a fork's PR: no push; the results and a `git apply`-able patch go into a comment, the check run completes;
+- otherwise: the branch `fusebot/<base>/<group>` is (re)built as one commit on the base with the kernels directory's
+  files, the PR is found by branch and marker and updated (or opened), the check run links it, and the labelled PR's
+  status comment links it too.
+
+A re-run that produced the same files as the branch holds commits nothing: a file whose text differs from the
+branch's only in its timestamps (the provenance date in the kernel's header and in BENCHMARK.md, written anew by every
+run) keeps the branch's text, so the tree is unchanged and the platform makes no commit. The PR is still updated.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from bot.github.patch import unified_patch
+from bot.github.platform import BranchUpdate, Platform, PlatformError, PullRequestRef
+from bot.publish import pr
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Published:
+    pull_request: PullRequestRef | None
+    branch: BranchUpdate | None
+    body: str  # the PR body, or the comment that stands for it (fork), or the check summary (nothing improved)
+    conclusion: str
+
+
+def branch_files(plan: pr.PullRequestPlan) -> dict[str, str | None]:
+    """Repository path -> text of every improved target's files."""
+    return {f"{plan.kernels_dir}/{path}": text for r in plan.improved for path, text in sorted(r.files.items())}
+
+
+_TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?\b")
+
+
+def same_but_timestamps(a: str, b: str) -> bool:
+    """True when the texts are equal once every ISO 8601 date-time in them is blanked out. Pure."""
+    return a == b or _TIMESTAMP.sub("<time>", a) == _TIMESTAMP.sub("<time>", b)
+
+
+def keep_unchanged(platform: Platform, branch: str, files: dict[str, str | None]) -> dict[str, str | None]:
+    """`files`, with the branch's own text for each file that differs from it only in timestamps."""
+    if not any(text is not None and _TIMESTAMP.search(text) for text in files.values()):
+        return files
+    try:
+        tip = platform.head_sha(branch)
+    except PlatformError:  # no such branch yet: everything is new
+        return files
+    out = dict(files)
+    for path, text in files.items():
+        if text is None or not _TIMESTAMP.search(text):
+            continue
+        old = platform.read_file(tip, path)
+        if old is not None and old != text and same_but_timestamps(old, text):
+            out[path] = old
+            log.debug("%s: %s differs from the branch only in timestamps; kept as it is", branch, path)
+    return out
+
+
+def commit_message(plan: pr.PullRequestPlan) -> str:
+    lines = [pr.pr_title(plan), ""]
+    for r in plan.improved:
+        s = pr.speedup(r.verdict)
+        lines.append(f"- {r.class_name or r.target}: {s:.2f}x over the faster baseline" if s is not None
+                     else f"- {r.class_name or r.target}")
+    return "\n".join(lines) + f"\n\nSearched at {plan.commit}.\n"
+
+
+def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, check_run_id: int | None = None,
+            label_pr: int | None = None, fork: bool = False) -> Published:
+    if not plan.improved:
+        out = pr.check_completed(plan)
+        _finish_check(platform, check_run_id, out)
+        if label_pr is not None:
+            platform.upsert_comment(label_pr, "status", f"pr-{label_pr}",
+                                    pr.status_comment(label_pr, "no faster kernel found", plan))
+        log.info("%s: nothing improved; no pull request", plan.repo)
+        return Published(None, None, out.summary, "neutral")
+    files = branch_files(plan)
+    if fork:
+        if label_pr is None:
+            raise ValueError("a fork's results go to its PR: label_pr is required")
+        patch = unified_patch({p: platform.read_file(base_sha, p) for p in files}, files)
+        body = pr.fork_comment(plan, patch)
+        platform.upsert_comment(label_pr, "fork", f"pr-{label_pr}", body)
+        out = pr.check_completed(plan)
+        _finish_check(platform, check_run_id, pr.CheckOutput(out.status, out.title, out.summary, out.conclusion,
+                                                             _patch_text(patch)))
+        return Published(None, None, body, out.conclusion or "success")
+    update = platform.commit_files(plan.branch, base_sha, keep_unchanged(platform, plan.branch, files),
+                                   commit_message(plan))
+    body = pr.pr_body(plan)
+    ref = platform.upsert_pull_request(branch=plan.branch, base=plan.base, title=pr.pr_title(plan), body=body,
+                                       key=plan.key)
+    out = pr.check_completed(plan, pr_url=ref.url)
+    _finish_check(platform, check_run_id, out)
+    if label_pr is not None:
+        platform.upsert_comment(label_pr, "status", f"pr-{label_pr}",
+                                pr.status_comment(label_pr, "done", plan, pr_url=ref.url))
+    log.info("%s: %s pull request %s on %s", plan.repo, "opened" if ref.created else "updated", ref.number,
+             plan.branch)
+    return Published(ref, update, body, out.conclusion or "success")
+
+
+def _patch_text(patch: str) -> str:
+    block = f"Apply with `git apply`:\n\n```diff\n{patch}\n```"
+    return block if len(block) <= pr.BODY_LIMIT else block[: pr.BODY_LIMIT - 80] + "\n```\n*…cut to fit.*"
+
+
+def _finish_check(platform: Platform, check_run_id: int | None, out: pr.CheckOutput) -> None:
+    if check_run_id is not None:
+        platform.update_check_run(check_run_id, out)

@@ -1,0 +1,260 @@
+"""C++ templates for the CPU backend (OpenMP, loops the compiler vectorises).
+
+- `flat`: an elementwise program, one loop over the output (`omp parallel for simd`, or one thread for small sizes);
+- `rows`: a row program, one row per iteration of an OpenMP loop, its passes as inner loops over the row;
+- `columns`: a row program whose reduced dims are not innermost (I > 1): per outer index, accumulators for a whole
+  row of inner elements, so the innermost loop runs over contiguous memory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from runner.catalog.codegen.common import (
+    ACCUMULATORS,
+    CTYPE_CPU,
+    MATH,
+    AccRef,
+    Emitter,
+    NotExpressible,
+    args_struct,
+    full_output,
+    general_index_fn,
+    index_code,
+    int_output,
+    plan_passes,
+    setup_code,
+    signature,
+)
+from runner.catalog.ir import Program
+
+
+@dataclass(frozen=True)
+class CpuParams:
+    layout: str = "rows"  # flat | rows | columns
+    mode: str = "online"  # online | twopass (row programs)
+    threads: str = "all"  # all | one (below 32k elements OpenMP costs more than it saves)
+    fast_math: bool = False
+
+    def label(self) -> str:
+        return f"cpu-{self.layout}-{self.mode}-{self.threads}{'-fast' if self.fast_math else ''}"
+
+
+PRELUDE = r"""#include "fusebot.h"
+#include <math.h>
+#include <stdio.h>
+#include <vector>
+#define FB_HD static inline
+#define FB_M inline
+typedef double fb_acc;
+"""
+
+
+FAST = ("#define FB_FAST\n#define FB_FAST_EXP(x) expf(x)\n#define FB_FAST_DIV(x, y) ((x) * (1.0f / (y)))\n"
+        "#define FB_FAST_LOG(x) logf(x)\n")
+
+
+def _ctype(dtype: str) -> str:
+    if dtype not in CTYPE_CPU:
+        raise NotExpressible(f"{dtype} on the CPU backend")
+    return CTYPE_CPU[dtype]
+
+
+def _loader(p: Program):
+    def load(k: int) -> str:
+        return f"(float)((const {_ctype(p.inputs[k].dtype)}*)a.in[{k}])[{index_code(p, k)}]"
+
+    return load
+
+
+def _omp(params: CpuParams, simd: bool = False) -> str:
+    if params.threads == "one":
+        return "#pragma omp simd" if simd else ""
+    return "#pragma omp parallel for simd schedule(static)" if simd else "#pragma omp parallel for schedule(static)"
+
+
+def render(p: Program, params: CpuParams, abi_offset: int = 0) -> str:
+    """The C++ source of one candidate."""
+    out_t = _ctype(p.out_dtype)
+    for inp in p.inputs:
+        _ctype(inp.dtype)
+    head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", PRELUDE]
+    if params.fast_math:
+        head.append(FAST)
+    head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn(), setup_code(p, abi_offset)]
+    if params.layout == "flat":
+        body = _flat(p, params, out_t)
+    elif params.layout == "rows":
+        body = _rows(p, params, out_t)
+    elif params.layout == "columns":
+        body = _columns(p, params, out_t)
+    else:
+        raise NotExpressible(f"layout {params.layout}")
+    tail = """
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  (void)stream;
+  FbArgs a;
+  if (fb_setup(in, n_in, out, n_out, &a)) return 1;
+  fb_run(a);
+  return 0;
+}
+"""
+    return "\n".join(head) + body + tail
+
+
+def _flat(p: Program, params: CpuParams, out_t: str) -> str:
+    if p.is_row:
+        raise NotExpressible("flat is for elementwise programs")
+    em = Emitter(_loader(p))
+    res = em(p.out)
+    body = "\n      ".join(em.lines)
+    omp = _omp(params, simd=True)
+    return f"""
+static void fb_run(const FbArgs& a) {{
+  {out_t}* y = ({out_t}*)a.out;
+  const long long n = a.N;
+  {omp}
+  for (long long flat = 0; flat < n; ++flat) {{
+      const long long o = flat, r = 0, i = 0; (void)o; (void)r; (void)i;
+      {body}
+      y[flat] = ({out_t}){res};
+  }}
+}}
+"""
+
+
+def _pass_code(p: Program, plan, pno: int, indent: str, ref, acc_ref) -> tuple[str, str]:
+    """(declarations, loop body) of one pass: every accumulator of the pass fed from one loop."""
+    accs = [a for a in plan.accs if a.pass_no == pno]
+    em = Emitter(_loader(p), ref=ref)
+    adds = []
+    for a in accs:
+        v = em(a.arg)
+        adds.append(f"{acc_ref(a.name)}.add({v}, r);")
+    body = ("\n" + indent).join(em.lines + adds)
+    return body, ""
+
+
+def _rows(p: Program, params: CpuParams, out_t: str) -> str:
+    if not p.is_row:
+        raise NotExpressible("rows is for row programs")
+    plan = plan_passes(p, params.mode)
+    ind = "        "
+    parts = []
+    for pno in range(1, plan.passes + 1):
+        accs = [a for a in plan.accs if a.pass_no == pno]
+        decl = " ".join(f"{a.kind} {a.name}; {a.name}.init();" for a in accs)
+        body, _ = _pass_code(p, plan, pno, ind, lambda n: n, lambda n: n)
+        vals = "\n      ".join(f"const {'long long' if v.is_int else 'float'} {v.name} = {v.code};"
+                              for v in plan.values if v.pass_no == pno)
+        parts.append(f"""      {decl}
+      for (long long r = 0; r < a.R; ++r) {{
+        const long long flat = (o * a.R + r) * a.I + i; (void)flat;
+        {body}
+      }}
+      {vals}""")
+    em = Emitter(_loader(p))
+    assert plan.out is not None
+    if full_output(p):
+        res = em(plan.out)
+        lines = ("\n" + ind).join(em.lines)
+        out = f"""      for (long long r = 0; r < a.R; ++r) {{
+        const long long flat = (o * a.R + r) * a.I + i;
+        {lines}
+        y[flat] = ({out_t}){res};
+      }}"""
+    else:
+        res = _row_result(p, plan, em)
+        lines = "\n      ".join(em.lines)
+        out = f"""      {{ const long long r = 0, flat = o * a.R * a.I + i; (void)flat; (void)r;
+      {lines}
+      y[row] = ({out_t}){res}; }}"""
+    omp = _omp(params)
+    passes = "\n".join(parts)
+    return f"""
+static void fb_run(const FbArgs& a) {{
+  {out_t}* y = ({out_t}*)a.out;
+  const long long rows = a.O * a.I;
+  {omp}
+  for (long long row = 0; row < rows; ++row) {{
+      const long long o = row / a.I, i = row % a.I;
+{passes}
+{out}
+  }}
+}}
+"""
+
+
+def _row_result(p: Program, plan, em: Emitter) -> str:
+    """A per-row output: an argmax/argmin index is stored as is, anything else as float math."""
+    if isinstance(plan.out, AccRef) and int_output(p):
+        return plan.out.name
+    if int_output(p):
+        raise NotExpressible("integer arithmetic on a reduction index")
+    return em(plan.out)
+
+
+def per_column(code: str) -> str:
+    """A finished value's code for column i: accumulators and earlier values are vectors over i."""
+    code = re.sub(r"\b(acc\d+)\.", r"\1[i].", code)
+    return re.sub(r"\b(rv\d+)\b", r"\1[i]", code)
+
+
+def _columns(p: Program, params: CpuParams, out_t: str) -> str:
+    if not p.is_row:
+        raise NotExpressible("columns is for row programs")
+    plan = plan_passes(p, params.mode)
+    ref = lambda n: f"{n}[i]"  # noqa: E731
+    parts = []
+    for pno in range(1, plan.passes + 1):
+        accs = [a for a in plan.accs if a.pass_no == pno]
+        decl = "\n      ".join(f"std::vector<{a.kind}> {a.name}(a.I); for (auto& z : {a.name}) z.init();"
+                               for a in accs)
+        body, _ = _pass_code(p, plan, pno, "          ", ref, lambda n: f"{n}[i]")
+        vals = "\n      ".join(
+            f"std::vector<{'long long' if v.is_int else 'float'}> {v.name}(a.I);\n"
+            f"      for (long long i = 0; i < a.I; ++i) {v.name}[i] = {per_column(v.code)};"
+            for v in plan.values if v.pass_no == pno)
+        parts.append(f"""      {decl}
+      for (long long r = 0; r < a.R; ++r) {{
+        for (long long i = 0; i < a.I; ++i) {{
+          const long long flat = (o * a.R + r) * a.I + i; (void)flat;
+          {body}
+        }}
+      }}
+      {vals}""")
+    em = Emitter(_loader(p), ref=ref)
+    assert plan.out is not None
+    if full_output(p):
+        res = em(plan.out)
+        lines = "\n          ".join(em.lines)
+        out = f"""      for (long long r = 0; r < a.R; ++r) {{
+        for (long long i = 0; i < a.I; ++i) {{
+          const long long flat = (o * a.R + r) * a.I + i;
+          {lines}
+          y[flat] = ({out_t}){res};
+        }}
+      }}"""
+    else:
+        res = _row_result(p, plan, em)
+        if isinstance(plan.out, AccRef):
+            res = f"{plan.out.name}[i]"
+        lines = "\n        ".join(em.lines)
+        out = f"""      for (long long i = 0; i < a.I; ++i) {{
+        const long long r = 0, flat = o * a.R * a.I + i; (void)flat; (void)r;
+        {lines}
+        y[o * a.I + i] = ({out_t}){res};
+      }}"""
+    omp = _omp(params)
+    passes = "\n".join(parts)
+    return f"""
+static void fb_run(const FbArgs& a) {{
+  {out_t}* y = ({out_t}*)a.out;
+  {omp}
+  for (long long o = 0; o < a.O; ++o) {{
+{passes}
+{out}
+  }}
+}}
+"""

@@ -1,0 +1,218 @@
+"""`fusebot bench SUITE_DIR --out bench/results/NAME`: run `optimize` on every problem of a folder, write a table.
+
+Each problem file (KernelBench format) gets its own search (the builtin catalog unless an LLM is configured) with a
+per-problem wall budget, and its own result folder under NAME/problems/. The table, in NAME/README.md and
+NAME/results.json: problem, pattern, verified, improved, eager ms, torch.compile ms, fusebot ms, speedup against
+each, % of the roofline floor, search seconds. A problem that fails to load is a row with its error, not a crash.
+A suite can be benched in batches (`--pattern`, or a run killed and started again: each problem's search resumes
+from its trace): the table keeps the rows of problems a later run did not redo.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from runner.contract import SearchBudget
+
+log = logging.getLogger(__name__)
+
+bench_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                        help="Optimize every problem of a folder and write a benchmark table.")
+
+
+@dataclass
+class BenchRow:
+    problem: str
+    pattern: str = ""
+    verified: bool = False
+    improved: bool = False
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    fusebot_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    floor_ms: float | None = None
+    pct_of_floor: float | None = None
+    search_seconds: float = 0.0
+    candidates: int = 0
+    best: str = ""
+    message: str = ""
+    error: str = ""
+
+
+def _fmt(x: float | None, spec: str = ".4g", suffix: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{suffix}"
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def bench_markdown(rows: list[BenchRow], meta: dict) -> str:
+    """The table (pure): one line per problem, then the geometric means over the problems with a verified kernel."""
+    lines = [f"# fusebot bench: {meta.get('suite', '')}", "",
+             f"{meta.get('device', '')}; backend {meta.get('backend', '')}; search budget "
+             f"{meta.get('budget_seconds', '')} s per problem; proposer {meta.get('proposer', '')}; "
+             f"{meta.get('date', '')}.", "",
+             "| problem | pattern | verified | improved | eager ms | torch.compile ms | fusebot ms | vs eager | "
+             "vs compile | % of floor | search s |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        name = r.problem + (f" (error: {r.error[:80]})" if r.error else "")
+        lines.append(f"| {name} | {r.pattern or '-'} | {'yes' if r.verified else 'no'} | "
+                     f"{'yes' if r.improved else 'no'} | {_fmt(r.eager_ms)} | {_fmt(r.compile_ms)} | "
+                     f"{_fmt(r.fusebot_ms)} | {_fmt(r.speedup_vs_eager, '.2f', 'x')} | "
+                     f"{_fmt(r.speedup_vs_compile, '.2f', 'x')} | {_fmt(r.pct_of_floor, '.1f', '%')} | "
+                     f"{r.search_seconds:.0f} |")
+    ge = geomean([r.speedup_vs_eager for r in rows if r.verified and r.speedup_vs_eager])
+    gc = geomean([r.speedup_vs_compile for r in rows if r.verified and r.speedup_vs_compile])
+    lines += ["", f"Geometric mean over verified kernels: {_fmt(ge, '.2f', 'x')} vs eager, "
+              f"{_fmt(gc, '.2f', 'x')} vs torch.compile. A kernel counts as improved only when it beats the faster "
+              "of eager and torch.compile; times are harness medians (see each problem's report.md for n and IQR)."]
+    return "\n".join(lines) + "\n"
+
+
+def _pattern_name(proposers) -> str:
+    for p in proposers:
+        p = p[0] if isinstance(p, tuple) else p
+        pats = getattr(p, "_patterns", None)
+        if pats:
+            pat = next(reversed(pats.values()))
+            return pat.family + (f" ({pat.reason[:60]})" if pat.family == "unsupported" else "")
+    return ""
+
+
+def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compile_baseline: bool,
+                bandwidth: float | None, fresh: bool) -> BenchRow:
+    from runner.errors import MachineError, ProblemError
+    from runner.harness.evaluator import Evaluator, HarnessConfig
+    from runner.pipeline import make_proposers, optimize_problem, problem_from_file
+
+    row = BenchRow(problem=path.stem)
+    spec = problem_from_file(path)
+    proposers = make_proposers([])
+    cfg = HarnessConfig(compile_baseline=compile_baseline, bandwidth_bytes_per_s=bandwidth)
+    t0 = time.monotonic()
+    try:
+        with Evaluator(spec, backend=backend, config=cfg) as ev:
+            o = optimize_problem(spec, out, budget, proposers, ev, backend, fresh=fresh)  # type: ignore[arg-type]
+    except (ProblemError, MachineError) as e:
+        row.error = f"{type(e).__name__}: {e}"
+        row.search_seconds = time.monotonic() - t0
+        return row
+    row.pattern = _pattern_name(proposers)
+    b = o.baselines
+    row.eager_ms = b.eager.median_ms if b and b.eager else None
+    row.compile_ms = b.compile.median_ms if b and b.compile else None
+    row.floor_ms = o.roofline.floor_ms if o.roofline else None
+    row.search_seconds, row.candidates, row.message, row.improved = o.wall_seconds, o.candidates, o.message, o.improved
+    if o.best is not None and o.best.median_ms is not None:
+        row.verified = True
+        row.fusebot_ms = o.best.median_ms
+        row.best = o.best.candidate.id if o.best.candidate else ""
+        row.speedup_vs_eager = row.eager_ms / row.fusebot_ms if row.eager_ms else None
+        row.speedup_vs_compile = row.compile_ms / row.fusebot_ms if row.compile_ms else None
+        row.pct_of_floor = 100.0 * row.floor_ms / row.fusebot_ms if row.floor_ms else None
+    return row
+
+
+def earlier_rows(out: Path) -> list[BenchRow]:
+    """Rows an earlier run left in out/results.json (a suite benched in batches keeps one table)."""
+    path = out / "results.json"
+    if not path.exists():
+        return []
+    try:
+        return [BenchRow(**r) for r in json.loads(path.read_text()).get("rows", [])]
+    except (ValueError, TypeError) as e:
+        log.warning("ignoring %s: %s", path, e)
+        return []
+
+
+def write_table(out: Path, rows: list[BenchRow], meta: dict) -> None:
+    """results.json and README.md: this run's rows, plus earlier rows of problems this run did not redo."""
+    out.mkdir(parents=True, exist_ok=True)
+    mine = {r.problem for r in rows}
+    merged = sorted([r for r in earlier_rows(out) if r.problem not in mine] + rows, key=lambda r: r.problem)
+    (out / "results.json").write_text(json.dumps({**meta, "rows": [asdict(r) for r in merged]}, indent=1))
+    (out / "README.md").write_text(bench_markdown(merged, meta))
+
+
+@bench_app.command()
+def bench(
+    suite: Annotated[Path, typer.Argument(help="A folder of KernelBench-format problem files.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the table and each problem's results go.")],
+    budget_seconds: Annotated[float, typer.Option(help="Search wall budget per problem.")] = 300.0,
+    rounds: Annotated[int, typer.Option(min=1)] = 3,
+    ideas: Annotated[int, typer.Option(min=1)] = 4,
+    implementations: Annotated[int, typer.Option(min=1)] = 2,
+    pattern: Annotated[str, typer.Option(help="Which files of the folder: a glob, or several joined by commas.")] = "*.py",
+    backend: Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda where available).")] = None,
+    no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline")] = False,
+    bandwidth: Annotated[float | None, typer.Option(help="Known copy bandwidth, bytes/s (3.01e12 on the H100).")] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Discard earlier traces instead of resuming them.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    console = Console(stderr=True)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from runner.harness.evaluator import default_backend
+
+    if not suite.is_dir():
+        console.print(f"[red]{suite}: not a folder[/red]")
+        raise typer.Exit(2)
+    if backend not in (None, "cuda", "cpu"):
+        console.print(f"[red]--backend must be cuda or cpu, not {backend!r}[/red]")
+        raise typer.Exit(2)
+    chosen = backend or default_backend()
+    files = sorted({p for g in pattern.split(",") if g.strip() for p in suite.glob(g.strip())
+                    if p.is_file() and not p.name.startswith("_")})
+    if not files:
+        console.print(f"[red]{suite}: no problem files match {pattern}[/red]")
+        raise typer.Exit(2)
+    budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations,
+                          wall_seconds=budget_seconds)
+    meta = {"suite": str(suite), "backend": chosen, "budget_seconds": budget_seconds,
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "device": _device(chosen),
+            "proposer": "builtin catalog" if not _llm_configured() else "LLM", "budget": budget.model_dump()}
+    rows: list[BenchRow] = []
+    for k, f in enumerate(files, 1):
+        console.print(f"[{k}/{len(files)}] {f.name} ...")
+        row = run_problem(f, out / "problems" / f.stem, budget, chosen, not no_compile_baseline, bandwidth, fresh)
+        rows.append(row)
+        write_table(out, rows, meta)  # the table grows as problems finish
+        console.print(f"    {'improved' if row.improved else 'no improvement'}: {row.error or row.message}")
+    console.print(f"table in {out}/README.md and {out}/results.json")
+
+
+def _llm_configured() -> bool:
+    import os
+
+    return bool(os.environ.get("FUSEBOT_LLM_BASE_URL"))
+
+
+def _device(backend: str) -> str:
+    if backend == "cuda":
+        try:
+            import torch
+
+            return torch.cuda.get_device_name(0)
+        except Exception:  # noqa: BLE001 - a description only
+            return "cuda"
+    import platform
+
+    return f"CPU {platform.processor() or platform.machine()}"
+
+
+if __name__ == "__main__":
+    bench_app()

@@ -1,0 +1,359 @@
+"""`fusebot worker --bot URL`: lease jobs from a fusebot bot, run them on this GPU host, report back.
+
+The worker holds a runner token (never GitHub credentials). For each job: lease (with a TTL) -> download the
+job's source -> `run_job(job, source_dir, progress)` while a thread heartbeats (extending the lease, streaming
+progress, learning of cancellation) -> upload the JobResult. A lost lease or a cancelled job stops the work; SIGTERM
+gives the job back to the queue. Several workers on one host each take one GPU (`--gpu N`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import httpx
+import typer
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
+
+from runner.contract import Job, JobResult, Progress
+
+log = logging.getLogger(__name__)
+
+RunJob = Callable[[Job, Path, Callable[[Progress], None]], JobResult]
+LEASE_HEADER = "X-Fusebot-Lease"
+_PLACEHOLDERS = {"", "changeme", "change-me", "secret", "placeholder", "token", "xxx", "test"}
+
+
+class WorkerSettings(BaseSettings):
+    """FUSEBOT_WORKER_<FIELD>; `bot_url` and `gpu_index` may come from the command line."""
+
+    model_config = SettingsConfigDict(env_prefix="FUSEBOT_WORKER_", extra="ignore", hide_input_in_errors=True)
+
+    bot_url: str
+    token: SecretStr
+    name: str = Field(default_factory=lambda: os.uname().nodename)
+    gpu_index: int | None = Field(default=None, ge=0)
+    poll_seconds: Annotated[float, Field(gt=0)] = 5.0
+    heartbeat_seconds: Annotated[float, Field(gt=0)] = 15.0
+    upload_retry_seconds: Annotated[float, Field(gt=0)] = 300.0  # keep trying to hand in a result this long
+    work_dir: Path | None = None  # default: a temporary directory per job
+    alive_file: Path | None = None  # touched on every poll and every heartbeat: the container's health check reads it
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, v: SecretStr) -> SecretStr:
+        t = v.get_secret_value().strip()
+        if t.lower() in _PLACEHOLDERS or (t.startswith("<") and t.endswith(">")) or len(t) < 16:
+            raise ValueError("the runner token is missing, a placeholder or shorter than 16 characters")
+        return v
+
+    @field_validator("bot_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("bot_url must be an http(s) URL")
+        return v.rstrip("/")
+
+
+class TokenRefused(Exception):
+    """The bot does not know this runner's token: retrying cannot help."""
+
+
+class JobStopped(Exception):
+    """The job must stop: cancelled by the bot, or this worker's lease on it was lost."""
+
+
+class WorkerStopping(BaseException):
+    """SIGTERM: give the job back and exit (a BaseException so run_job's `except Exception` does not swallow it)."""
+
+
+def _missing_run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> JobResult:
+    raise RuntimeError("runner.pipeline.run_job is not available in this installation: this worker cannot run searches")
+
+
+def default_run_job() -> RunJob:
+    """`runner.pipeline:run_job`, imported only when a job runs (it imports torch)."""
+    try:
+        module = importlib.import_module("runner.pipeline")
+    except ImportError as e:
+        if e.name not in ("runner.pipeline", "runner"):
+            raise
+        return _missing_run_job
+    return module.run_job
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, httpx.TransportError):
+        return True
+    return isinstance(e, httpx.HTTPStatusError) and e.response.status_code >= 500
+
+
+class Heartbeat:
+    """Posts the latest progress every `interval_seconds`; notes cancellation and lost leases."""
+
+    def __init__(self, client: httpx.Client, job_id: str, lease: str, interval_seconds: float,
+                 on_beat: Callable[[], None] = lambda: None) -> None:
+        self.client, self.job_id, self.lease, self.interval = client, job_id, lease, interval_seconds
+        self.on_beat = on_beat
+        self.latest = Progress(message="started")
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id[:8]}", daemon=True)
+
+    def beat(self) -> None:
+        try:
+            r = self.client.post(
+                f"/runner/v1/jobs/{self.job_id}/heartbeat",
+                json=self.latest.model_dump(mode="json"),
+                headers={LEASE_HEADER: self.lease},
+            )
+        except httpx.TransportError as e:
+            log.warning("heartbeat for job %s failed (%s); retrying", self.job_id, type(e).__name__)
+            return
+        if r.status_code == 409:
+            log.warning("job %s: lease lost", self.job_id)
+            self.lost.set()
+        elif r.status_code == 200 and r.json().get("state") == "cancelled":
+            log.info("job %s was cancelled", self.job_id)
+            self.cancelled.set()
+        elif r.status_code != 200:
+            log.warning("heartbeat for job %s: HTTP %d", self.job_id, r.status_code)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.on_beat()
+            self.beat()
+            if self.lost.is_set() or self.cancelled.is_set():
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(self.interval + 5)
+
+    def report(self, progress: Progress) -> None:
+        """The `progress` callback handed to run_job; raises JobStopped once the job must stop."""
+        self.latest = progress
+        if self.cancelled.is_set() or self.lost.is_set():
+            raise JobStopped("cancelled" if self.cancelled.is_set() else "lease lost")
+
+
+def safe_extract(tarball: Path, dest: Path) -> None:
+    with tarfile.open(tarball, "r:gz") as tar:
+        tar.extractall(dest, filter="data")  # no absolute paths, no escaping links, no devices
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        *,
+        run_job: RunJob | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.settings = settings
+        self.run_job = run_job
+        self.client = client or httpx.Client(
+            base_url=settings.bot_url,
+            headers={"Authorization": f"Bearer {settings.token.get_secret_value()}"},
+            timeout=httpx.Timeout(30.0, connect=5.0),
+        )
+        self.stop = threading.Event()
+        self.current: tuple[str, str] | None = None  # (job id, lease token) while a job runs
+
+    # ---- HTTP --------------------------------------------------------------------------------------------
+
+    def lease(self) -> dict[str, Any] | None:
+        r = self.client.post("/runner/v1/lease")
+        if r.status_code == 204:
+            return None
+        if r.status_code == 401:
+            raise TokenRefused("the bot refused this runner's token (FUSEBOT_WORKER_TOKEN)")
+        r.raise_for_status()
+        return r.json()
+
+    def _post_final(self, job_id: str, lease: str, path: str, body: dict[str, Any]) -> None:
+        @retry(
+            retry=retry_if_exception(_transient),
+            stop=stop_after_delay(self.settings.upload_retry_seconds),
+            wait=wait_exponential(multiplier=0.2, max=10),
+            reraise=True,
+        )
+        def post() -> httpx.Response:
+            r = self.client.post(f"/runner/v1/jobs/{job_id}/{path}", json=body, headers={LEASE_HEADER: lease})
+            if r.status_code >= 500:
+                r.raise_for_status()
+            return r
+
+        r = post()
+        if r.status_code == 409:
+            log.warning("job %s: %s not recorded: the lease was lost (another runner has the job)", job_id, path)
+        elif r.status_code != 200:
+            log.error("job %s: %s rejected: HTTP %d %s", job_id, path, r.status_code, r.text[:300])
+        else:
+            log.info("job %s: %s recorded=%s", job_id, path, r.json().get("recorded"))
+
+    def download(self, job_id: str, lease: str, dest: Path) -> Path:
+        tarball = dest / "source.tar.gz"
+        with self.client.stream("GET", f"/runner/v1/jobs/{job_id}/source", headers={LEASE_HEADER: lease}) as r:
+            if r.status_code in (403, 409):
+                raise JobStopped("the lease is no longer valid (cancelled or expired)")
+            r.raise_for_status()
+            with tarball.open("wb") as f:
+                for chunk in r.iter_bytes():
+                    f.write(chunk)
+        src = dest / "src"
+        src.mkdir()
+        safe_extract(tarball, src)
+        tarball.unlink()
+        return src
+
+    # ---- one job -----------------------------------------------------------------------------------------
+
+    def run_one(self) -> bool:
+        """Lease and run one job. False when the queue was empty."""
+        got = self.lease()
+        if got is None:
+            return False
+        lease = got["lease_token"]
+        try:
+            job = Job.model_validate(got["job"])
+        except ValidationError as e:  # a job from a newer bot (a kind or field this runner does not know)
+            job_id = str((got.get("job") or {}).get("id", ""))
+            log.error("job %s: this runner cannot read it (upgrade the runner): %s", job_id, e)
+            self._post_final(job_id, lease, "fail", {"error": f"the runner could not read this job (upgrade the "
+                                                              f"runner to the bot's version): {e}"[:10_000]})
+            return True
+        interval = min(self.settings.heartbeat_seconds, float(got["lease_ttl_seconds"]) / 3)
+        log.info("%s job %s leased: %s@%s, %d target(s), %d kernel(s)", job.kind, job.id, job.repo, job.sha[:12],
+                 len(job.targets), len(job.kernels))
+        self.current = (job.id, lease)
+        try:
+            self._execute(job, lease, interval)
+        finally:
+            self.current = None
+        return True
+
+    def _execute(self, job: Job, lease: str, interval: float) -> None:
+        base = self.settings.work_dir
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"fusebot-{job.id[:12]}-", dir=base) as tmp:
+            try:
+                with Heartbeat(self.client, job.id, lease, interval, self.touch_alive) as hb:
+                    hb.beat()  # leased -> running at once
+                    src = self.download(job.id, lease, Path(tmp))
+                    run_job = self.run_job or default_run_job()
+                    result = run_job(job, src, hb.report)
+                    if hb.lost.is_set():
+                        raise JobStopped("lease lost")
+                    if hb.cancelled.is_set():
+                        raise JobStopped("cancelled")
+            except JobStopped as e:
+                log.info("job %s stopped: %s", job.id, e)
+                return
+            except WorkerStopping:
+                log.info("job %s: worker stopping, giving it back", job.id)
+                try:
+                    self.client.post(f"/runner/v1/jobs/{job.id}/release", headers={LEASE_HEADER: lease})
+                except httpx.TransportError:
+                    log.warning("job %s: could not release; its lease will expire", job.id)
+                raise
+            except Exception as e:
+                log.exception("job %s failed", job.id)
+                error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)[-3000:]}"
+                self._post_final(job.id, lease, "fail", {"error": error})
+                return
+        if result.job_id != job.id:
+            result = result.model_copy(update={"job_id": job.id})
+        self._post_final(job.id, lease, "result", result.model_dump(mode="json"))
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+
+    def touch_alive(self) -> None:
+        """Liveness for a container health check: the file's age says when the loop or a heartbeat last ran."""
+        path = self.settings.alive_file
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+
+    def run(self, *, once: bool = False, max_jobs: int | None = None) -> int:
+        """Lease and run jobs until stopped (or, with `once`, until the queue is empty). Returns jobs run."""
+        done = 0
+        while not self.stop.is_set() and (max_jobs is None or done < max_jobs):
+            self.touch_alive()
+            try:
+                ran = self.run_one()
+            except (httpx.TransportError, httpx.HTTPStatusError) as e:
+                log.warning("bot unreachable or refusing (%s); retrying in %.1f s", e, self.settings.poll_seconds)
+                ran = False
+                if once:
+                    break
+            if ran:
+                done += 1
+            elif once:
+                break
+            else:
+                self.stop.wait(self.settings.poll_seconds)
+        return done
+
+
+app = typer.Typer(add_completion=False, help="Lease jobs from a fusebot bot and run them on this GPU host.")
+
+
+@app.command()
+def worker(
+    bot: Annotated[str | None, typer.Option("--bot", help="The bot's base URL.")] = None,
+    gpu: Annotated[int | None, typer.Option("--gpu", help="GPU index this worker uses (one worker per GPU).")] = None,
+    once: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+) -> None:
+    """Token from FUSEBOT_WORKER_TOKEN; the URL from --bot or FUSEBOT_WORKER_BOT_URL."""
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, Any] = {}
+    if bot is not None:
+        overrides["bot_url"] = bot
+    if gpu is not None:
+        overrides["gpu_index"] = gpu
+    try:
+        settings = WorkerSettings(**overrides)
+    except ValidationError as e:
+        for err in e.errors():
+            log.error("invalid worker settings: %s: %s", ".".join(map(str, err["loc"])), err["msg"])
+        raise typer.Exit(2) from None
+    if settings.gpu_index is not None:  # before anything imports torch
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
+    w = Worker(settings)
+
+    def on_term(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        w.stop.set()
+        if w.current is not None:
+            raise WorkerStopping()
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.monotonic()
+    try:
+        n = w.run(once=once)
+    except WorkerStopping:
+        n = -1
+    except TokenRefused as e:
+        log.error("%s", e)
+        raise typer.Exit(3) from None
+    log.info("worker exiting after %.0f s (%s job(s))", time.monotonic() - started, n if n >= 0 else "interrupted")

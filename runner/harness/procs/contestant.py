@@ -1,0 +1,375 @@
+"""The candidate's own process. It draws each trial's inputs from the seed the parent sends, runs the candidate,
+writes the outputs as raw bytes for the judge, and reports what the candidate changed around it. It never sees a
+reference output, nor the secret the seeds come from.
+
+Commands (JSON): init, trial, time, wall, exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from runner.contract import Candidate, ProblemSpec
+from runner.harness import timing, verify
+from runner.harness.guards import Guard
+from runner.harness.problem import ProblemError, build_model, load, make_inputs, strict_fp32
+from runner.harness.procs import ipc
+from runner.harness.procs.abi import AbiError, KernelLibrary, as_tensor_args
+from runner.harness.procs.process import serve
+from runner.harness.sandbox import confine
+
+_clone = torch.Tensor.clone
+_equal = torch.equal
+_empty = torch.empty
+_sync = torch.cuda.synchronize
+
+
+class State:
+    device = "cpu"
+    problem = None
+    candidate: Candidate | None = None
+    model = None
+    lib: KernelLibrary | None = None
+    params: list = []
+    dropin = None  # the drop-in module a PR would add for this kernel, built here: what the timings call
+    guard: Guard | None = None
+    inputs: list | None = None
+    out_specs: list = []
+    structure = "tensor"
+    workdir = Path(".")
+    ext_dirs: list[Path] = []
+    timer_cfg = timing.TimerConfig()
+    exported: list = []  # outputs handed to the judge through CUDA IPC, alive until the next request
+    ipc_off: str | None = None  # why outputs go through files on this machine (no IPC)
+
+
+def _warm_up(device: str) -> None:
+    """Start the runtime's own threads and pools before the snapshot, so they are not taken for the candidate's."""
+    # The CPU's intra-op pool too, on every device: a problem's inputs are made on the CPU (a large torch.rand starts
+    # the pool), and on the H100 a LayerNorm's 15 pool threads were taken for the candidate's own.
+    torch.ones(1 << 22).add_(1.0).sum().item()
+    x = torch.randn(1 << 16, device=device)
+    (x @ x).item()
+    with _fill_uninitialized():  # its first use rebinds torch.manual_seed: do that before the snapshot
+        torch.empty(1, device=device)
+    torch.randn(256, 256, device=device).softmax(-1).sum().item()
+    if device.startswith("cuda"):
+        from runner.harness.procs.profile import profile_kernels
+
+        profile_kernels(lambda: x.mul_(1.0), Path(os.getcwd()) / "warmup_trace.json")
+        _sync()
+
+
+def init(st: State, msg: dict) -> dict:
+    st.workdir = Path(os.getcwd()).resolve()
+    st.ext_dirs = [Path(p).resolve() for p in msg.get("extra_write", [])]
+    if msg["device"].startswith("cuda"):
+        with contextlib.suppress(ipc.IpcUnavailable):
+            ipc.preload()  # the driver library is opened before confinement, like torch
+    confinement = confine(st.workdir, extra_write=st.ext_dirs,
+                          address_space_bytes=msg.get("address_space_bytes"))
+    st.device = msg["device"]
+    st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
+    strict_fp32()
+    if st.device.startswith("cuda"):
+        torch.cuda.init()
+    _warm_up(st.device)
+    st.candidate = Candidate.model_validate(msg["candidate"])
+    try:
+        st.problem = load(ProblemSpec.model_validate(msg["problem"]))
+    except ProblemError as exc:
+        return {"ok": False, "error": f"problem: {exc}"}
+    torch.set_grad_enabled(False)
+    st.guard = Guard()
+    reasons: list[str] = []
+    try:
+        if st.candidate.format == "kernelbench":
+            path = st.workdir / "candidate.py"
+            spec = importlib.util.spec_from_file_location("fusebot_candidate", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["fusebot_candidate"] = mod
+            spec.loader.exec_module(mod)
+            if not hasattr(mod, "ModelNew"):
+                return {"ok": True, "reasons": ["load: the candidate defines no ModelNew"]}
+            st.model = build_model(st.problem, mod.ModelNew, msg["init_seed"], st.device)
+        else:
+            st.lib = KernelLibrary(Path(msg["library"]))
+            ref = build_model(st.problem, st.problem.model_cls, msg["init_seed"], st.device)
+            st.params = list(ref.state_dict().values()) if isinstance(ref, torch.nn.Module) else []
+    except (AbiError, Exception) as exc:  # noqa: BLE001 - a candidate that fails to load is a verdict
+        return {"ok": True, "reasons": [f"load: {type(exc).__name__}: {str(exc)[-2000:]}"]}
+    reasons += st.guard.violations()
+    st.guard.restore_flags()
+    if st.lib is not None and not reasons and isinstance(st.problem.model_cls, type) \
+            and issubclass(st.problem.model_cls, torch.nn.Module):
+        try:
+            st.dropin = _build_dropin(st, msg["init_seed"])
+        except Exception as exc:  # noqa: BLE001 - a kernel whose drop-in cannot run is not one a PR can ship
+            return {"ok": True, "reasons": [f"drop-in: {type(exc).__name__}: {str(exc)[-2000:]}"]}
+        st.guard = Guard()  # (registering the drop-in's custom op is fusebot's doing, not the candidate's)
+    return {"ok": True, "reasons": reasons, "confinement": confinement.as_dict()}
+
+
+def _build_dropin(st: State, init_seed: int) -> torch.nn.Module:
+    """The module a PR would add for this kernel (runner/results/dropin.py's source, the reference beside it), bound to the
+    library built here, with the reference's parameters: the timings call it as a user would (its forward, state
+    lookup, output allocation, descriptors), not the bare library."""
+    from runner.results import dropin
+
+    spec = st.problem.spec
+    folder = st.workdir / "dropin"
+    folder.mkdir(exist_ok=True)
+    if spec.path:
+        (folder / dropin.REFERENCE_FILE).write_bytes(Path(spec.path).read_bytes())
+    (folder / dropin.DROPIN_FILE).write_text(dropin.dropin_source(spec, st.candidate.backend,
+                                                                  st.candidate.extra_cflags))
+    name = f"fusebot_timed_dropin_{os.getpid()}"
+    mod_spec = importlib.util.spec_from_file_location(name, folder / dropin.DROPIN_FILE)
+    mod = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = mod
+    mod_spec.loader.exec_module(mod)
+    mod._LIB = mod._bind(st.lib.path)
+    return build_model(st.problem, getattr(mod, spec.class_name), init_seed, st.device)
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    x, y = a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+    step = 1 << 28  # a chunk at a time: torch.equal over a 7.5 GB input allocated 7 GB more on the H100 (OOM)
+    return all(_equal(x[i:i + step], y[i:i + step]) for i in range(0, x.numel(), step))
+
+
+def _poison_fill(t: torch.Tensor) -> None:
+    if t.is_floating_point():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(-0x5A5A5A5A if t.element_size() >= 4 else -0x5A)
+
+
+def _poison_allocator(specs: list[dict], device: str) -> None:
+    """Leave NaN-filled blocks of each output's size in the allocator's cache, so that an output the candidate
+    allocates but does not write (or memory it reads before writing) holds NaN rather than plausible numbers."""
+    blocks = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=device) for s in specs]
+    for b in blocks:
+        _poison_fill(b)
+    if device.startswith("cuda"):
+        _sync()
+    del blocks
+
+
+@contextlib.contextmanager
+def _fill_uninitialized():
+    """During verification every torch.empty (in Python or in a C++ extension) returns NaN-filled memory (integers:
+    their maximum), so reading memory nobody wrote shows. Deterministic mode is warn-only: no op is refused."""
+    import torch.utils.deterministic as det
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        det.fill_uninitialized_memory = before[2]
+
+
+def _call(st: State, inputs: list, poison: bool = False):
+    if st.lib is not None:
+        outs = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=st.device) for s in st.out_specs]
+        if poison:
+            for o in outs:
+                _poison_fill(o)
+        stream = torch.cuda.current_stream().cuda_stream if st.device.startswith("cuda") else None
+        st.lib(as_tensor_args(inputs, st.device) + st.params, outs, stream)
+        return outs[0] if st.structure == "tensor" else tuple(outs)
+    return st.model(*inputs)
+
+
+def _own_code_ran(st: State, inputs: list, poison: bool) -> tuple[object, bool]:
+    """CPU: did a C function from one of the candidate's own compiled extensions run during the call?
+
+    load_inline does not register its module in sys.modules, so the candidate's modules are known by the shared
+    objects built in its own directories; a pybind function's __module__ names the module it belongs to."""
+    own = {p.name.split(".")[0] for d in [st.workdir, *st.ext_dirs] for p in d.rglob("*.so")}
+    seen: set[str] = set()
+
+    def prof(frame, event, arg):
+        if event == "c_call":
+            mod = getattr(arg, "__module__", None)
+            if isinstance(mod, str):
+                seen.add(mod)
+
+    sys.setprofile(prof)
+    try:
+        out = _call(st, inputs, poison)
+    finally:
+        sys.setprofile(None)
+    return out, bool(own & seen)
+
+
+def _write_outputs(st: State, out, tag: str) -> tuple[list[dict], str]:
+    flat, structure = verify.flatten(out)
+    metas = []
+    for k, t in enumerate(flat):
+        meta = verify.describe(t)
+        if meta["tensor"] and meta["exact_tensor"] and meta["layout"] == "torch.strided":
+            if t.is_cuda and st.ipc_off is None:
+                data = t.detach().contiguous()
+                if data.dtype == torch.bool:
+                    data = data.view(torch.uint8)
+                try:
+                    meta["ipc"] = ipc.export(data)
+                    st.exported.append(data)
+                    metas.append(meta)
+                    continue
+                except ipc.IpcUnavailable as exc:
+                    st.ipc_off = str(exc)
+            path = st.workdir / f"out_{tag}_{k}.bin"
+            verify.write_tensor(t, path)
+            meta["file"] = str(path)
+        metas.append(meta)
+    return metas, structure
+
+
+def _inputs_for(st: State, msg: dict) -> list:
+    randn = tuple(msg["randn"]) if msg.get("randn") else None
+    fresh = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device)
+    old = st.inputs
+    if msg.get("reuse") and old is not None and len(old) == len(fresh) and all(
+        isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+        for a, b in zip(old, fresh, strict=True)
+    ):
+        for a, b in zip(old, fresh, strict=True):
+            a.copy_(b)  # same buffers, new values: a result cached on pointers or shapes is now stale
+        return old
+    st.inputs = fresh
+    return fresh
+
+
+class _Clock:
+    """Seconds per step of a trial, reported to the parent (where a large problem's verification time goes)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._t, 4)
+        self._t = now
+
+
+def trial(st: State, msg: dict) -> dict:
+    st.out_specs, st.structure = msg["out_specs"], msg["structure"]
+    clock = _Clock()
+    inputs = _inputs_for(st, msg)
+    pristine = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    clock.lap("inputs")
+    reasons: list[str] = []
+    cuda = st.device.startswith("cuda")
+    profiled: dict = {}
+    _poison_allocator(st.out_specs, st.device)
+    try:
+        with _fill_uninitialized():
+            # The first call of a profiled trial runs under the profiler: which kernels ran, on which streams.
+            if msg.get("profile") and cuda:
+                from runner.harness.procs.profile import profile_kernels
+
+                out, profiled["kernels"], profiled["marker_stream"] = profile_kernels(
+                    lambda: _call(st, inputs, poison=True), st.workdir / f"trace_{msg['trial']}.json")
+            elif msg.get("profile") and st.lib is None:
+                out, profiled["own_code_ran"] = _own_code_ran(st, inputs, poison=True)
+            else:
+                out = _call(st, inputs, poison=True)
+            if cuda:
+                _sync()
+    except Exception as exc:  # noqa: BLE001 - the candidate's failure is data
+        return {"ok": True, "reasons": [f"runtime: {type(exc).__name__}: {str(exc)[-2000:]}"], "fatal": cuda}
+    clock.lap("run")
+    reasons += st.guard.violations()
+    st.guard.restore_flags()
+    for i, (x, p) in enumerate(zip(inputs, pristine, strict=True)):
+        if isinstance(x, torch.Tensor) and not _same_bytes(x, p):
+            reasons.append(f"input-mutation: the candidate modified input {i} in place")
+    clock.lap("checks")
+    metas, structure = _write_outputs(st, out, f"{msg['trial']}_a")
+    del out
+    clock.lap("write")
+    reply = {"outputs": metas, "structure": structure, "reasons": reasons, **profiled, "seconds": clock.laps,
+             "handoff": "cuda-ipc" if any("ipc" in m for m in metas) else f"files ({st.ipc_off or 'host tensors'})"}
+    if msg.get("twice"):
+        for x, p in zip(inputs, pristine, strict=True):
+            if isinstance(x, torch.Tensor):
+                x.copy_(p)
+        _poison_allocator(st.out_specs, st.device)
+        try:
+            with _fill_uninitialized():
+                out2 = _call(st, inputs, poison=True)
+                if cuda:
+                    _sync()
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": True, "reasons": [f"runtime: second run: {type(exc).__name__}: {str(exc)[-2000:]}"],
+                    "fatal": cuda}
+        reply["second_run"], _ = _write_outputs(st, out2, f"{msg['trial']}_b")
+        clock.lap("second_run")
+    return reply
+
+
+def time_(st: State, msg: dict) -> dict:
+    st.exported.clear()
+    st.out_specs, st.structure = msg["out_specs"], msg["structure"]  # the first shape's, like the inputs below
+    st.inputs = None  # freed before the new ones are made: two sets of a 7 GB problem's inputs do not fit beside it
+    inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    st.inputs = inputs
+    timer = timing.Timer(st.device, st.timer_cfg)
+    call, fn = _timed_call(st, inputs)
+    result = timer.measure(fn)
+    result.call = call
+    reasons = st.guard.violations()
+    return {"timing": result.model_dump(), "reasons": reasons}
+
+
+def _timed_call(st: State, inputs: list):
+    """What a timing calls, and its name for Timing.call: the drop-in's forward where there is one (a fast-format
+    kernel of a module), the candidate itself otherwise (its library, or its module)."""
+    if st.dropin is not None:
+        return "drop-in", lambda: st.dropin(*inputs)
+    return ("library" if st.lib is not None else "module"), lambda: _call(st, inputs)
+
+
+def wall(st: State, msg: dict) -> dict:
+    inputs = st.inputs
+    _, call = _timed_call(st, inputs)
+    for _ in range(msg["calls"]):
+        call()
+    if st.device.startswith("cuda"):
+        _sync()
+    return {}
+
+
+def _trial_releasing(st: State, msg: dict) -> dict:
+    """A trial, then its freed blocks given back to the device (the next trial poisons the allocator afresh): a 7 GB
+    problem's trial leaves tens of GB cached in this process otherwise, beside the judge's on the same GPU."""
+    st.exported.clear()  # the judge has copied the previous trial's outputs before this request was sent
+    try:
+        return trial(st, msg)
+    finally:
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+HANDLERS = {"init": init, "trial": _trial_releasing, "time": time_, "wall": wall}
+
+if __name__ == "__main__":
+    serve(HANDLERS, State())

@@ -1,0 +1,282 @@
+"""The judge: the reference in its own process. It computes reference outputs on clones of each trial's inputs,
+keeps them out of the candidate's reach (in its own memory only), compares what the candidate's process wrote,
+and times the eager and torch.compile baselines.
+
+Commands (JSON): init, prepare, check, baselines, profile, bandwidth, exit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import torch  # imported before anything untrusted
+
+from runner.contract import ProblemSpec
+from runner.harness import timing, verify
+from runner.harness.problem import ProblemError, build_model, bytes_of, load, locate, make_inputs, strict_fp32
+from runner.harness.procs.ipc import IpcUnavailable
+from runner.harness.procs.process import serve
+from runner.harness.sandbox import confine
+
+
+class State:
+    problem = None
+    model = None
+    device = "cpu"
+    refs: dict[int, list] = {}
+    atols: dict[int, list[float]] = {}  # per trial, per output: the absolute tolerance its check uses
+    prev_ref: list | None = None  # verify.sample() of each output of the previous trial
+    timer_cfg = timing.TimerConfig()
+
+
+def _problem_error(exc: ProblemError) -> dict:
+    return {"ok": False, "problem_error": {"stage": exc.stage, "where": exc.where, "cause": exc.cause}}
+
+
+def init(st: State, msg: dict) -> dict:
+    workdir = Path(os.getcwd())
+    extra = [Path(p) for p in msg.get("extra_write", [])]
+    confinement = confine(workdir, extra_write=extra)
+    st.device = msg["device"]
+    strict_fp32()
+    if st.device.startswith("cuda"):
+        torch.cuda.init()
+    st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
+    try:
+        st.problem = load(ProblemSpec.model_validate(msg["problem"]))
+        st.model = build_model(st.problem, st.problem.model_cls, msg["init_seed"], st.device)
+    except ProblemError as exc:
+        return _problem_error(exc)
+    except BaseException as exc:  # noqa: BLE001 - the constructor is the user's code
+        return _problem_error(ProblemError("init", locate(exc, str(st.problem.file) if st.problem else None),
+                                           f"{type(exc).__name__}: {exc}"))
+    atol, rtol = st.problem.tolerance
+    return {"confinement": confinement.as_dict(), "source": st.problem.source(), "file": str(st.problem.file),
+            "atol": atol, "rtol": rtol, "shape_sets": st.problem.shape_sets(),
+            "param_bytes": sum(t.numel() * t.element_size() for t in st.model.state_dict().values())
+            if isinstance(st.model, torch.nn.Module) else 0,
+            "environment": _environment(st.device)}
+
+
+def _environment(device: str) -> dict:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        fb_version = version("fusebot")
+    except PackageNotFoundError:
+        fb_version = "unknown"
+    from runner.harness.build import _cpu_model
+
+    env = {"device": device, "torch": torch.__version__, "python": platform.python_version(), "fusebot": fb_version,
+           "cpu": _cpu_model()}
+    if device.startswith("cuda"):
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+        try:
+            import subprocess
+
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20)
+            env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            env["driver"] = None
+    return env
+
+
+def _run_reference(st: State, inputs: list) -> list:
+    clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad():
+        try:
+            out = st.model(*clones)
+        except BaseException as exc:  # noqa: BLE001
+            raise ProblemError("reference", locate(exc, str(st.problem.file)), f"{type(exc).__name__}: {exc}") from None
+    if st.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    flat, structure = verify.flatten(out)
+    return flat, structure
+
+
+def _fingerprint(t: torch.Tensor) -> bytes:
+    """A few thousand evenly spaced elements plus the sum, computed on the device: enough to tell whether two
+    outputs differ, without copying gigabytes to the host."""
+    flat = t.detach().reshape(-1)
+    if flat.numel() == 0:
+        return b""
+    step = max(1, flat.numel() // 4096)
+    sample = flat[::step].contiguous()
+    total = flat.double().sum() if flat.is_floating_point() else flat.long().sum()
+    return sample.view(torch.uint8).cpu().numpy().tobytes() + repr(float(total)).encode()
+
+
+def prepare(st: State, msg: dict) -> dict:
+    t0 = time.perf_counter()
+    randn = tuple(msg["randn"]) if msg.get("randn") else None
+    try:
+        inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device)
+        flat, structure = _run_reference(st, inputs)
+    except ProblemError as exc:
+        return _problem_error(exc)
+    specs, digest = [], hashlib.sha256()
+    near_constant, atols, notes = True, [], []
+    lo, hi = float("inf"), float("-inf")  # over every output: a scalar (a loss) has no range of its own
+    atol = st.problem.tolerance[0]
+    for i, t in enumerate(flat):
+        if not isinstance(t, torch.Tensor):
+            return _problem_error(ProblemError("reference", str(st.problem.file),
+                                               f"forward returned a {type(t).__name__}, not tensors"))
+        specs.append({"shape": list(t.shape), "dtype": str(t.dtype)})
+        digest.update(_fingerprint(t))
+        atols.append(verify.effective_atol(atol, verify.magnitude(t)))
+        if atols[-1] < atol:
+            notes.append(f"output {i}: every value is below atol={atol:g} (largest {atols[-1] / atol:.3g}), so an "
+                         f"all-zeros output would pass: checked with atol={atols[-1]:.3g} (atol x that magnitude)")
+        spread = 0.0
+        if t.numel() and t.dtype != torch.bool:
+            # On the same evenly spaced sample as the fingerprint: a mask over a 7.5 GB output would need tens of GB.
+            # Integer outputs (argmax, indices) count too: they are not constant just because they are not floats.
+            sample = t.detach().reshape(-1)[:: max(1, t.numel() // 4096)].double()
+            finite = sample[torch.isfinite(sample)]
+            if finite.numel():
+                spread = float(finite.max() - finite.min())
+                lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+        elif t.numel():
+            spread = float(t.any()) - float(t.all())
+        near_constant = near_constant and spread <= atols[-1]
+    if st.refs:  # the previous trial's outputs, kept as evenly spaced samples (not a second copy of 7 GB)
+        st.prev_ref = [verify.sample(t) for t in st.refs.pop(max(st.refs))]
+    st.refs = {msg["trial"]: flat}
+    st.atols = {msg["trial"]: atols}
+    return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(),
+            "near_constant": near_constant, "tolerance_notes": notes, "atol_min": min(atols, default=atol),
+            "value_span": [lo, hi] if lo <= hi else None,
+            "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat),
+            "seconds": round(time.perf_counter() - t0, 4)}
+
+
+def _inside(file: str | None, directory: str) -> Path:
+    """The candidate's process names its output files: only files in its own directory are read."""
+    if not file:
+        raise ValueError("no file was written for it")
+    path, root = Path(file).resolve(), Path(directory).resolve()
+    if not path.is_relative_to(root):
+        raise ValueError(f"{file} is outside the candidate's directory")
+    return path
+
+
+def _read(meta: dict, directory: str, device: str) -> torch.Tensor:
+    if meta.get("ipc") and device.startswith("cuda"):
+        return verify.read_tensor(None, meta, device)
+    return verify.read_tensor(_inside(meta.get("file"), directory), meta, device)
+
+
+def check(st: State, msg: dict) -> dict:
+    """Compare the candidate's outputs for `trial` (files + metadata its process wrote) with the reference."""
+    t0 = time.perf_counter()
+    ref = st.refs[msg["trial"]]
+    atol, rtol = st.problem.tolerance
+    reasons: list[str] = []
+    if msg["structure"] != msg["expected_structure"]:
+        reasons.append(f"output-type: the candidate returned {msg['structure']}, the reference {msg['expected_structure']}")
+        return {"passed": False, "reasons": reasons}
+    worst_abs = worst_rel = 0.0
+    mismatched = numel = 0
+    outs = []
+    for i, (r, meta) in enumerate(zip(ref, msg["outputs"], strict=True)):
+        meta_reasons = verify.check_metadata(r, meta, i)
+        if meta_reasons:
+            reasons += meta_reasons
+            if any(m.startswith(("shape", "output-type", "dtype")) for m in meta_reasons):
+                continue
+        try:
+            o = _read(meta, msg["dir"], st.device)
+        except (OSError, ValueError, KeyError, IpcUnavailable) as exc:
+            reasons.append(f"output-type: output {i} could not be read: {exc}")
+            continue
+        outs.append(o)
+        atol = st.atols[msg["trial"]][i]
+        cmp = verify.compare_values(r, o, atol, rtol, i)
+        reasons += cmp.reasons
+        worst_abs = max(worst_abs, cmp.max_abs_err or 0.0)
+        worst_rel = max(worst_rel, cmp.max_rel_err or 0.0)
+        mismatched += cmp.mismatched
+        numel += cmp.numel
+        if not cmp.passed and st.prev_ref is not None and i < len(st.prev_ref):
+            if verify.matches(st.prev_ref[i], verify.sample(o), atol, rtol):
+                reasons.append(f"stale-result: output {i} equals the previous trial's result, not this one's: "
+                               "results cached or replayed (keyed on data pointers, ids or shapes)")
+    for j, meta in enumerate(msg.get("second_run") or []):
+        if j < len(outs):
+            try:
+                o2 = _read(meta, msg["dir"], st.device)
+            except (OSError, ValueError, KeyError, IpcUnavailable) as exc:
+                reasons.append(f"nondeterministic: second run's output {j} unreadable: {exc}")
+                continue
+            if not verify.matches(outs[j], o2, st.atols[msg["trial"]][j], rtol):
+                diff = float((outs[j].double() - o2.double()).abs().nan_to_num(0).max())
+                reasons.append(f"nondeterministic: a second run on the same inputs gave a different output {j} "
+                               f"(max abs difference {diff:.3g})")
+    return {"passed": not reasons, "reasons": reasons, "max_abs_err": worst_abs, "max_rel_err": worst_rel,
+            "mismatched": mismatched, "numel": numel, "seconds": round(time.perf_counter() - t0, 4)}
+
+
+def baselines(st: State, msg: dict) -> dict:
+    inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    timer = timing.Timer(st.device, st.timer_cfg)
+    result: dict = {}
+    with torch.no_grad():
+        result["eager"] = timer.measure(lambda: st.model(*inputs)).model_dump()
+        if msg.get("compile"):
+            try:
+                compiled = torch.compile(st.model)
+                compiled(*inputs)
+                result["compile"] = timer.measure(lambda: compiled(*inputs)).model_dump()
+            except Exception as exc:  # noqa: BLE001 - a compile failure is reported, not fatal
+                result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    return result
+
+
+def profile(st: State, msg: dict) -> dict:
+    """The reference's kernels (CUDA), so that a candidate that merely reruns them can be recognised."""
+    if not st.device.startswith("cuda"):
+        return {"kernels": []}
+    from runner.harness.procs.profile import profile_kernels
+
+    inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    with torch.no_grad():
+        _, kernels, _ = profile_kernels(lambda: st.model(*inputs), Path(os.getcwd()) / "ref_trace.json")
+    return {"kernels": [k["name"] for k in kernels]}
+
+
+def bandwidth(st: State, msg: dict) -> dict:
+    """Device copy bandwidth (bytes read + written per second), the roofline's ceiling."""
+    n = msg.get("bytes", 1 << 30) // 4
+    src = torch.empty(n, dtype=torch.float32, device=st.device).uniform_()
+    dst = torch.empty_like(src)
+    timer = timing.Timer(st.device, timing.TimerConfig(warmup=3, min_reps=10, max_reps=50, max_seconds=5))
+    t = timer.measure(lambda: dst.copy_(src))
+    # The fastest sample: the floor is what the memory system can do at best, so no honest kernel lands under it.
+    return {"bandwidth_bytes_per_s": 2 * n * 4 / (t.min_ms / 1e3), "median_ms": t.median_ms, "min_ms": t.min_ms}
+
+
+def _releasing(handler):
+    """Give the caching allocator's free blocks back to the device after each request: the judge's inputs, clones and
+    baselines of a 7 GB problem left 50 GB reserved on the H100, and a candidate's process then ran out of memory."""
+    def run(st: State, msg: dict) -> dict:
+        try:
+            return handler(st, msg)
+        finally:
+            if torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+    return run
+
+
+HANDLERS = {name: _releasing(h) for name, h in {
+    "init": init, "prepare": prepare, "check": check, "baselines": baselines, "profile": profile,
+    "bandwidth": bandwidth}.items()}
+
+if __name__ == "__main__":
+    serve(HANDLERS, State())

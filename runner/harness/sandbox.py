@@ -1,0 +1,196 @@
+"""Confinement for every process that runs code fusebot does not trust: candidates, the user's reference, compilers.
+
+A confined process gets, where the OS allows each:
+- its own empty network namespace (no interface but a down loopback) and Landlock's TCP rules with no grant;
+- Landlock filesystem rules: it may read anything but write only below its working directory (and device files);
+- an audit hook that refuses Python-level sockets and writes outside the working directory (a second wall for the
+  same rules, and the only one where the kernel has no Landlock);
+- a non-dumpable flag, so that other processes of the same user cannot read its memory through /proc;
+- an address-space limit on the CPU backend (CUDA reserves far more virtual memory than it uses, so on the GPU the
+  parent's watchdog enforces the cap on resident memory instead).
+
+`confine()` is called by the worker processes first thing; `python -m runner.harness.sandbox --write DIR -- CMD...` confines
+and then execs a command (the compilers). What was achieved is returned so that a verdict can state it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_CLONE_NEWNET = 0x40000000
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_DUMPABLE = 4
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+
+# Landlock filesystem rights that write; reads and execution stay unrestricted.
+_FS_WRITE_FILE = 1 << 1
+_FS_REMOVE_DIR = 1 << 4
+_FS_REMOVE_FILE = 1 << 5
+_FS_MAKE_ALL = sum(1 << b for b in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
+_FS_REFER = 1 << 13  # ABI 2
+_FS_TRUNCATE = 1 << 14  # ABI 3
+_NET_BIND_TCP = 1 << 0  # ABI 4
+_NET_CONNECT_TCP = 1 << 1
+
+
+@dataclass(frozen=True)
+class Confinement:
+    netns: bool = False
+    landlock_fs: bool = False
+    landlock_net: bool = False
+    audit_hook: bool = False
+    non_dumpable: bool = False
+    address_space_limit: bool = False
+
+    def as_dict(self) -> dict[str, bool]:
+        return asdict(self)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _landlock(write_dirs: list[Path]) -> tuple[bool, bool]:
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 1:
+        return False, False
+    fs = _FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_ALL
+    if abi >= 2:
+        fs |= _FS_REFER
+    if abi >= 3:
+        fs |= _FS_TRUNCATE
+    net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0
+    attr = _RulesetAttr(fs, net)
+    size = ctypes.sizeof(_RulesetAttr) if net else 8
+    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    if ruleset < 0:
+        return False, False
+    try:
+        # Device files, and the process's own /proc/<pid> (the CUDA driver writes there at initialisation; measured
+        # on the H100: without it cudaGetDeviceCount fails with error 304). Nothing else outside the working dirs.
+        files_only = _FS_WRITE_FILE | (fs & _FS_TRUNCATE)
+        grants = [(d, fs) for d in write_dirs] + [(Path("/dev"), files_only), (Path("/proc/self"), files_only)]
+        for path, rights in grants:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = _PathBeneathAttr(rights, fd)
+                if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0):
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule({path})")
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False, False
+        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            return False, False
+    finally:
+        os.close(ruleset)
+    return True, bool(net)
+
+
+def _audit_hook(write_dirs: list[str]):
+    roots = tuple(os.path.realpath(d) + os.sep for d in write_dirs) + ("/dev/",)
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "socket.connect" or event == "socket.bind" or event == "socket.getaddrinfo":
+            raise PermissionError(f"fusebot sandbox: network access refused ({event})")
+        if event == "open" and len(args) >= 2:
+            path, mode = args[0], args[1]
+            writes = isinstance(mode, str) and any(c in mode for c in "wax+")
+            if isinstance(mode, int):
+                writes = bool(mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+            if writes and isinstance(path, str | bytes | os.PathLike):
+                real = os.path.realpath(os.fsdecode(path)) + os.sep
+                if not real.startswith(roots):
+                    raise PermissionError(f"fusebot sandbox: write outside the working directory refused: {path}")
+
+    return hook
+
+
+def confine(workdir: Path, *, extra_write: list[Path] = (), address_space_bytes: int | None = None) -> Confinement:
+    """Confine the calling process (irreversibly). Call before importing untrusted code."""
+    libc = _libc()
+    netns = libc.unshare(_CLONE_NEWNET) == 0
+    non_dumpable = libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    write_dirs = [Path(workdir).resolve(), *[Path(p).resolve() for p in extra_write]]
+    try:
+        landlock_fs, landlock_net = _landlock(write_dirs)
+    except OSError as exc:
+        log.warning("landlock unavailable: %s", exc)
+        landlock_fs = landlock_net = False
+    sys.addaudithook(_audit_hook([str(d) for d in write_dirs]))
+    limited = False
+    if address_space_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
+        limited = True
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return Confinement(netns, landlock_fs, landlock_net, True, non_dumpable, limited)
+
+
+def confined_env(workdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a confined process: every cache and temporary path points into its working directory."""
+    env = dict(os.environ if base is None else base)
+    for key in list(env):
+        # No credentials travel into a sandbox.
+        if any(s in key.upper() for s in ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "PRIVATE_KEY")):
+            del env[key]
+    wd = str(workdir)
+    # Workers import the same fusebot as the parent (not whichever one is installed for their directory).
+    here = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([here, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    env.update(
+        HOME=wd,
+        TMPDIR=wd,
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        CUDA_CACHE_PATH=os.path.join(wd, ".nv"),
+        TRITON_CACHE_DIR=os.path.join(wd, ".triton"),
+        TORCH_EXTENSIONS_DIR=os.path.join(wd, "torch_extensions"),
+    )
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(wd, "inductor"))
+    return env
+
+
+def main(argv: list[str]) -> int:
+    """python -m runner.harness.sandbox --write DIR [--write DIR ...] -- CMD ARGS...: confine, then exec CMD."""
+    if "--" not in argv:
+        print("usage: python -m runner.harness.sandbox --write DIR -- CMD ...", file=sys.stderr)  # noqa: T201
+        return 2
+    split = argv.index("--")
+    opts, cmd = argv[:split], argv[split + 1 :]
+    dirs = [Path(opts[i + 1]) for i, a in enumerate(opts) if a == "--write"]
+    if not dirs or not cmd:
+        print("usage: python -m runner.harness.sandbox --write DIR -- CMD ...", file=sys.stderr)  # noqa: T201
+        return 2
+    confine(dirs[0], extra_write=dirs[1:])
+    os.execvp(cmd[0], cmd)
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,221 @@
+"""Comparing a candidate's outputs with the reference's: the checks, each failure a reason naming the check.
+
+Runs in the judge process (never in the candidate's). Outputs cross from the candidate as raw bytes plus a metadata
+record that the candidate's process wrote; the metadata is checked first (structure, exact type, dtype, device,
+shape, strides), then values (NaN/Inf positions, per-dtype tolerance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DTYPE_NAMES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32,
+                                   torch.int64, torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+def flatten(value: Any) -> tuple[list[torch.Tensor | Any], str]:
+    """Outputs as a flat list plus a structure tag ('tensor', 'tuple:N', 'list:N')."""
+    if isinstance(value, tuple | list):
+        return list(value), f"{type(value).__name__}:{len(value)}"
+    return [value], "tensor"
+
+
+def describe(t: Any) -> dict:
+    if not isinstance(t, torch.Tensor):
+        return {"type": f"{type(t).__module__}.{type(t).__qualname__}", "tensor": False}
+    return {
+        "type": f"{type(t).__module__}.{type(t).__qualname__}",
+        "tensor": True,
+        "exact_tensor": type(t) is torch.Tensor,
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "dtype": str(t.dtype),
+        "device": t.device.type,
+        "contiguous": t.is_contiguous(),
+        "layout": str(t.layout),
+    }
+
+
+def write_tensor(t: torch.Tensor, path: Path) -> None:
+    """Raw bytes of `t` in logical (contiguous) order."""
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    raw = flat.view(torch.uint8)
+    Path(path).unlink(missing_ok=True)
+    if raw.numel() == 0:
+        Path(path).write_bytes(b"")
+        return
+    # Copied straight from the device into the mapped file (in /dev/shm: memory), with no host copy in between.
+    mapped = torch.UntypedStorage.from_file(str(path), shared=True, nbytes=raw.numel())
+    torch.empty(0, dtype=torch.uint8).set_(mapped).copy_(raw)
+    del mapped
+
+
+def read_tensor(path: Path | None, meta: dict, device: str) -> torch.Tensor:
+    """An output as the candidate's process sent it: a CUDA IPC record (meta["ipc"]) or a file of raw bytes."""
+    dtype = DTYPE_NAMES[meta["dtype"]]
+    numel = 1
+    for n in meta["shape"]:
+        numel *= n
+    storage_dtype = torch.uint8 if dtype == torch.bool else dtype
+    nbytes = numel * torch.empty((), dtype=storage_dtype).element_size()
+    if meta.get("ipc"):
+        from runner.harness.procs import ipc
+
+        if int(meta["ipc"]["nbytes"]) != nbytes:
+            raise ValueError(f"{meta['ipc']['nbytes']} bytes sent, expected {nbytes}")
+        t = ipc.receive(meta["ipc"], device).view(storage_dtype).reshape(meta["shape"])
+        return t.to(torch.bool) if dtype == torch.bool else t
+    if Path(path).stat().st_size != nbytes:
+        raise ValueError(f"{Path(path).name}: {Path(path).stat().st_size} bytes, expected {nbytes}")
+    raw = torch.from_file(str(path), size=nbytes, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+    t = raw.view(storage_dtype).reshape(meta["shape"])
+    if dtype == torch.bool:
+        t = t.to(torch.bool)
+    return t.to(device)
+
+
+@dataclass
+class Comparison:
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatched: int = 0
+    numel: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+def check_metadata(ref: torch.Tensor, meta: dict, index: int) -> list[str]:
+    where = f"output {index}"
+    if not meta.get("tensor"):
+        return [f"output-type: {where} is a {meta.get('type')}, not a torch.Tensor"]
+    reasons = []
+    if not meta.get("exact_tensor"):
+        reasons.append(f"output-type: {where} is a {meta['type']} (a tensor subclass or lazy tensor), "
+                       "not exactly torch.Tensor")
+    if meta.get("layout") != "torch.strided":
+        reasons.append(f"output-type: {where} has layout {meta.get('layout')}, not torch.strided")
+    if meta["device"] != ref.device.type:
+        reasons.append(f"device: {where} is on {meta['device']}, the reference's on {ref.device.type}")
+    if meta["dtype"] != str(ref.dtype):
+        reasons.append(f"dtype: {where} is {meta['dtype']}, the reference's is {ref.dtype}")
+    if list(meta["shape"]) != list(ref.shape):
+        reasons.append(f"shape: {where} has shape {tuple(meta['shape'])}, the reference's is {tuple(ref.shape)}")
+    elif ref.is_contiguous() and not meta["contiguous"]:
+        reasons.append(f"layout: {where} is not contiguous (strides {tuple(meta['stride'])}) "
+                       "where the reference's output is")
+    elif not ref.is_contiguous() and list(meta["stride"]) != list(ref.stride()):
+        reasons.append(f"layout: {where} has strides {tuple(meta['stride'])}, the reference's {tuple(ref.stride())}")
+    return reasons
+
+
+# Normwise relative error below this is fp32's own rounding (a different order of the same fp32 sums); TF32 (10
+# mantissa bits), fp16 and bf16 arithmetic show as 1e-4 and above.
+FP32_ROUNDING = 1e-5
+CHUNK_ELEMENTS = 1 << 25  # compared in fp64 a chunk at a time: a 6 GB fp32 output must not need 60 GB of temporaries
+
+
+def _chunks(ref: torch.Tensor, out: torch.Tensor):
+    r, o = ref.reshape(-1), out.reshape(-1)
+    for start in range(0, r.numel(), CHUNK_ELEMENTS):
+        yield start, r[start:start + CHUNK_ELEMENTS].double(), o[start:start + CHUNK_ELEMENTS].double()
+
+
+def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float, index: int) -> Comparison:
+    where = f"output {index}"
+    numel = ref.numel()
+    if not ref.is_floating_point():
+        bad = sum(int((ref.reshape(-1)[i:i + CHUNK_ELEMENTS] != out.reshape(-1)[i:i + CHUNK_ELEMENTS]).sum())
+                  for i in range(0, numel, CHUNK_ELEMENTS))
+        reasons = [f"mismatch: {where}: {bad} of {numel} elements differ (exact match required for {ref.dtype})"] if bad else []
+        return Comparison(bad == 0, 0.0 if bad == 0 else None, None, bad, numel, reasons)
+    nan_bad = poisoned = inf_bad = bad = 0
+    max_abs = max_rel = 0.0
+    diff_sq = ref_sq = 0.0
+    first: tuple[int, float, float] | None = None
+    for start, r, o in _chunks(ref, out):
+        ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
+        nan_bad += int((ref_nan != out_nan).sum())
+        poisoned += int((out_nan & ~ref_nan).sum())
+        inf_bad += int(((torch.isinf(r) | torch.isinf(o)) & (r != o) & ~ref_nan & ~out_nan).sum())
+        finite = torch.isfinite(r) & torch.isfinite(o)
+        err = torch.where(finite, (o - r).abs(), torch.zeros_like(r))
+        bad_mask = finite & (err > atol + rtol * r.abs())
+        n_bad = int(bad_mask.sum())
+        if n_bad and first is None:
+            i = int(torch.nonzero(bad_mask)[0])
+            first = (start + i, float(o[i]), float(r[i]))
+        bad += n_bad
+        max_abs = max(max_abs, float(err.max()))
+        max_rel = max(max_rel, float(torch.where(finite, err / r.abs().clamp_min(atol), torch.zeros_like(r)).max()))
+        diff_sq += float(((o - r) * finite).square().sum())
+        ref_sq += float((r * finite).square().sum())
+    reasons: list[str] = []
+    if poisoned:
+        reasons.append(
+            f"uninitialized-output: {where}: {poisoned} of {numel} elements are NaN where the reference is finite "
+            "(never written: partial computation, or read from uninitialized or stolen memory)"
+        )
+    elif nan_bad:
+        reasons.append(f"nan-mismatch: {where}: NaN positions differ at {nan_bad} elements")
+    if inf_bad:
+        reasons.append(f"inf-mismatch: {where}: Inf positions or signs differ at {inf_bad} elements")
+    if bad:
+        assert first is not None
+        i, got, want = first
+        msg = (f"mismatch: {where}: {bad} of {numel} elements outside atol={atol:g} rtol={rtol:g} "
+               f"(max abs err {max_abs:.3g}; first at flat index {i}: got {got:.6g}, want {want:.6g})")
+        norm_rel = diff_sq ** 0.5 / max(ref_sq ** 0.5, 1e-30)
+        if ref.dtype in (torch.float32, torch.float64) and FP32_ROUNDING <= norm_rel < 1e-2 and bad < numel:
+            msg += (f"; relative error {norm_rel:.2g} is typical of reduced precision (TF32, fp16 or bf16 "
+                    "arithmetic inside an fp32 problem): precision downgrade beyond tolerance")
+        elif ref.dtype in (torch.float32, torch.float64) and norm_rel < FP32_ROUNDING:
+            msg += (f"; relative error {norm_rel:.2g} is fp32 rounding (another summation order, e.g. over a long "
+                    "reduction): within fp32's own accuracy, so the problem's tolerance may be tighter than fp32 "
+                    "can promise for it (a problem may set its own tolerance)")
+        reasons.append(msg)
+    ok = not reasons
+    return Comparison(ok, max_abs, max_rel, bad + nan_bad + inf_bad, numel, reasons)
+
+
+def magnitude(t: torch.Tensor) -> float:
+    """The largest finite |value| of a floating output (0.0 when it has none), a chunk at a time."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return 0.0
+    flat, mag = t.detach().reshape(-1), 0.0
+    for start in range(0, flat.numel(), CHUNK_ELEMENTS):
+        c = flat[start:start + CHUNK_ELEMENTS]
+        c = c[torch.isfinite(c)]
+        if c.numel():
+            lo, hi = torch.aminmax(c)
+            mag = max(mag, abs(float(lo)), abs(float(hi)))
+    return mag
+
+
+def effective_atol(atol: float, mag: float) -> float:
+    """An output whose every value is smaller than atol (softmax of uniform inputs over 393,216 columns: values near
+    4e-6 under atol 1e-4) would let an all-zeros kernel pass: atol then counts in units of the output's magnitude."""
+    return atol * mag if 0.0 < mag < atol else atol
+
+
+SAMPLES = 65536
+
+
+def sample(t: torch.Tensor) -> torch.Tensor:
+    """SAMPLES evenly spaced elements (all of a smaller tensor): enough to tell one trial's result from another's."""
+    flat = t.detach().reshape(-1)
+    return flat[:: max(1, flat.numel() // SAMPLES)].clone()
+
+
+def matches(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Within tolerance, NaNs equal (used for the stale-result and determinism checks)."""
+    if ref.shape != out.shape or ref.dtype != out.dtype:
+        return False
+    if not ref.is_floating_point():
+        return bool(torch.equal(ref, out))
+    return all(torch.allclose(o, r, atol=atol, rtol=rtol, equal_nan=True) for _, r, o in _chunks(ref, out))

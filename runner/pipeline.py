@@ -1,0 +1,240 @@
+"""The one path from a problem to its result folder, and from a job to its JobResult.
+
+`optimize_problem` searches one problem (or resumes the search recorded in its folder) and writes the result folder:
+trace.jsonl, report.md, result.json and, when a verified kernel beat the faster of eager and torch.compile, the kernel,
+its drop-in module and test. `run_job` does that for every target of a job from the bot or the Action: a broken target
+(its module fails to import, its reference fails) is reported on that target and the others still run; a broken
+machine raises. Benchmark and hygiene jobs search nothing: runner/results/remeasure.py re-verifies and re-times the
+kernels in the commit. `fusebot optimize`, `fusebot bench`, `fusebot worker`, the Action and the demo all call here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runner.contract import Backend, Job, JobResult, ProblemSpec, Progress, SearchBudget, TargetResult, TargetSpec
+from runner.errors import ProblemError, UsageError
+from runner.harness.evaluator import Evaluator, default_backend
+from runner.proposers.catalog import catalog_proposers
+from runner.results import dropin
+from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
+from runner.results.outcome import Outcome, outcome, report_markdown, result_json, trace_markdown
+from runner.results.remeasure import run_kernel_job
+from runner.search.loop import EvaluatorLike, search
+from runner.search.trace import read_events
+from runner.search.types import GpuInfo, ProblemContext, Proposer
+
+log = logging.getLogger(__name__)
+
+
+def problem_from_file(path: Path, **overrides) -> ProblemSpec:
+    """A KernelBench-format file. A `get_second_inputs()` beside `get_inputs()` declares a second shape."""
+    text = path.read_text()
+    second = "get_second_inputs" if "def get_second_inputs" in text else None
+    fields = {k: v for k, v in overrides.items() if v is not None}
+    return ProblemSpec(name=path.stem, path=str(path.resolve()), second_inputs=second, **fields)
+
+
+TRACE_FILE = "trace.jsonl"
+GENERATED = (dropin.DROPIN_FILE, dropin.TEST_FILE, dropin.REFERENCE_FILE, dropin.HEADER_FILE, "kernel.cpp",
+             "kernel.cu", "candidate.py")
+
+
+# ---- proposers -------------------------------------------------------------------------------------------------
+
+def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
+    """LLM proposers when an endpoint is configured (FUSEBOT_LLM_* or --model), else the builtin catalog."""
+    if models or os.environ.get("FUSEBOT_LLM_BASE_URL"):
+        from runner.proposers.llm.proposer import LLMSettings, llm_proposers  # openai's client: only when configured
+
+        try:
+            settings = LLMSettings(**({"models": ",".join(models)} if models else {}))
+        except ValidationError as e:
+            problems = "; ".join(f"FUSEBOT_LLM_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}"
+                                 for err in e.errors())
+            raise UsageError(f"LLM settings are invalid: {problems}") from None
+        return list(llm_proposers(settings))
+    return list(catalog_proposers())
+
+
+# ---- the run ---------------------------------------------------------------------------------------------------
+
+def kernelbench_aliases(spec: ProblemSpec) -> str:
+    """Lines that give a repository target KernelBench's names (Model, get_inputs, get_init_inputs), so that every
+    proposer reads one convention whatever the module calls its class and factories."""
+    lines = []
+    kwargs = dict(spec.init_kwargs)
+    if spec.class_name != "Model" or kwargs:
+        lines.append(f"Model = {spec.class_name}" if not kwargs else
+                     f"def Model(*args):\n    return {spec.class_name}(*args, **{kwargs!r})")
+    if spec.input_shapes:
+        dtype = spec.dtype or "float32"
+        lines.append(f"def get_inputs():\n    import torch\n    return [torch.rand(s, dtype=torch.{dtype}) for s in "
+                     f"{[list(x) for x in spec.input_shapes]!r}]")
+    elif spec.inputs != "get_inputs" and ":" not in spec.inputs:
+        lines.append(f"get_inputs = {spec.inputs}")
+    if spec.init_args:
+        lines.append(f"def get_init_inputs():\n    return {list(spec.init_args)!r}")
+    elif spec.init_inputs and spec.init_inputs != "get_init_inputs" and ":" not in spec.init_inputs:
+        lines.append(f"get_init_inputs = {spec.init_inputs}")
+    elif not spec.init_inputs:
+        lines.append("def get_init_inputs():\n    return []")
+    return ("\n\n\n# fusebot: this target under KernelBench's names\n" + "\n\n\n".join(lines) + "\n") if lines else ""
+
+
+def problem_context(spec: ProblemSpec, evaluator, backend: Backend) -> ProblemContext:
+    """What the proposers may know, from the harness: reference, baselines, roofline, device."""
+    source, baselines = evaluator.reference_source(), evaluator.baselines()  # (this order starts the judge first)
+    source += kernelbench_aliases(spec)
+    roofline = evaluator.roofline()
+    env = evaluator.environment()
+    specs = ""
+    if backend == "cuda":
+        import torch
+
+        p = torch.cuda.get_device_properties(0)
+        l2 = getattr(p, "L2_cache_size", 0)
+        specs = f"{p.multi_processor_count} SMs, {l2 / 2**20:.0f} MB L2, {p.total_memory / 2**30:.0f} GiB, " \
+                f"compute capability {p.major}.{p.minor}"
+    gpu = GpuInfo(name=env.gpu or env.cpu or env.device, specs=specs,
+                  copy_bandwidth_bytes_per_s=roofline.bandwidth_bytes_per_s if roofline else None,
+                  notes=f"CUDA {env.cuda}, driver {env.driver}" if env.cuda else "")
+    return ProblemContext(name=spec.name, reference_source=source, backend=backend, format="fast", gpu=gpu,
+                          roofline=roofline, baselines=baselines)
+
+
+def _check_trace(trace: Path, spec: ProblemSpec, backend: str, fresh: bool) -> None:
+    if fresh:
+        trace.unlink(missing_ok=True)
+        return
+    for ev in read_events(trace):
+        if ev.get("event") in ("start", "resume"):
+            if (ev.get("problem"), ev.get("backend")) != (spec.name, backend):
+                raise UsageError(f"{trace} belongs to a search of {ev.get('problem')} on {ev.get('backend')}; "
+                                 "use --fresh or another --out")
+            log.info("resuming the search recorded in %s", trace)
+            return
+
+
+def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path | None) -> list[str]:
+    """Write the result folder; a kernel (and its drop-in and test) only when it beat both baselines."""
+    for name in GENERATED:  # a previous run's kernel must not outlive a run that found none
+        (out / name).unlink(missing_ok=True)
+    files: list[str] = []
+    cand = o.best.candidate if o.improved and o.best else None
+    if cand is not None:
+        for name, text in cand.sources.items():
+            (out / name).write_text(text)
+            files.append(name)
+        if cand.format == "fast":
+            (out / dropin.HEADER_FILE).write_text((Path(__file__).parent / "csrc" / "fusebot.h").read_text())
+            files.append(dropin.HEADER_FILE)
+            if problem_file is not None:
+                shutil.copyfile(problem_file, out / dropin.REFERENCE_FILE)
+                files.append(dropin.REFERENCE_FILE)
+            digest = hashlib.sha256("".join(cand.sources.values()).encode()).hexdigest()
+            (out / dropin.DROPIN_FILE).write_text(dropin.dropin_source(spec, cand.backend, cand.extra_cflags, digest))
+            (out / dropin.TEST_FILE).write_text(dropin.dropin_test_source(spec, cand.backend))
+            files += [dropin.DROPIN_FILE, dropin.TEST_FILE]
+    files += ["report.md", "result.json"]
+    (out / "report.md").write_text(report_markdown(o))
+    (out / "result.json").write_text(json.dumps(result_json(o, files), indent=1))
+    return files
+
+
+def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,
+                     evaluator: EvaluatorLike, backend: Backend, *, fresh: bool = False,
+                     progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5) -> Outcome:
+    """Search (or resume the search recorded in out/trace.jsonl) and write the result folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / TRACE_FILE
+    _check_trace(trace, spec, backend, fresh)
+    ctx = problem_context(spec, evaluator, backend)
+    result = search(ctx, evaluator, proposers, budget, trace, progress=progress)
+    confirmed = None
+    if result.best is not None and result.best.candidate is not None and hasattr(evaluator, "confirm"):
+        # The fastest of many noisy measurements is partly the luckiest: re-time it against both baselines.
+        if progress:
+            progress(Progress(round=result.rounds, message="confirming the best kernel against the baselines"))
+        confirmed = evaluator.confirm(result.best.candidate, rounds=confirm_rounds)
+    o = outcome(spec.name, result, ctx.baselines, ctx.roofline, confirmed=confirmed)
+    write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
+    return o
+
+
+
+# ---- a job ----------------------------------------------------------------------------------------------------
+
+def problem_spec(target: TargetSpec, source_dir: Path) -> ProblemSpec:
+    """The harness's view of a marked module: its file under the job's source tree, imported with the tree on
+    sys.path so that the module's own imports resolve."""
+    return ProblemSpec(
+        name=target.name,
+        path=str((source_dir / target.file).resolve()),
+        root=str(source_dir.resolve()),
+        class_name=target.class_name,
+        inputs=target.inputs,
+        init_inputs=target.init_inputs,
+        init_args=target.init_args,
+        init_kwargs=target.init_kwargs,
+        second_inputs=target.second_inputs,
+        input_shapes=target.input_shapes,
+        dtype=target.dtype,
+        atol=target.atol,
+        rtol=target.rtol,
+    )
+
+
+def dropin_spec(spec: ProblemSpec) -> ProblemSpec:
+    """The same problem named as a module of the repository, so the drop-in subclasses the user's own class."""
+    if not (spec.path and spec.root) or not Path(spec.path).is_relative_to(spec.root):
+        return spec
+    module = Path(spec.path).relative_to(spec.root).with_suffix("").as_posix().replace("/", ".")
+    return spec.model_copy(update={"path": None, "module": module})
+
+
+def accepted_result(job: Job, target: TargetSpec, spec: ProblemSpec, outcome, source_dir: Path,
+                    workdir: Path | None, kernels_dir: str = DEFAULT_KERNELS_DIR) -> TargetResult:
+    """The target's files (kernel with provenance, drop-in, test, BENCHMARK.md), accepted only after the generated
+    test passed on a scratch copy of the source tree (runner/results/files.py)."""
+    best = outcome.best
+    verdict = best.verdict if best else None
+    with tempfile.TemporaryDirectory(prefix="fusebot-check-", dir=workdir) as scratch:
+        shutil.copytree(source_dir, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
+        return target_result(dropin_spec(spec), outcome.improved, outcome.message, best.candidate if best else None,
+                             verdict, Provenance.for_verdict(target.name, verdict, repo=job.repo, commit=job.sha),
+                             trace_markdown(outcome), root=Path(scratch), kernels_dir=kernels_dir, file=target.file)
+
+
+def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,
+            backend: str | None = None, workdir: Path | None = None) -> JobResult:
+    if job.kind != "search":
+        log.info("job %s: %s of the kernels under %s", job.id, job.kind, job.kernels_dir)
+        return run_kernel_job(job, Path(source_dir), progress, backend=backend, workdir=workdir)
+    chosen = backend or default_backend()
+    pool = list(proposers) if proposers is not None else make_proposers(job.models)
+    results: list[TargetResult] = []
+    environment = None
+    with tempfile.TemporaryDirectory(prefix=f"fusebot-job-{job.id}-", dir=workdir) as tmp:
+        for target in job.targets:
+            spec = problem_spec(target, Path(source_dir))
+            out = Path(tmp) / target.name
+            try:
+                with Evaluator(spec, backend=chosen) as ev:
+                    outcome = optimize_problem(spec, out, job.budget, pool, ev, chosen, progress=progress)
+                    environment = environment or ev.environment()
+            except ProblemError as exc:
+                log.warning("target %s: %s", target.name, exc)
+                results.append(TargetResult(target=target.name, improved=False, message=f"problem: {exc}"))
+                continue
+            results.append(accepted_result(job, target, spec, outcome, Path(source_dir), workdir))
+    return JobResult(job_id=job.id, ok=True, targets=results, environment=environment)

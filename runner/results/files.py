@@ -1,0 +1,253 @@
+"""The result of one target as the files a pull request adds, and the runner's own check of them.
+
+    files = target_files(spec, candidate, verdict, provenance)        # pure: path (under the kernels dir) -> text
+    write_files(root / kernels_dir, files)
+    check = check_dropin(root, kernels_dir, target)                     # runs the generated test: a DropinCheck
+    result = target_result(...)                                         # the TargetResult the bot turns into a PR
+
+Per target, under `<kernels_dir>/<target>/`: the kernel source with a provenance header, fusebot.h, the drop-in
+module (dropin.py), its pytest test (test_<target>.py: a name of its own, so several targets' tests collect in one
+pytest run) and BENCHMARK.md; for a KernelBench-format file, the reference as reference.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
+from runner.results import dropin
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KERNELS_DIR = "fusebot_kernels"
+BENCHMARK_FILE = "BENCHMARK.md"
+HEADER_SOURCE = Path(__file__).resolve().parents[1] / "csrc" / "fusebot.h"
+CHECK_TIMEOUT_S = 600.0
+
+
+class Provenance(BaseModel):
+    """Where a kernel comes from, written into its header comment and BENCHMARK.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str
+    repo: str = ""
+    commit: str = ""
+    device: str = ""  # the GPU (or CPU) it was verified and timed on
+    date: str = ""  # ISO 8601, UTC
+    fusebot: str = ""
+
+    @classmethod
+    def for_verdict(cls, target: str, verdict: Verdict | None, repo: str = "", commit: str = "",
+                    now: datetime | None = None) -> Provenance:
+        e = verdict.environment if verdict else None
+        return cls(target=target, repo=repo, commit=commit, device=(e.gpu or e.cpu or e.device) if e else "",
+                   date=(now or datetime.now(UTC)).isoformat(timespec="seconds"), fusebot=e.fusebot if e else "")
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_").lower() or "target"
+
+
+def dropin_test_filename(target: str) -> str:
+    return f"test_{slug(target)}.py"
+
+
+def kernel_header(p: Provenance, backend: str) -> str:
+    lines = [f"fusebot kernel for {p.target}" + (f" in {p.repo}" if p.repo else ""),
+             f"commit: {p.commit or 'n/a'}",
+             f"verified and timed on: {p.device or 'n/a'} ({backend} backend)",
+             f"date: {p.date or 'n/a'}",
+             f"fusebot: {p.fusebot or 'n/a'}",
+             "Generated code: review it as you would any contribution. Re-verify with the test beside it."]
+    return "".join(f"// {line}\n" for line in lines) + "\n"
+
+
+# ---- BENCHMARK.md ----------------------------------------------------------------------------------------------
+
+def _ms(t: Timing | None) -> str:
+    return f"{t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n}" if t else "n/a | | "
+
+
+def _ratio(base: Timing | None, t: Timing | None) -> str:
+    return f"{base.median_ms / t.median_ms:.2f}x" if base and t and t.median_ms > 0 else "n/a"
+
+
+def max_errors(v: Verdict) -> tuple[float | None, float | None]:
+    abs_errs = [t.max_abs_err for t in v.trials if t.max_abs_err is not None]
+    rel_errs = [t.max_rel_err for t in v.trials if t.max_rel_err is not None]
+    return (max(abs_errs) if abs_errs else None, max(rel_errs) if rel_errs else None)
+
+
+def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: str,
+                       check: DropinCheck | None = None) -> str:
+    b, t = v.baselines, v.timing
+    eager, comp = (b.eager if b else None), (b.compile if b else None)
+    rows = ["| | median ms | IQR ms | n | vs eager | vs torch.compile |", "| --- | ---: | ---: | ---: | ---: | ---: |",
+            f"| PyTorch eager | {_ms(eager)} | 1.00x | {_ratio(comp, eager)} |"]
+    if comp is None and b and b.compile_error:
+        rows.append(f"| torch.compile | failed: {' '.join(b.compile_error.split())[:120]} | | | | |")
+    else:
+        rows.append(f"| torch.compile | {_ms(comp)} | {_ratio(eager, comp)} | {_ratio(comp, comp) if comp else 'n/a'} |")
+    rows.append(f"| fusebot | {_ms(t)} | {_ratio(eager, t)} | {_ratio(comp, t)} |")
+    if v.roofline:
+        pct = f" (the kernel runs at {v.pct_of_floor:.0f}% of it)" if v.pct_of_floor is not None else ""
+        roof = (f"Roofline floor: {v.roofline.floor_ms:.4g} ms for {v.roofline.bytes_moved} bytes at "
+                f"{v.roofline.bandwidth_bytes_per_s / 1e9:.1f} GB/s ({v.roofline.bandwidth_source}){pct}.")
+    else:
+        roof = "Roofline floor: not measured."
+    passed = sum(1 for tr in v.trials if tr.passed)
+    abs_err, rel_err = max_errors(v)
+    shapes = sorted({tr.shape_set for tr in v.trials})
+    e = v.environment
+    env = (f"{e.gpu or e.cpu or e.device}; driver {e.driver or 'n/a'}; CUDA {e.cuda or 'n/a'}; torch {e.torch}; "
+           f"Python {e.python}; fusebot {e.fusebot}") if e else "n/a"
+    out = [f"# {spec.name}: fusebot benchmark", "",
+           f"`{spec.class_name}` from `{spec.module or Path(spec.path or '').name}`, verified and timed on {p.device or 'n/a'} "
+           f"at commit {p.commit or 'n/a'} ({p.date or 'n/a'}).", "",
+           *rows, "", roof, "",
+           f"Correctness: {passed} of {len(v.trials)} trials passed on {len(shapes)} shape set(s) and "
+           f"{len({tr.distribution for tr in v.trials})} input distribution(s); largest absolute error "
+           f"{abs_err if abs_err is not None else 'n/a'}, largest relative error {rel_err if rel_err is not None else 'n/a'}.",
+           "", f"Environment: {env}.", "",
+           "Times are medians of n calls with the last-level cache flushed before each; spread is the interquartile "
+           "range. The raw samples are in the verdict (result.json of the run)."
+           + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else "")
+           + (f" {v.timing.lead_text().capitalize()} in the run's report." if v.timing and v.timing.lead_text() else ""),
+           ""]
+    if check is not None:
+        out += [f"Drop-in check before this was proposed: `{check.command}`: {check.passed_tests} passed, "
+                f"{check.failed_tests} failed, {check.skipped_tests} skipped ({check.seconds:.1f} s).", ""]
+    out += ["## Reproduce", "", f"    python -m pytest -q {test_path}", ""]
+    return "\n".join(out)
+
+
+# ---- the files -------------------------------------------------------------------------------------------------
+
+def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, provenance: Provenance, *,
+                 kernels_dir: str = DEFAULT_KERNELS_DIR, reference_text: str | None = None,
+                 check: DropinCheck | None = None) -> dict[str, str]:
+    """The files of one improved target: path relative to the kernels directory -> text. Pure."""
+    if candidate.format != "fast":
+        raise ValueError(f"{candidate.id}: only fast-format kernels become drop-ins (got {candidate.format})")
+    folder = slug(spec.name)
+    kernel_name = dropin.kernel_filename(candidate.backend)
+    source = candidate.sources.get(kernel_name) or next(iter(candidate.sources.values()))
+
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    built_for = provenance.device
+    if verdict.environment and verdict.environment.cuda:
+        built_for = f"{provenance.device} (CUDA {verdict.environment.cuda})"
+    root_depth = len(Path(kernels_dir).parts) if spec.module else None
+    test_name = dropin_test_filename(spec.name)
+    files = {
+        f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
+        f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
+        f"{folder}/{dropin.DROPIN_FILE}": dropin.dropin_source(spec, candidate.backend, candidate.extra_cflags, digest,
+                                                              built_for=built_for, root_depth=root_depth),
+        f"{folder}/{test_name}": dropin.dropin_test_source(spec, candidate.backend),
+        f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
+                                                         f"{kernels_dir}/{folder}/{test_name}", check),
+    }
+    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(manifest(spec, candidate, kernel_name), indent=1) + "\n"
+    if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package
+        files["__init__.py"] = ""
+        files[f"{folder}/__init__.py"] = ""
+    if spec.path and reference_text is not None:
+        files[f"{folder}/{dropin.REFERENCE_FILE}"] = reference_text
+    return files
+
+
+def manifest(spec: ProblemSpec, candidate: Candidate, kernel_name: str) -> dict:
+    """What re-verifying this kernel later needs (runner/results/reverify.py): the problem and how the kernel is built."""
+    return {"schema_version": 1, "problem": spec.model_dump(exclude={"path", "root"}), "kernel": kernel_name,
+            "backend": candidate.backend, "extra_cflags": list(candidate.extra_cflags), "candidate": candidate.id}
+
+
+def write_files(kernels_root: Path, files: dict[str, str]) -> list[Path]:
+    written = []
+    for rel, text in files.items():
+        path = kernels_root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+# ---- the check -------------------------------------------------------------------------------------------------
+
+_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
+
+
+def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float = CHECK_TIMEOUT_S,
+                 env: dict[str, str] | None = None) -> DropinCheck:
+    """Run the generated test of `target` (which builds and runs the drop-in) from the repository root `root`.
+
+    Passed only when pytest exits 0 and at least one test ran: a test that was skipped everywhere (a CUDA kernel on a
+    machine without a GPU) verifies nothing."""
+    from runner.harness.sandbox import confined_env
+
+    test = f"{kernels_dir}/{slug(target)}/{dropin_test_filename(target)}"
+    # The test imports the repository's code: it runs confined like every other untrusted process (writes only under
+    # the scratch copy `root`, no network, no credentials in its environment, caches and temporary files under root).
+    cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(root), "--",
+           sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), test]
+    run_env = confined_env(root, base=dict(env if env is not None else os.environ))
+    run_env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
+    start = time.monotonic()
+    try:
+        done = subprocess.run(cmd, cwd=root, env=run_env, capture_output=True, text=True, timeout=timeout_s)
+        output, rc = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as e:
+        output, rc = f"{e.stdout or ''}{e.stderr or ''}", None
+    seconds = time.monotonic() - start
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    for n, word in _COUNTS.findall(summary):
+        counts["error" if word.startswith("error") else word] += int(n)
+    reasons = []
+    if rc is None:
+        reasons.append(f"the generated test did not finish within {timeout_s:.0f} s")
+    elif rc != 0:
+        reasons.append(f"the generated test failed (pytest exit status {rc}): {summary}")
+    elif counts["passed"] == 0:
+        reasons.append(f"the generated test ran nothing here ({summary}): nothing was verified")
+    shown = " ".join(["python -m pytest -q", test])
+    return DropinCheck(passed=not reasons, command=shown, passed_tests=counts["passed"],
+                       failed_tests=counts["failed"] + counts["error"], skipped_tests=counts["skipped"],
+                       seconds=seconds, reasons=reasons, output_tail=output[-4000:])
+
+
+def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Candidate | None,
+                  verdict: Verdict | None, provenance: Provenance, trace_markdown: str, *, root: Path,
+                  kernels_dir: str = DEFAULT_KERNELS_DIR, file: str | None = None,
+                  reference_text: str | None = None, check_env: dict[str, str] | None = None) -> TargetResult:
+    """The TargetResult of one searched target. An improved result's files are written under `root` (a scratch copy
+    of the repository) and its generated test is run there; if that check fails the result is not improved."""
+    base = {"target": spec.name, "verdict": verdict, "trace_markdown": trace_markdown, "file": file,
+            "class_name": spec.class_name}
+    if not improved or candidate is None or verdict is None:
+        return TargetResult(improved=False, message=message, **base)
+    files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text)
+    write_files(root / kernels_dir, files)
+    check = check_dropin(root, kernels_dir, spec.name, env=check_env)
+    if not check.passed:
+        log.warning("%s: the generated drop-in failed its own check: %s", spec.name, "; ".join(check.reasons))
+        return TargetResult(improved=False, dropin_check=check, **base,
+                            message=f"the kernel was verified by the harness but its generated drop-in failed its own "
+                                    f"test ({'; '.join(check.reasons)}); no kernel is proposed")
+    files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
+                         check=check)  # BENCHMARK.md now names the check that passed
+    write_files(root / kernels_dir, files)
+    return TargetResult(improved=True, message=message, files=files, dropin_check=check, **base)
