@@ -330,7 +330,9 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
              setup_code(p, abi_offset)]
     if rowblock_inputs(p):
         head.append(UNIT_RUNS)
-    from runner.catalog import cuda_grid, cuda_multiblock, cuda_rows  # (they build on this module's helpers)
+    from runner.catalog.codegen.cuda import grid as cuda_grid  # (they build on this module's helpers)
+    from runner.catalog.codegen.cuda import multiblock as cuda_multiblock
+    from runner.catalog.codegen.cuda import rows as cuda_rows
 
     body = {"flat": _flat, "bcast": _bcast, "rows": cuda_rows.render_rows, "columns": cuda_rows.render_columns,
             "strided": cuda_rows.render_strided,
