@@ -522,5 +522,15 @@ def int_output(p: Program) -> bool:
     return p.out_dtype in ("int64", "int32")
 
 
+def row_result(p: Program, plan: Plan, em: Emitter) -> str:
+    """A per-row output's value: an argmax/argmin index is stored as it is, anything else as float math."""
+    if isinstance(plan.out, AccRef) and int_output(p):
+        return plan.out.name
+    if int_output(p):
+        raise NotExpressible("integer arithmetic on a reduction index")
+    assert plan.out is not None
+    return em(plan.out)
+
+
 def red_kinds(p: Program) -> set[str]:
     return {r.kind for r in reductions(p.out)}

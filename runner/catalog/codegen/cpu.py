@@ -22,8 +22,8 @@ from runner.catalog.codegen.common import (
     full_output,
     general_index_fn,
     index_code,
-    int_output,
     plan_passes,
+    row_result,
     setup_code,
     signature,
 )
@@ -165,7 +165,7 @@ def _rows(p: Program, params: CpuParams, out_t: str) -> str:
         y[flat] = ({out_t}){res};
       }}"""
     else:
-        res = _row_result(p, plan, em)
+        res = row_result(p, plan, em)
         lines = "\n      ".join(em.lines)
         out = f"""      {{ const long long r = 0, flat = o * a.R * a.I + i; (void)flat; (void)r;
       {lines}
@@ -184,15 +184,6 @@ static void fb_run(const FbArgs& a) {{
   }}
 }}
 """
-
-
-def _row_result(p: Program, plan, em: Emitter) -> str:
-    """A per-row output: an argmax/argmin index is stored as is, anything else as float math."""
-    if isinstance(plan.out, AccRef) and int_output(p):
-        return plan.out.name
-    if int_output(p):
-        raise NotExpressible("integer arithmetic on a reduction index")
-    return em(plan.out)
 
 
 def per_column(code: str) -> str:
@@ -237,7 +228,7 @@ def _columns(p: Program, params: CpuParams, out_t: str) -> str:
         }}
       }}"""
     else:
-        res = _row_result(p, plan, em)
+        res = row_result(p, plan, em)
         if isinstance(plan.out, AccRef):
             res = f"{plan.out.name}[i]"
         lines = "\n        ".join(em.lines)
