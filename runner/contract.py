@@ -308,3 +308,55 @@ class Progress(_Model):
     rejected: int = 0
     best_speedup: float | None = None
     message: str = ""
+
+
+# ---- what a verdict's numbers say: read by the bot's PR bodies and the runner's reports alike -----------------------
+
+
+def faster_baseline(baselines: Baselines | None) -> tuple[str, Timing] | None:
+    """The faster of eager and torch.compile, as ("eager" or "torch.compile", its timing): the time a kernel must
+    beat. A tie goes to torch.compile. None when neither was measured."""
+    if baselines is None:
+        return None
+    options = [(name, t) for name, t in (("torch.compile", baselines.compile), ("eager", baselines.eager)) if t]
+    return min(options, key=lambda nt: nt[1].median_ms) if options else None
+
+
+def _table_cell(text: str, limit: int) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _table_row(label: str, t: Timing | None, baselines: Baselines | None, roofline: Roofline | None) -> str:
+    if t is None:
+        return f"| {label} | n/a | | | | | | |"
+    eager = baselines.eager.median_ms / t.median_ms if baselines and baselines.eager else None
+    comp = baselines.compile.median_ms / t.median_ms if baselines and baselines.compile else None
+    floor = 100.0 * roofline.floor_ms / t.median_ms if roofline else None
+
+    def fmt(x: float | None, unit: str) -> str:
+        return f"{x:.2f}{unit}" if x is not None else "n/a"
+
+    host = f"{t.host_ms * 1000:.0f}" if t.host_ms is not None else "n/a"
+    return (f"| {label} | {t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n} | {fmt(eager, 'x')} | {fmt(comp, 'x')} | "
+            f"{fmt(floor, '%')} | {host} |")
+
+
+def benchmark_table(baselines: Baselines | None, timing: Timing | None, roofline: Roofline | None,
+                    label: str = "fusebot") -> str:
+    """The benchmark table (markdown): PyTorch eager, torch.compile (or why it failed), the kernel's row named
+    `label` when it was timed, and the roofline floor when known. Columns: median ms, IQR ms, n, speedup over eager
+    and over torch.compile, % of the roofline floor, the host's microseconds per call."""
+    b, r = baselines, roofline
+    lines = ["| | median ms | IQR ms | n | vs eager | vs torch.compile | % of floor | host us per call |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+             _table_row("PyTorch eager", b.eager if b else None, b, r)]
+    if b and b.compile is None and b.compile_error:
+        lines.append(f"| torch.compile | failed: {_table_cell(b.compile_error, 80)} | | | | | | |")
+    else:
+        lines.append(_table_row("torch.compile", b.compile if b else None, b, r))
+    if timing is not None:
+        lines.append(_table_row(label, timing, b, r))
+    if r:
+        lines.append(f"| roofline floor | {r.floor_ms:.4g} | | | | | 100% | |")
+    return "\n".join(lines)
