@@ -1,4 +1,3 @@
-# ruff: noqa: E402
 """Generated drop-ins on a real device: for every example, the seed proposer's kernels through the harness, the
 fastest verified one written out as a PR would add it, its generated test run by the runner's own check, and the
 drop-in driven through torch.compile and (on CUDA) a captured CUDA graph.
@@ -6,8 +5,8 @@ drop-in driven through torch.compile and (on CUDA) a captured CUDA graph.
     python bench/dropin_gpu.py --backend cuda --out bench/results/h100-dropin     # on the H100
     python bench/dropin_gpu.py --backend cpu --out /tmp/dropin-cpu                 # anywhere
 
-Writes <out>/dropins.json (per target: verdict summary, the check's counts, the probes) and <out>/dropins.md, and
-exits 1 when any target's drop-in failed its test or a probe.
+Writes <out>/results.json (per target: verdict summary, the check's counts, the probes), prints the table, and
+exits 1 when any target's drop-in failed its test or a probe. Needs fusebot installed (`make test` sets up .venv).
 """
 
 from __future__ import annotations
@@ -21,29 +20,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bot.repo.markers import discover
+from runner.contract import ProblemSpec
+from runner.harness.evaluator import Evaluator
+from runner.pipeline import kernelbench_aliases
+from runner.proposers.catalog import CatalogProposer
+from runner.proposers.seed import SeedProposer, Unsupported
+from runner.results.files import Provenance, check_dropin, slug, target_files, write_files
+from runner.search.types import History, Idea, ProblemContext
 
-from bot.repo.markers import discover  # noqa: E402
-from runner.contract import ProblemSpec  # noqa: E402
-from runner.pipeline import kernelbench_aliases  # noqa: E402
-from runner.proposers.catalog import CatalogProposer  # noqa: E402
-from runner.proposers.seed import (
-    SeedProposer,
-    Unsupported,  # noqa: E402
-)
-from runner.results.files import (
-    Provenance,
-    check_dropin,
-    slug,
-    target_files,
-    write_files,  # noqa: E402
-)
-from runner.search.types import (
-    History,
-    Idea,
-    ProblemContext,  # noqa: E402
-)
+ROOT = Path(__file__).resolve().parents[1]
 
 KERNELS = "fusebot_kernels"
 PROBE = r"""
@@ -79,8 +65,6 @@ with torch.no_grad():
 
 
 def run_target(t, repo: Path, backend: str) -> dict:
-    from runner.harness.evaluator import Evaluator
-
     spec = ProblemSpec(name=t.name, root=str(repo), module=t.file.removesuffix(".py").replace("/", "."),
                        class_name=t.class_name, second_inputs=t.second_inputs)
     ctx = ProblemContext(name=t.name, reference_source=(repo / t.file).read_text(), backend=backend)
@@ -116,7 +100,7 @@ def run_target(t, repo: Path, backend: str) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=["cuda", "cpu"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -126,7 +110,7 @@ def main() -> int:
         repo = Path(tmp)
         shutil.copytree(ROOT / "examples", repo / "examples")
         rows = [run_target(t, repo, args.backend) for t in discover(repo)]
-    (args.out / "dropins.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["| target | fusebot ms | eager ms | compile ms | trials | drop-in test | compile/graph probe |",
              "| --- | ---: | ---: | ---: | --- | --- | --- |"]
     failed = False
@@ -138,8 +122,7 @@ def main() -> int:
         lines.append(f"| {r['target']} | {ms(v.get('median_ms'))} | {ms(v.get('eager_ms'))} | {ms(v.get('compile_ms'))} | "
                      f"{v.get('trials_passed')}/{v.get('trials')} | {c.get('passed_tests')} passed, "
                      f"{c.get('failed_tests')} failed | {'ok' if p.get('ok') else 'FAILED'} |")
-    (args.out / "dropins.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))  # noqa: T201 - a bench script's report
+    sys.stdout.write("\n".join(lines) + "\n")
     return 1 if failed else 0
 
 

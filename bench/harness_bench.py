@@ -1,5 +1,4 @@
-# ruff: noqa: E402
-"""Measure the harness itself (issue 2, item 10) and write bench/results/<name>/{results.json,README.md}.
+"""Measure the harness itself and write <out>/{results.json,README.md} (bench/results/<gpu>-harness/).
 
     python bench/harness_bench.py --out DIR [--problems KERNELBENCH_DIR] [--parts builds,overhead,baselines]
 
@@ -25,18 +24,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-from runner.contract import (
-    Candidate,
-    ProblemSpec,  # noqa: E402
-)
-from runner.harness import build as builder  # noqa: E402
-from runner.harness.evaluator import (
-    Evaluator,
-    HarnessConfig,  # noqa: E402
-)
+from runner.contract import Candidate, ProblemSpec
+from runner.harness import build as builder
+from runner.harness.evaluator import Evaluator, HarnessConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("bench")
 
@@ -169,7 +163,8 @@ def markdown(res: dict) -> str:
     env = res.get("environment", {})
     lines = [f"# Harness measurements on {env.get('gpu', '?')}", "",
              f"torch {env.get('torch')}, CUDA {env.get('cuda')}, driver {env.get('driver')}, "
-             f"fusebot {env.get('fusebot')}; measured {res['date']} by `bench/harness_bench.py`.", ""]
+             f"fusebot {env.get('fusebot')}; measured {res['date']} by `bench/harness_bench.py` at commit "
+             f"{res.get('commit', 'unknown')}.", ""]
     b = res.get("builds")
     if b:
         lines += ["## Build seconds per candidate (distinct kernels, nothing cached)", "",
@@ -219,8 +214,14 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def git_commit() -> str:
+    """The checkout's commit, named in the results: the code that produced them."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--problems", type=Path)
     ap.add_argument("--parts", default="builds,overhead,baselines")
@@ -230,12 +231,10 @@ def main() -> None:
     ap.add_argument("--baseline-budget-s", type=float, default=420)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    import torch
-
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
     parts = set(args.parts.split(","))
-    res: dict = {"date": time.strftime("%Y-%m-%d"), "arch": arch}
+    res: dict = {"date": time.strftime("%Y-%m-%d"), "arch": arch, "commit": git_commit()}
     args.out.mkdir(parents=True, exist_ok=True)
     if "overhead" in parts:
         res["overhead"] = bench_overhead(8, arch)
@@ -247,9 +246,9 @@ def main() -> None:
         if "environment" not in res and res["baselines"]:
             res["environment"] = {"gpu": res["baselines"][0].get("gpu"), "torch": torch.__version__,
                                   "cuda": torch.version.cuda}
-    (args.out / "results.json").write_text(json.dumps(res, indent=1))
+    (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     (args.out / "README.md").write_text(markdown(res))
-    print(markdown(res))  # noqa: T201 - the table is this script's output
+    sys.stdout.write(markdown(res))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""Copy the problems listed in a suite file (default bench/catalog_suite.txt) from a local KernelBench checkout into
+"""Copy the problems listed in a suite file (default bench/suites/catalog.txt) from a local KernelBench checkout into
 a folder for `fusebot bench` (default out/kb-suite, which git ignores: KernelBench's files are never committed).
 
-    python bench/make_kb_suite.py --kernelbench ~/KernelBench [--suite bench/catalog_suite.txt] [--out out/kb-suite]
+    python bench/make_kb_suite.py --kernelbench ~/KernelBench [--suite bench/suites/catalog.txt] [--out out/kb-suite]
 
 Files keep their names with the level as a prefix (level1_23_Softmax.py) so both levels share one folder.
 """
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout (its root)")
-    ap.add_argument("--suite", type=Path, default=ROOT / "bench" / "catalog_suite.txt")
+    ap.add_argument("--suite", type=Path, default=ROOT / "bench" / "suites" / "catalog.txt")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "kb-suite")
     args = ap.parse_args(argv)
     base = args.kernelbench / "KernelBench" if (args.kernelbench / "KernelBench").is_dir() else args.kernelbench
