@@ -1,7 +1,7 @@
 """diffusers ResnetBlock2D's norm and activation: `hidden_states = self.norm1(input_tensor); hidden_states =
 self.nonlinearity(hidden_states)` (GroupNorm with 32 groups, eps 1e-6, then SiLU) before its first convolution, as in
 every UNet2DConditionModel and AutoencoderKL block. Stable Diffusion's VAE decoder: 512 channels at 64x64, batch 8
-(a second shape: 256 channels at 128x128 is another block; here 4 images at 96x96)."""
+(a second shape: 4 images at 96x96)."""
 import os
 
 import torch

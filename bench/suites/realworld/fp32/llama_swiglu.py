@@ -1,0 +1,28 @@
+"""The elementwise part of transformers' LlamaMLP (SwiGLU): `self.act_fn(self.gate_proj(x)) * self.up_proj(x)` with
+`ACT2FN["silu"]`, on the two projections' outputs. Llama-2-7B: intermediate 11008, 4 sequences of 2048 tokens."""
+import os
+
+import torch
+import torch.nn as nn
+from transformers.activations import ACT2FN
+
+DTYPE = torch.float32
+SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+B, T, INTERMEDIATE = (2, 8, 96) if SMALL else (4, 2048, 11008)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act_fn = ACT2FN["silu"]
+
+    def forward(self, gate, up):
+        return self.act_fn(gate) * up
+
+
+def get_inputs():
+    return [torch.randn(B, T, INTERMEDIATE, dtype=DTYPE), torch.randn(B, T, INTERMEDIATE, dtype=DTYPE)]
+
+
+def get_init_inputs():
+    return []
