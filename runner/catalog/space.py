@@ -11,7 +11,7 @@ from math import prod
 from runner.catalog.codegen.common import NotExpressible, full_output, op_code, red_kinds, uses_general
 from runner.catalog.codegen.cpu import CpuParams
 from runner.catalog.codegen.cuda import CudaParams, broadcast_view
-from runner.catalog.codegen.cuda.rows import strided_refusal
+from runner.catalog.codegen.cuda.columns import strided_refusal
 from runner.catalog.ir import Op, Program, walk
 
 SMS = 132  # H100; only the ordering of guesses depends on it

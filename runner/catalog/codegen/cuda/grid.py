@@ -24,17 +24,8 @@ parts 6.86).
 from __future__ import annotations
 
 from runner.catalog.codegen.common import NotExpressible, plan_passes
-from runner.catalog.codegen.cuda import (
-    CudaParams,
-    _align_check,
-    _ctype,
-    _forward,
-    _Loads,
-    _value_decls,
-    row_bases,
-    workspace_code,
-)
-from runner.catalog.codegen.cuda.multiblock import (
+from runner.catalog.codegen.cuda.common import Loads, align_check, ctype_of, forward, row_bases, value_decls, workspace_code
+from runner.catalog.codegen.cuda.onchip import (
     PADDED_FILL,
     slice_fill,
     slice_output,
@@ -44,6 +35,7 @@ from runner.catalog.codegen.cuda.multiblock import (
     slice_sizes,
     slice_turn,
 )
+from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.ir import Program
 
 SUPPORT = r"""
@@ -75,16 +67,16 @@ def render_grid(p: Program, params: CudaParams, out_t: str) -> str:
     if not cached:
         raise NotExpressible("nothing to keep on chip")
     rowvec = sorted(k for k in range(len(p.inputs)) if p.access(k) == "rowvec")
-    ctype = {k: _ctype(p.inputs[k].dtype) for k in cached + rowvec}
+    ctype = {k: ctype_of(p.inputs[k].dtype) for k in cached + rowvec}
     P = plan.passes
 
-    def decls(loads: _Loads, v: int) -> str:
+    def decls(loads: Loads, v: int) -> str:
         return slice_reads(loads, ctype, cached, v)
 
     ws_decl = workspace_code(' '.join(f'{x.kind} {x.name};' for x in plan.accs))
     kernels = []
     for v in sorted({1, V}):
-        loads = _Loads(p, set(cached) | set(rowvec))
+        loads = Loads(p, set(cached) | set(rowvec))
         smem = slice_pointers(cached, ctype, v)
         parts = []
         k = K if v > 1 else 1
@@ -112,7 +104,7 @@ def render_grid(p: Program, params: CudaParams, out_t: str) -> str:
     }}
     __syncthreads();
     {gather}
-    {_value_decls(plan, pno)}""")
+    {value_decls(plan, pno)}""")
         out = slice_output(p, plan, loads, lambda w, ld=loads: decls(ld, w), v, T, unroll, out_t, "slice == 0")
         passes = "\n".join(parts)
         kernels.append(f"""
@@ -143,7 +135,7 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   }}
 }}
 """)
-    ok = _align_check(p, set(cached) | set(rowvec), out_t, V, f"a.R % {V} == 0")
+    ok = align_check(p, set(cached) | set(rowvec), out_t, V, f"a.R % {V} == 0")
     launch = slice_sizes("grid", ctype, cached, ok, V, S, params.buffers) + f"""
   void (*kern)(FbArgs, FbWs*, unsigned*, long long, long long, int) = wide ? fb_grid_v{V} : fb_grid_v1;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -172,4 +164,4 @@ __global__ void __launch_bounds__({T}) fb_grid_v{v}(FbArgs a, FbWs* ws, unsigned
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   cudaLaunchKernelEx(&cfg, kern, a, ws, cnt, chunk, bufbytes, nbuf);"""
-    return SUPPORT + PADDED_FILL + ws_decl + "".join(kernels) + _forward(launch)
+    return SUPPORT + PADDED_FILL + ws_decl + "".join(kernels) + forward(launch)
