@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,6 +40,7 @@ class CNode(BaseModel):
     shape: list[int] | None = None
     dtype: str | None = None
     index: int | None = None  # input: position among forward args; param: position in state_dict
+    where: str | None = None  # the problem's source line that made it ("problem.py:12: x = x.softmax(-1)")
 
 
 class CGraph(BaseModel):
@@ -49,109 +50,44 @@ class CGraph(BaseModel):
     n_inputs: int = 0
     params: list[str] = Field(default_factory=list)  # state_dict keys, in order
     param_shapes: list[list[int]] = Field(default_factory=list)
-    tracer: str = ""  # "fx" or "export"
+    tracer: str = ""  # "export"
     unsupported: str | None = None  # why no graph could be captured
 
     def node(self, name: str) -> CNode:
         return next(n for n in self.nodes if n.name == name)
 
 
-_OPERATORS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
-              operator.neg: "neg", operator.pow: "pow", operator.getitem: "getitem", operator.matmul: "matmul",
-              operator.iadd: "add", operator.imul: "mul", operator.isub: "sub", operator.itruediv: "div"}
-
-_RENAMES = {"truediv": "div", "true_divide": "div", "divide": "div", "multiply": "mul", "subtract": "sub",
-            "clip": "clamp", "negative": "neg", "absolute": "abs", "mm": "matmul", "bmm": "matmul"}
-
-
-def _canon(name: str) -> str:
-    name = name.rstrip("_") if name not in ("__and__",) else name
-    return _RENAMES.get(name, name)
+# Ops that stay whole: the heavy ops run on torch (cuBLAS/cuDNN), and diag stays a diag so that diag(a) @ B can be
+# recognised as a broadcast multiply. Everything else is decomposed to core ATen by torch's own tables.
+_KEEP = ("linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+         "conv_transpose2d", "conv_transpose3d", "einsum", "diag", "scaled_dot_product_attention")
+TRIL = "tril"  # a buffer's checked structure: ones on and below the diagonal of its last two dims, zeros above
 
 
-def _module_op(mod) -> tuple[str, dict]:
-    """A leaf module as (op, hyper-parameters)."""
-    import torch.nn as nn
+def op_name(target) -> str:
+    """An ATen overload as 'name.overload' ('add.Tensor', 'amax' for '.default'); other callables by name."""
+    import operator
 
-    kind = type(mod).__name__
-    hp: dict[str, Any] = {}
-    if isinstance(mod, nn.Linear):
-        return "linear", hp
-    if isinstance(mod, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose2d | nn.ConvTranspose3d):
-        hp = {"stride": list(mod.stride), "padding": list(mod.padding) if not isinstance(mod.padding, str)
-              else mod.padding, "dilation": list(mod.dilation), "groups": mod.groups}
-        return kind.lower(), hp
-    if isinstance(mod, nn.LayerNorm):
-        return "layer_norm", {"normalized_shape": list(mod.normalized_shape), "eps": mod.eps,
-                              "affine": mod.weight is not None}
-    if isinstance(mod, nn.GroupNorm):
-        return "group_norm", {"num_groups": mod.num_groups, "eps": mod.eps, "affine": mod.affine}
-    if isinstance(mod, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d):
-        stats = mod.track_running_stats and not mod.training
-        return "batch_norm", {"eps": mod.eps, "affine": mod.affine, "running": stats}
-    if isinstance(mod, nn.InstanceNorm1d | nn.InstanceNorm2d | nn.InstanceNorm3d):
-        stats = mod.track_running_stats and not mod.training  # in training mode the input's own statistics
-        return "instance_norm", {"eps": mod.eps, "affine": mod.affine, "running": stats}
-    if isinstance(mod, nn.Softmax | nn.LogSoftmax):
-        return ("softmax" if isinstance(mod, nn.Softmax) else "log_softmax"), {"dim": mod.dim}
-    if isinstance(mod, nn.GELU):
-        return "gelu", {"approximate": mod.approximate}
-    if isinstance(mod, nn.LeakyReLU):
-        return "leaky_relu", {"negative_slope": mod.negative_slope}
-    if isinstance(mod, nn.Hardtanh):  # ReLU6 too
-        return "hardtanh", {"min_val": mod.min_val, "max_val": mod.max_val}
-    if isinstance(mod, nn.ELU):
-        return "elu", {"alpha": mod.alpha}
-    if isinstance(mod, nn.Softplus):
-        return "softplus", {"beta": mod.beta, "threshold": mod.threshold}
-    if isinstance(mod, nn.Dropout | nn.Identity | nn.Dropout2d):
-        return "identity", {}
-    if isinstance(mod, nn.MSELoss | nn.L1Loss | nn.SmoothL1Loss | nn.HuberLoss | nn.KLDivLoss):
-        hp = {"reduction": mod.reduction}
-        if isinstance(mod, nn.SmoothL1Loss):
-            hp["beta"] = mod.beta
-        if isinstance(mod, nn.HuberLoss):
-            hp["delta"] = mod.delta
-        return {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss",
-                "HuberLoss": "huber_loss", "KLDivLoss": "kl_div"}[kind], hp
-    simple = {"SELU": "selu", "ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Hardsigmoid": "hardsigmoid",
-              "Hardswish": "hardswish", "Mish": "mish", "Softsign": "softsign"}
-    if kind in simple:
-        return simple[kind], hp
-    return "module:" + kind, hp
+    if target is operator.getitem:
+        return "getitem"
+    text = str(target)
+    if text.startswith("aten."):
+        return text.removeprefix("aten.").removesuffix(".default")
+    return getattr(target, "__name__", str(target))
 
 
-def _describe(value) -> tuple[list[int] | None, str | None, Any]:
+def _encode(arg) -> Any:
     import torch
-
-    if isinstance(value, torch.Tensor):
-        return list(value.shape), str(value.dtype).removeprefix("torch."), None
-    if isinstance(value, torch.Size):
-        return None, None, [int(v) for v in value]
-    if isinstance(value, bool | int | float | str) or value is None:
-        return None, None, value
-    if isinstance(value, tuple | list) and all(isinstance(v, bool | int | float) for v in value):
-        return None, None, list(value)
-    if isinstance(value, tuple | list) and value and isinstance(value[0], torch.Tensor):
-        return None, "tuple", None
-    return None, None, None
-
-
-def _encode(arg, values: dict[str, Any]) -> Any:
     import torch.fx as fx
 
     if isinstance(arg, fx.Node):
-        if arg.name in values:  # a traced int (x.size(1), ...) becomes the constant it was
-            return values[arg.name]
         return {"ref": arg.name}
     if isinstance(arg, tuple | list):
-        return [_encode(a, values) for a in arg]
+        return [_encode(a) for a in arg]
     if isinstance(arg, dict):
-        return {k: _encode(v, values) for k, v in arg.items()}
+        return {k: _encode(v) for k, v in arg.items()}
     if isinstance(arg, bool | int | float | str) or arg is None:
         return arg
-    import torch
-
     if isinstance(arg, torch.dtype):
         return str(arg).removeprefix("torch.")
     if isinstance(arg, torch.memory_format | torch.layout | torch.device):
@@ -159,119 +95,95 @@ def _encode(arg, values: dict[str, Any]) -> Any:
     return {"opaque": type(arg).__name__}
 
 
-def _value(gm, target: str) -> float:
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj.item()
+def _where(node, files: tuple[str, ...]) -> str | None:
+    """The source line of the problem's own code that made a node: the last frame of its stack trace in one of
+    `files` (the problem file), else the trace's first frame."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
+    if not frames:
+        return None
+    own = [f for f in frames if Path(f[0]).name in files] or frames[:1]
+    path, line, code = own[-1]
+    return f"{Path(path).name}:{line}: {code.strip()}"
 
 
-def _record(gm, args: list) -> dict[str, Any]:
-    """Run the graph once and record each node's result (tensors: shape/dtype; numbers: the value)."""
-    import torch.fx as fx
-
-    seen: dict[str, Any] = {}
-
-    class Rec(fx.Interpreter):
-        def run_node(self, n):
-            out = super().run_node(n)
-            seen[n.name] = out
-            return out
-
-    Rec(gm).run(*args)
-    return seen
-
-
-def graph_from_fx(gm, model, args: list, tracer: str = "fx") -> CGraph:
-    """The captured graph of an fx GraphModule (from symbolic_trace) run on `args` (fake or real tensors)."""
+def structure(t) -> str | None:
+    """What a buffer is, where the catalog can use it: TRIL for a lower-triangular mask of ones (a causal mask)."""
     import torch
 
-    results = _record(gm, args)
-    state = list(model.state_dict().keys()) if hasattr(model, "state_dict") else []
-    g = CGraph(n_inputs=len(args), params=state, tracer=tracer,
-               param_shapes=[list(t.shape) for t in model.state_dict().values()] if state else [])
-    consts: dict[str, Any] = {}
-    names: set[str] = set()
-    placeholder = 0
-    modules = dict(gm.named_modules())
+    if t.dim() < 2 or t.shape[-1] != t.shape[-2] or t.shape[-1] < 2 or t.is_floating_point() and not torch.isfinite(t).all():
+        return None
+    ones = torch.ones(t.shape[-2:], dtype=torch.bool).tril()
+    return TRIL if bool((t != 0).eq(ones).all()) else None
 
-    def param_node(key: str) -> dict:
-        if key not in state:
-            raise ValueError(f"attribute {key} is not in the state_dict (a constant tensor?)")
-        name = "p_" + key.replace(".", "_")
-        if name not in names:
-            names.add(name)
-            idx = state.index(key)
-            g.nodes.append(CNode(name=name, op="param", index=g.n_inputs + idx, shape=g.param_shapes[idx],
-                                 dtype=str(model.state_dict()[key].dtype).removeprefix("torch.")))
-        return {"ref": name}
 
-    for n in gm.graph.nodes:
-        val = results.get(n.name)
-        shape, dtype, const = _describe(val)
+def export_graph(model, args: list, files: tuple[str, ...] = ()) -> CGraph:
+    """The forward's core-ATen graph: torch.export (non-strict), decomposed by torch's core ATen table."""
+    import torch
+
+    ep = torch.export.export(model, tuple(args), strict=False)
+    table = torch.export.default_decompositions()
+    for name in _KEEP:
+        for overload in ("default", "input", "Tensor"):
+            target = getattr(getattr(torch.ops.aten, name), overload, None)
+            if target is not None:
+                table.pop(target, None)
+    ep = ep.run_decompositions(table)
+    state = model.state_dict()
+    keys = list(state.keys())
+    g = CGraph(n_inputs=sum(1 for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"), params=keys,
+               param_shapes=[list(t.shape) for t in state.values()], tracer="export")
+    specs = {s.arg.name: s for s in ep.graph_signature.input_specs if hasattr(s.arg, "name")}
+    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    for n in ep.graph_module.graph.nodes:
+        val = n.meta.get("val")
+        shape = list(val.shape) if isinstance(val, torch.Tensor) else None
+        dtype = str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else None
         if n.op == "placeholder":
-            g.nodes.append(CNode(name=n.name, op="input", index=placeholder, shape=shape, dtype=dtype))
-            placeholder += 1
-            names.add(n.name)
+            spec = specs.get(n.name)
+            kind = spec.kind.name if spec is not None else "USER_INPUT"
+            if kind == "USER_INPUT":
+                g.nodes.append(CNode(name=n.name, op="input", index=users.index(n.name), shape=shape, dtype=dtype))
+                continue
+            target = str(spec.target)
+            real = _attr(model, target)
+            kw = {"target": target}
+            if real is not None and (s := structure(real)) is not None:
+                kw["structure"] = s
+            if target in state:
+                g.nodes.append(CNode(name=n.name, op="param", index=g.n_inputs + keys.index(target), shape=shape,
+                                     dtype=dtype, kwargs=kw))
+            elif real is not None and real.numel() == 1:
+                g.nodes.append(CNode(name=n.name, op="const", args=[float(real.item())], shape=shape, dtype=dtype))
+            else:  # a non-persistent buffer or a lifted constant: no input of the ABI carries it
+                g.nodes.append(CNode(name=n.name, op="constant_tensor", shape=shape, dtype=dtype, kwargs=kw))
             continue
         if n.op == "output":
-            g.nodes.append(CNode(name=n.name, op="output", args=[_encode(n.args[0], consts)]))
+            g.nodes.append(CNode(name=n.name, op="output", args=[_encode(n.args[0])]))
             continue
-        if shape is None and dtype is None and n.op != "get_attr":  # a number computed from shapes (x.size(1), x.shape[0] * 2)
-            if const is not None or val is None:
-                consts[n.name] = const
-                continue
-            if isinstance(val, torch.device | torch.dtype):  # x.device, x.dtype: arguments of torch.tensor(...)
-                consts[n.name] = str(val)
-                continue
-        args = _encode(list(n.args), consts)
-        kwargs = _encode(dict(n.kwargs), consts)
-        if n.op == "get_attr":
-            if str(n.target) not in state and isinstance(val, torch.Tensor) and val.numel() == 1:
-                # a constant folded in by the tracer (torch.tensor(0.5) in forward): its value, not an input
-                g.nodes.append(CNode(name=n.name, op="const", args=[float(_value(gm, str(n.target)))], shape=shape,
-                                     dtype=dtype))
-            else:
-                ref = param_node(str(n.target))
-                g.nodes.append(CNode(name=n.name, op="identity", args=[ref], shape=shape, dtype=dtype))
-        elif n.op == "call_function":
-            target = n.target
-            op = _OPERATORS.get(target) or _canon(getattr(target, "__name__", str(target)))
-            g.nodes.append(CNode(name=n.name, op=op, args=args, kwargs=kwargs, shape=shape, dtype=dtype))
-        elif n.op == "call_method":
-            g.nodes.append(CNode(name=n.name, op=_canon(str(n.target)), args=args, kwargs=kwargs, shape=shape,
-                                 dtype=dtype))
-        elif n.op == "call_module":
-            mod = modules[str(n.target)]
-            op, hp = _module_op(mod)
-            names_ = [p for p, _ in mod.named_parameters(recurse=False)]
-            if op in ("batch_norm", "instance_norm") and hp.get("running"):  # statistics: buffers, in the state_dict
-                names_ = ["running_mean", "running_var", *names_]
-            extra = [param_node(f"{n.target}.{p}") for p in names_]
-            kw = {**hp, **kwargs, "params": names_, "module": n.target}
-            g.nodes.append(CNode(name=n.name, op=op, args=args + extra, kwargs=kw, shape=shape, dtype=dtype))
-        names.add(n.name)
+        if n.op != "call_function":
+            raise ValueError(f"graph node {n.op} {n.target}")
+        name = op_name(n.target)
+        if name in ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size"):
+            continue
+        g.nodes.append(CNode(name=n.name, op=name, args=_encode(list(n.args)), kwargs=_encode(dict(n.kwargs)),
+                             shape=shape, dtype=dtype, where=_where(n, files)))
     return g
 
 
-def capture_model(model, args: list) -> CGraph:
-    """symbolic_trace first, torch.export second; `unsupported` says why when neither works."""
-    import torch
-    import torch.fx as fx
+def _attr(model, target: str):
+    obj = model
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
 
-    errors = []
+
+def capture_model(model, args: list, files: tuple[str, ...] = ()) -> CGraph:
+    """torch.export + core ATen; `unsupported` says why when the graph cannot be captured."""
     try:
-        gm = fx.symbolic_trace(model)
-        return graph_from_fx(gm, model, args, "fx")
-    except Exception as exc:  # noqa: BLE001 - user code may fail to trace in any way
-        errors.append(f"torch.fx: {type(exc).__name__}: {exc}")
-    try:
-        ep = torch.export.export(model, tuple(args))
-        gm = ep.module()
-        return graph_from_fx(gm, model, args, "export")
-    except Exception as exc:  # noqa: BLE001
-        errors.append(f"torch.export: {type(exc).__name__}: {exc}")
-    return CGraph(unsupported="; ".join(e[:300] for e in errors))
+        return export_graph(model, args, files)
+    except Exception as exc:  # noqa: BLE001 - user code may fail to export in any way
+        return CGraph(unsupported=f"torch.export: {type(exc).__name__}: {str(exc)[:600]}")
 
 
 def capture_file(path: Path) -> CGraph:
@@ -289,14 +201,14 @@ def capture_file(path: Path) -> CGraph:
 
         with FakeTensorMode(allow_non_fake_inputs=True):
             args = list(mod.get_inputs())
-            g = capture_model(model, args)
+            g = capture_model(model, args, (path.name,))
         if g.unsupported is None:
             return g
         log.info("capture with fake tensors failed (%s); trying real ones", g.unsupported)
     except Exception as exc:  # noqa: BLE001
         log.info("fake-tensor capture failed: %s", exc)
     args = list(mod.get_inputs())
-    return capture_model(model, args)
+    return capture_model(model, args, (path.name,))
 
 
 def capture_source(source: str, *, timeout_s: float = 120.0) -> CGraph:

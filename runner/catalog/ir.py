@@ -1,4 +1,4 @@
-"""The catalog's program: one output computed over an iteration space F, optionally reduced along a block of dims.
+"""The catalog's program: outputs computed over an iteration space F, optionally reduced along a block of dims.
 
     y[o, i]    = Red(x[o, :, i])                           (a row program with row-level output)
     y[o, r, i] = f(x[o, r, i], ..., Red_1, ..., Red_k)     (a row program with full-level output)
@@ -6,6 +6,22 @@
 
 F is split as [O, R, I] around the reduced dims (contiguous dims `axes`). Expressions are immutable trees; equal trees
 are the same value (structural sharing gives common-subexpression elimination for free in codegen).
+
+Nodes a template must render (each raises NotExpressible where it cannot):
+- Load(k): input k at the current position of F (its access kind says how: Program.access).
+- Const(v), Dim(name): a number; a size read at run time ('R', or 'F0', 'F1', ...).
+- Op(name, args, attrs): scalar math in fp32 (runner.catalog.codegen.common.op_code is the reference rendering).
+  Besides the UNARY and BINARY names below: `where(c, a, b)` (c != 0 ? a : b); comparisons `eq ne lt le gt ge`
+  (1.0 or 0.0); `not` (x == 0); `trunc`; `round_bf16` / `round_fp16`: x rounded to the nearest bf16/fp16 value
+  (ties to even) and widened back to fp32, exactly where the reference stores to that type (an op whose result is
+  bf16, `.to(torch.bfloat16)`); loads of bf16/fp16 widen exactly and the final store rounds.
+- Iota(e): the coordinate of the current position along F's dim `ndim - 1 - e` (counted from the innermost, as
+  broadcasting aligns shapes), as a float: arange/iota, and a causal mask buffer whose structure the capture checked
+  (`col <= row` is `le(Iota(0), Iota(1))`). An Iota along a reduced dim is full-level (it varies along the row);
+  along any other dim, row-level. Rendered as fb_iota(a, d, flat) (common.general_index_fn).
+- Red(kind, arg): a reduction over the reduced dims (a per-row value).
+A program may have several outputs (`Program.more`: a residual sum and its norm), all of one level (full or per
+row), written by the same pass: output 0 is `out`, the others follow in order, each with its dtype.
 """
 
 from __future__ import annotations
@@ -37,6 +53,13 @@ class Dim(Expr):
 
 
 @dataclass(frozen=True)
+class Iota(Expr):
+    """The coordinate along F's dim ndim - 1 - e (e counts from the innermost dim)."""
+
+    e: int
+
+
+@dataclass(frozen=True)
 class Op(Expr):
     name: str
     args: tuple[Expr, ...]
@@ -57,7 +80,9 @@ REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "lse", "mean", "v
 UNARY = ("neg", "relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", "rsqrt", "erf", "gelu", "gelu_tanh",
          "leaky_relu", "hardtanh", "softplus", "elu", "hardsigmoid", "hardswish", "mish", "square", "cube", "recip",
          "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign", "selu")
-BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "lt", "gt", "where_pos")
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge")
+TERNARY = ("where",)
+CASTS = ("round_bf16", "round_fp16", "trunc", "not")
 
 
 @dataclass
@@ -71,6 +96,15 @@ class Input:
 
 
 @dataclass
+class Output:
+    """An output after the first: its expression (same level as the first), dtype and shape."""
+
+    expr: Expr
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass
 class Program:
     inputs: list[Input]
     out: Expr
@@ -79,6 +113,12 @@ class Program:
     out_dtype: str = "float32"
     out_shape: tuple[int, ...] = ()
     notes: list[str] = field(default_factory=list)  # recognised patterns, in plain words
+    more: list[Output] = field(default_factory=list)  # outputs 1, 2, ... (output 0 is `out`)
+
+    @property
+    def outputs(self) -> list[Output]:
+        """Every output, the first included."""
+        return [Output(self.out, self.out_dtype, self.out_shape), *self.more]
 
     @property
     def ndim(self) -> int:
@@ -163,13 +203,14 @@ class Program:
         return any(s[d] != 1 for d in self.axes)
 
     def level(self, e: Expr) -> str:
-        return level(e, frozenset(k for k in range(len(self.inputs)) if self.load_is_full(k)))
+        iotas = frozenset(Iota(self.ndim - 1 - d) for d in self.axes)
+        return level(e, frozenset(k for k in range(len(self.inputs)) if self.load_is_full(k)), iotas)
 
     def out_is_row(self) -> bool:
         return self.is_row and self.level(self.out) == "row"
 
     def used_inputs(self) -> list[int]:
-        return sorted({e.k for e in walk(self.out) if isinstance(e, Load)})
+        return sorted({e.k for o in self.outputs for e in walk(o.expr) if isinstance(e, Load)})
 
 
 def walk(e: Expr):
@@ -206,12 +247,15 @@ def reductions(e: Expr) -> list[Red]:
     return out
 
 
-def level(e: Expr, full_loads: frozenset[int] | None = None) -> str:
-    """'full' when the value varies along the reduced dims (touches a Load outside a Red), else 'row'."""
+def level(e: Expr, full_loads: frozenset[int] | None = None, full_iotas: frozenset | None = None) -> str:
+    """'full' when the value varies along the reduced dims (touches a Load or an Iota of a reduced dim outside a
+    Red), else 'row'."""
 
     def rec(x: Expr) -> bool:
         if isinstance(x, Load):
             return full_loads is None or x.k in full_loads
+        if isinstance(x, Iota):
+            return full_iotas is None or x in full_iotas
         if isinstance(x, Red):
             return False
         return any(rec(c) for c in children(x))
@@ -246,6 +290,8 @@ def op(name: str, *args: Expr, attrs: tuple[float, ...] = ()) -> Expr:
         return Op("sqrt", (a,))  # type: ignore[arg-type]
     if name == "relu" and isinstance(a, Op) and a.name == "relu":
         return a
+    if name == "where" and isinstance(a, Const):
+        return args[1] if a.value != 0 else args[2]
     if all(isinstance(x, Const) for x in args) and args:
         folded = _fold(name, [x.value for x in args], attrs)  # type: ignore[union-attr]
         if folded is not None:
@@ -266,7 +312,10 @@ def _fold(name: str, v: list[float], attrs: tuple[float, ...]) -> float | None:
              "sigmoid": lambda: 1.0 / (1.0 + math.exp(-v[0])), "silu": lambda: v[0] / (1.0 + math.exp(-v[0])),
              "maximum": lambda: max(v[0], v[1]), "minimum": lambda: min(v[0], v[1]),
              "clamp_min": lambda: max(v[0], attrs[0]), "clamp_max": lambda: min(v[0], attrs[0]),
-             "leaky_relu": lambda: v[0] if v[0] > 0 else v[0] * attrs[0]}
+             "leaky_relu": lambda: v[0] if v[0] > 0 else v[0] * attrs[0],
+             "where": lambda: v[1] if v[0] != 0 else v[2], "eq": lambda: float(v[0] == v[1]),
+             "ne": lambda: float(v[0] != v[1]), "lt": lambda: float(v[0] < v[1]), "le": lambda: float(v[0] <= v[1]),
+             "gt": lambda: float(v[0] > v[1]), "ge": lambda: float(v[0] >= v[1]), "not": lambda: float(v[0] == 0)}
     fn = table.get(name)
     try:
         return fn() if fn else None

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
-from runner.catalog.capture import CGraph, CNode
-from runner.catalog.ir import Const, Dim, Expr, Input, Load, Op, Program, Red, level, op, reductions, walk
+from runner.catalog.capture import TRIL, CGraph, CNode
+from runner.catalog.ir import Const, Dim, Expr, Input, Iota, Load, Op, Output, Program, Red, level, op, reductions, walk
+from runner.catalog.opset import translate
 
 HEAVY = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "convtranspose2d", "convtranspose3d", "addmm", "einsum"}
 IDENTITY = {"identity", "contiguous", "clone", "dropout", "detach", "float", "type_as"}
+HALF = {"bfloat16": "round_bf16", "float16": "round_fp16"}  # the op that rounds a float to the type
 
 
 class Unsupported(Exception):  # noqa: N818 - a verdict on the pattern, not an error
@@ -166,6 +168,9 @@ class _Lower:
     def lower_node(self, n: CNode) -> Any:  # noqa: C901 - one table of ops
         o = n.op
         a = lambda i, name, d=None: self.arg(n, i, name, d)  # noqa: E731
+        if o in ("input", "param") and n.kwargs.get("structure") == TRIL:
+            self.notes.append(f"{n.kwargs.get('target')} is a causal (lower-triangular) mask: read as col <= row")
+            return _Val(op("le", Iota(0), Iota(1)), tuple(n.shape or ()))
         if o in ("input", "param"):
             return _Val(self.load(int(n.index), n.shape or (), n.dtype or "float32"), tuple(n.shape or ()))
         if o == "const" or (o == "tensor" and isinstance(a(0, "data"), int | float)):
@@ -259,7 +264,93 @@ class _Lower:
             return self.lower_batch_norm(n)
         if o in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
             return self.lower_loss(n)
-        raise Unsupported(f"op {o!r} is not in the catalog")
+        return self.lower_aten(n, o)
+
+    def lower_aten(self, n: CNode, o: str) -> Any:  # noqa: C901 - one table of ops
+        """Ops that only the core-ATen op set has: conversions, masks, comparisons, constants, index ranges and the
+        normalisations' tuple forms."""
+        a = lambda i, name, d=None: self.arg(n, i, name, d)  # noqa: E731
+        shape = tuple(n.shape or ())
+        if o in ("layer_norm_t", "group_norm_t", "batch_norm_t", "batch_stats_norm_t"):
+            fn = {"layer_norm_t": self.lower_layer_norm, "group_norm_t": self.lower_group_norm,
+                  "batch_norm_t": self.lower_batch_norm, "batch_stats_norm_t": self.lower_batch_stats}[o]
+            return (fn(n), None, None)
+        if o == "to_dtype":
+            x = self.val(a(0, "input"))
+            src = self.g.node(n.args[0]["ref"]).dtype if isinstance(n.args[0], dict) else "float32"
+            dst = n.kwargs.get("dtype") or n.dtype or src
+            if dst == src or dst in ("float32", "float64") or src in ("bool",) or not _is_float(src):
+                return x
+            if dst in HALF:
+                self.notes.append(f"rounded to {dst} where the reference converts")
+                return _Val(op(HALF[dst], x.expr), x.shape)
+            if dst == "bool":
+                return _Val(op("ne", x.expr, Const(0.0)), x.shape)
+            return _Val(op("trunc", x.expr), x.shape)
+        if o == "where":
+            return self.pointwise(n, "where", self.val(a(0, "condition")), self.val(a(1, "self")),
+                                  self.val(a(2, "other")))
+        if o in ("eq", "ne", "lt", "le", "gt", "ge"):
+            return self.pointwise(n, o, self.val(a(0, "self")), self.val(a(1, "other")))
+        if o in ("not", "expm1", "trunc"):
+            return self.pointwise(n, o, self.val(a(0, "self")))
+        if o == "const":
+            return _Val(Const(float(a(0, "s"))), shape)
+        if o == "full":
+            return _Val(Const(float(a(1, "fill_value"))), shape)
+        if o in ("full_like", "zeros_like", "ones_like"):
+            v = {"zeros_like": 0.0, "ones_like": 1.0}.get(o)
+            return _Val(Const(float(a(1, "fill_value")) if v is None else v), shape)
+        if o == "arange":
+            nums = [x for x in n.args if isinstance(x, int | float)]
+            start, step = (0, 1) if len(nums) < 2 else (nums[0], nums[2] if len(nums) > 2 else 1)
+            return _Val(op("add", op("mul", Iota(0), Const(float(step))), Const(float(start))), shape)
+        if o == "var_mean":
+            x = self.val(a(0, "input"))
+            var = self.lower_reduction(n.model_copy(update={"op": "var"}))
+            mean = self.reduce("mean", x, self.dims(a(1, "dim"), len(x.shape)), bool(a(2, "keepdim", False)))
+            return (var, mean)
+        if o == "constant_tensor":
+            raise Unsupported(f"a constant tensor ({n.kwargs.get('target')}) that no input of the ABI carries")
+        if o == "slice":
+            return self.lower_slice(n)
+        raise Unsupported(f"op {n.op!r} is not in the catalog")
+
+    def lower_batch_stats(self, n: CNode) -> _Val:
+        """Batch norm with the input's own statistics over every dim but the channel's: instance norm (as ATen
+        writes it, on a [1, N*C, *] view) when the batch dim is 1."""
+        src = self.g.node(n.args[0]["ref"]) if isinstance(n.args[0], dict) else None
+        if src is not None and src.op in ("view", "_unsafe_view") and isinstance(src.args[0], dict):
+            inner = self.val(src.args[0])  # instance norm as ATen writes it: x [N, C, *] viewed as [1, N*C, *]
+            if len(inner.shape) >= 3 and tuple(src.shape or ())[2:] == inner.shape[2:] and not reductions(inner.expr):
+                eps = float(self.arg(n, 5, "eps", 1e-5))
+                if self.arg(n, 1, "weight") is None and self.arg(n, 2, "bias") is None:
+                    return self._normalize(inner, tuple(range(2, len(inner.shape))), eps, None, None,
+                                           "instance norm")
+        x = self.val(self.arg(n, 0, "input"))
+        if len(x.shape) < 3 or x.shape[0] != 1:
+            raise Unsupported("batch norm with batch statistics (training mode, or no running stats)")
+        if self.arg(n, 1, "weight") is not None or self.arg(n, 2, "bias") is not None:
+            raise Unsupported("batch statistics with an affine")
+        eps = float(self.arg(n, 5, "eps", 1e-5))
+        return self._normalize(x, tuple(range(2, len(x.shape))), eps, None, None, "instance norm")
+
+    def lower_slice(self, n: CNode) -> _Val:
+        """A slice of a value built from index ranges and constants (a causal mask's window): the ranges shift."""
+        x = self.val(n.args[0])
+        shape = tuple(n.shape or ())
+        nd = len(x.shape)
+        dim = (int(self.arg(n, 1, "dim", 0)) + nd) % nd
+        start = int(self.arg(n, 2, "start", 0) or 0)
+        step = int(self.arg(n, 4, "step", 1) or 1)
+        start = start + x.shape[dim] if start < 0 else start
+        if shape == x.shape:
+            return x
+        if any(isinstance(e, Load | Red) for e in walk(x.expr)):
+            raise Unsupported("a slice of a tensor")
+        e_dim = nd - 1 - dim
+        mapping = {Iota(e_dim): op("add", op("mul", Iota(e_dim), Const(float(step))), Const(float(start)))}
+        return _Val(substitute(x.expr, mapping), shape)
 
     def lower_getattr(self, n: CNode) -> Any:
         src, attr = self.env.get(_ref(n.args[0])), n.args[1]
@@ -271,7 +362,7 @@ class _Lower:
 
     def lower_transpose(self, n: CNode) -> Any:
         src = self.env[_ref(n.args[0])]
-        dims = [a for a in n.args[1:] if isinstance(a, int)]
+        dims = [a for x in n.args[1:] for a in (x if isinstance(x, list) else [x]) if isinstance(a, int)]
         if len(src._n.shape or ()) == 2 and (n.op == "t" or sorted(dims) == [0, 1] or dims == [-1, -2]
                                               or dims == [-2, -1]):
             return _Transposed(src._n)
@@ -583,41 +674,63 @@ class _Lower:
         if self.g.unsupported:
             return Pattern("unsupported", reason=self.g.unsupported)
         out_node = None
-        for n in self.g.nodes:
+        for raw in self.g.nodes:
+            n = translate(raw)
             if n.op == "output":
                 out_node = n
                 continue
             # inputs resolve lazily: a diag's input must not count as work before the heavy op
-            if n.op in ("input", "param"):
+            if n.op in ("input", "param") and n.kwargs.get("structure") != TRIL:
                 self.env[n.name] = _LazyLoad(self, n)
                 continue
-            self.env[n.name] = self.lower_node(n)
+            try:
+                self.env[n.name] = self.rounded(n, self.lower_node(n))
+            except Unsupported as e:
+                where = f" (at {raw.where})" if raw.where and "(at " not in str(e) else ""
+                raise Unsupported(f"{e}{where}") from None
         assert out_node is not None
         res = out_node.args[0]
-        if isinstance(res, list):
-            if len(res) != 1:
-                raise Unsupported("more than one output")
-            res = res[0]
-        v = self.val(res)
-        outn = self.g.node(res["ref"]) if isinstance(res, dict) else None
-        return self.finish(v, outn)
+        res = res if isinstance(res, list) else [res]
+        vals = [self.val(r) for r in res]
+        nodes = [self.g.node(r["ref"]) if isinstance(r, dict) else None for r in res]
+        return self.finish(vals[0], nodes[0], list(zip(vals[1:], nodes[1:], strict=True)))
 
-    def finish(self, v: _Val, outn: CNode | None) -> Pattern:
+    def rounded(self, n: CNode, v: Any) -> Any:
+        """A value the reference computes in bf16/fp16 is rounded to that type where the op writes it."""
+        if n.dtype in HALF and isinstance(v, _Val) and isinstance(v.expr, Op | Red) and n.op not in IDENTITY \
+                and not (isinstance(v.expr, Op) and v.expr.name in HALF.values()):
+            return _Val(op(HALF[n.dtype], v.expr), v.shape)
+        return v
+
+    def finish(self, v: _Val, outn: CNode | None, more: list | None = None) -> Pattern:
         out_shape = tuple(outn.shape or ()) if outn else ()
         out_dtype = (outn.dtype if outn else None) or "float32"
         if self.F is None:
             F, axes = out_shape, ()
         else:
             F, axes = self.F, self.axes or ()
-        expr = v.expr
-        if not reductions(expr):
+        expr = fold_lse(v.expr)
+        more = [(_Val(fold_lse(w.expr), w.shape), m) for w, m in (more or [])]
+        if any(r.kind == "lse" for r in reductions(expr)) and not any("lse" in x for x in self.notes):
+            self.notes.append("lse: one log-sum-exp per row (folded from its max, exp, sum and log)")
+        if not any(reductions(e) for e in [expr] + [w.expr for w, _ in (more or [])]):
             axes = ()  # every reduction folded away (dims of size 1): an elementwise program over F
             if prod(F or (1,)) != prod(out_shape or (1,)):
                 F = out_shape  # ... or over the output, when what is left is per row (a constant, say)
-        expr, inputs = prune(expr, self.inputs)
+        extra = [Output(w.expr, (m.dtype if m else None) or "float32", tuple(m.shape or ()) if m else ())
+                 for w, m in (more or [])]
+        for x in extra:
+            if x.shape != out_shape and prod(x.shape) != prod(out_shape):
+                raise Unsupported(f"outputs of different sizes: {list(out_shape)} and {list(x.shape)}")
+        exprs, inputs = prune_all([expr] + [x.expr for x in extra], self.inputs)
+        expr = exprs[0]
+        for x, e in zip(extra, exprs[1:], strict=True):
+            x.expr = e
+        if extra:
+            self.notes.append(f"{1 + len(extra)} outputs from one program")
         notes = self.notes + describe(expr)
         prog = Program(inputs=inputs, out=expr, shape=tuple(F), axes=tuple(axes), out_dtype=out_dtype,
-                       out_shape=out_shape, notes=list(dict.fromkeys(notes)))
+                       out_shape=out_shape, notes=list(dict.fromkeys(notes)), more=extra)
         check_program(prog, self)
         if self.heavy is not None and all(i.abi != -1 for i in inputs):
             prog.notes.append(f"the {self.heavy.op}'s result does not reach the output: no {self.heavy.op} needed")
@@ -660,11 +773,49 @@ class _LazyLoad(_Val):
         return self._get().shape
 
 
+def _guarded_max(m: Expr) -> Expr | None:
+    """R where m is Red(max, X) or ATen's where(|R| == inf, 0, R) around it: the max a log-sum-exp subtracts."""
+    if isinstance(m, Red) and m.kind == "max":
+        return m
+    if isinstance(m, Op) and m.name == "where" and len(m.args) == 3 and isinstance(m.args[2], Red) \
+            and m.args[2].kind == "max" and m.args[1] == Const(0.0):
+        return m.args[2]
+    return None
+
+
+def fold_lse(e: Expr) -> Expr:
+    """log(sum(exp(X - M))) + M, M the row's max of X (as torch.logsumexp decomposes): one log-sum-exp of X."""
+    if isinstance(e, Red):
+        return Red(e.kind, fold_lse(e.arg))
+    if not isinstance(e, Op):
+        return e
+    e = Op(e.name, tuple(fold_lse(a) for a in e.args), e.attrs)
+    if e.name == "add" and len(e.args) == 2:
+        for lg, m in (e.args, e.args[::-1]):
+            if not (isinstance(lg, Op) and lg.name == "log" and isinstance(lg.args[0], Red)
+                    and lg.args[0].kind == "sum"):
+                continue
+            ex = lg.args[0].arg
+            if not (isinstance(ex, Op) and ex.name == "exp" and isinstance(ex.args[0], Op) and ex.args[0].name == "sub"):
+                continue
+            x, m1 = ex.args[0].args
+            r = _guarded_max(m1)
+            if r is not None and r.arg == x and _guarded_max(m) == r:
+                return Red("lse", x)
+    return e
+
+
 def prune(e: Expr, inputs: list[Input]) -> tuple[Expr, list[Input]]:
     """Drop inputs the expression does not read; renumber its loads."""
-    used = sorted({x.k for x in walk(e) if isinstance(x, Load)})
+    (out,), ins = prune_all([e], inputs)
+    return out, ins
+
+
+def prune_all(es: list[Expr], inputs: list[Input]) -> tuple[list[Expr], list[Input]]:
+    """Drop inputs no expression reads; renumber their loads."""
+    used = sorted({x.k for e in es for x in walk(e) if isinstance(x, Load)})
     mapping = {Load(k): Load(j) for j, k in enumerate(used)}
-    return _subst_all(e, mapping), [inputs[k] for k in used]
+    return [_subst_all(e, mapping) for e in es], [inputs[k] for k in used]
 
 
 def _subst_all(e: Expr, mapping: dict) -> Expr:
@@ -690,6 +841,10 @@ def describe(e: Expr) -> list[str]:
         if r.kind == "sum" and isinstance(r.arg, Op) and r.arg.name == "square":
             out.append("L2 norm: sqrt of a sum of squares")
     return out
+
+
+def _is_float(dtype: str | None) -> bool:
+    return dtype in ("float32", "float64", "bfloat16", "float16")
 
 
 def _broadcast(a, b) -> tuple[int, ...]:
@@ -721,6 +876,8 @@ def check_program(p: Program, low: _Lower | None = None) -> None:
         if len(s) > len(F) or any(x not in (1, f) for x, f in zip(p.padded(k), F, strict=True)):
             raise Unsupported(f"input {inp.abi} of shape {list(inp.shape)} does not broadcast to {list(F)}")
     n_outer, _, n_inner = p.split()
+    if any(p.level(o.expr) != p.level(p.out) for o in p.more):
+        raise Unsupported("outputs of different levels (one per element, another per row)")
     numel = prod(p.out_shape) if p.out_shape else 1
     if p.is_row:
         want = prod(F) if p.level(p.out) == "full" else n_outer * n_inner

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runner.catalog.ir import Const, Dim, Expr, Load, Op, Program, Red, reductions, walk
+from runner.catalog.ir import Const, Dim, Expr, Iota, Load, Op, Program, Red, reductions, walk
 
 CTYPE_CUDA = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
               "int64": "long long", "int32": "int", "bool": "bool", "uint8": "unsigned char", "int8": "signed char"}
-CTYPE_CPU = {"float32": "float", "float64": "double", "int64": "long long", "int32": "int", "bool": "bool",
+CTYPE_CPU = {"float32": "float", "float16": "fb_f16", "bfloat16": "fb_bf16", "float64": "double", "int64": "long long", "int32": "int", "bool": "bool",
              "uint8": "unsigned char", "int8": "signed char"}
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "int32": 4, "int64": 5, "bool": 6, "uint8": 7,
               "int8": 8}
@@ -53,6 +53,7 @@ class Plan:
     accs: list[Acc] = field(default_factory=list)
     values: list[Value] = field(default_factory=list)
     out: Expr | None = None  # the output with every Red replaced by an AccRef
+    more: list[Expr] = field(default_factory=list)  # the program's other outputs, the same way
     passes: int = 0
 
 
@@ -79,7 +80,9 @@ def plan_passes(p: Program, mode: str) -> Plan:
         pass_of[v.name] = pno
         return AccRef(v.name)
 
-    reds = reductions(p.out)
+    reds: list[Red] = []
+    for o in p.outputs:
+        reds += [r for r in reductions(o.expr) if r not in reds]
     # online: a mean beside a variance of the same argument is the Welford accumulator's own mean (one accumulator and
     # one block reduction, not a sum beside it)
     welford_args = {r.arg for r in reds if r.kind == "var"} if mode == "online" else set()
@@ -120,6 +123,7 @@ def plan_passes(p: Program, mode: str) -> Plan:
         else:
             raise NotExpressible(f"reduction {k}")
     plan.out = replace_reds(p.out, done)
+    plan.more = [replace_reds(o.expr, done) for o in p.more]
     plan.passes = max((a.pass_no for a in plan.accs), default=0)
     return plan
 
@@ -162,6 +166,11 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
         "hardswish": f"({x} * fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))",
         "mish": f"({x} * fb_tanh({x} > 20.0f ? {x} : log1pf(fb_exp({x}))))",
         "where_lt": f"({x} < {y} ? {a[2] if len(a) > 2 else ''} : {a[3] if len(a) > 3 else ''})",
+        "where": f"({x} != 0.0f ? {y} : {a[2] if len(a) > 2 else ''})",
+        "eq": f"(float)({x} == {y})", "ne": f"(float)({x} != {y})", "lt": f"(float)({x} < {y})",
+        "le": f"(float)({x} <= {y})", "gt": f"(float)({x} > {y})", "ge": f"(float)({x} >= {y})",
+        "not": f"(float)({x} == 0.0f)", "trunc": f"truncf({x})", "expm1": f"expm1f({x})",
+        "round_bf16": f"fb_round_bf16({x})", "round_fp16": f"fb_round_fp16({x})",
         # kl_div's xlogy(t, t) - t * y: 0 where t == 0, NaN where t < 0 (torch.xlogy), never 0 for a negative t
         "xlogy_minus": f"(({x} == 0.0f ? 0.0f : {x} * fb_log({x})) - {x} * {y})",
     }
@@ -204,6 +213,8 @@ class Emitter:
             return code
         if isinstance(e, Load):
             code = self.load(e.k)
+        elif isinstance(e, Iota):
+            code = f"(float)fb_iota(a, FB_ND - 1 - {e.e}, flat)"
         elif isinstance(e, Op):
             code = op_code(e.name, [self(x) for x in e.args], e.attrs)
         else:
@@ -234,6 +245,7 @@ def args_struct(p: Program) -> str:
 struct FbArgs {{
   const void* in[{nin}];
   void* out;
+  void* more[{max(len(p.more), 1)}];  // outputs 1, 2, ...
   long long O, R, I, N;
   long long F[{nd}];
   long long st[{nin}][{nd}];
@@ -256,7 +268,7 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
              "static int fb_fail(const char* msg) { snprintf(fb_err, sizeof fb_err, \"%s\", msg); return 1; }",
              "static int fb_setup(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, FbArgs* ap) {",
              "  FbArgs& a = *ap;",
-             '  if (n_out != 1) return fb_fail("expected one output");',
+             f'  if (n_out != {1 + len(p.more)}) return fb_fail("expected {1 + len(p.more)} outputs");',
              f"  long long shp[{max(len(p.inputs), 1)}][{max(nd, 1)}];"]
     for k, inp in enumerate(p.inputs):
         pos = inp.abi + abi_offset
@@ -281,10 +293,12 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
                          f"shp[{k}][d] = s >= 0 ? t.shape[s] : 1; }}")
         lines.append(f"    a.in[{k}] = t.data; }}")
     if p.inputs:
-        lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1;")
-        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (shp[k][d] != 1) {{ "
+        # a dim no input spans (an index range's, a mask's from its structure) keeps its captured size
+        lines.append(f"  const long long fcap[{max(nd, 1)}] = {{{', '.join(f'{x}LL' for x in p.shape) or '1LL'}}};")
+        lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1; int seen = 0;")
+        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (shp[k][d] != 1) {{ seen = 1; "
                      "if (f != 1 && f != shp[k][d]) return fb_fail(\"inputs do not broadcast\"); f = shp[k][d]; }")
-        lines.append("    a.F[d] = f; }")
+        lines.append("    a.F[d] = seen ? f : fcap[d]; }")
     else:
         for d in range(nd):
             lines.append(f"  a.F[{d}] = {p.shape[d]}LL;")
@@ -343,10 +357,11 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
     lines.append("  }")
     full_out = not p.is_row or p.level(p.out) == "full"
     want = "a.N" if full_out else "(a.O * a.I)"
-    lines.append("  { long long n = 1; for (int d = 0; d < out[0].ndim; ++d) n *= out[0].shape[d];")
-    lines.append(f"    if (n != {want}) return fb_fail(\"output size differs from the program's\"); }}")
-    lines.append(f"  if (out[0].dtype != {DTYPE_CODE.get(p.out_dtype, -1)}) return fb_fail(\"output dtype\");")
-    lines.append("  a.out = out[0].data;")
+    for j, o in enumerate(p.outputs):
+        lines.append(f"  {{ long long n = 1; for (int d = 0; d < out[{j}].ndim; ++d) n *= out[{j}].shape[d];")
+        lines.append(f"    if (n != {want}) return fb_fail(\"output {j}: size differs from the program's\"); }}")
+        lines.append(f"  if (out[{j}].dtype != {DTYPE_CODE.get(o.dtype, -1)}) return fb_fail(\"output {j}: dtype\");")
+        lines.append(f"  a.{'out' if j == 0 else f'more[{j - 1}]'} = out[{j}].data;")
     lines.append("  return 0;")
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -439,6 +454,13 @@ FB_HD fb_acc fb_rcp(fb_acc x) { return (fb_acc)1 / x; }
 #endif
 FB_HD float fb_sigmoid(float x) { return fb_div(1.0f, 1.0f + fb_exp(-x)); }
 #ifdef __CUDACC__
+FB_HD float fb_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+FB_HD float fb_round_fp16(float x) { return __half2float(__float2half_rn(x)); }
+#else
+FB_HD float fb_round_bf16(float x) { return (float)fb_bf16(x); }
+FB_HD float fb_round_fp16(float x) { return (float)(_Float16)x; }
+#endif
+#ifdef __CUDACC__
 FB_HD float fb_rsqrt(float x) { return rsqrtf(x); }
 #else
 FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
@@ -448,8 +470,12 @@ FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
 
 def general_index_fn() -> str:
     """The element index of a broadcast input: one division per merged dim, none past the last strided dim (32-bit
-    when the tensor is small)."""
-    return """FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
+    when the tensor is small); the coordinate of a flat position along one F dim (Iota)."""
+    return """FB_HD long long fb_iota(const FbArgs& a, int d, long long flat) {
+  for (int k = FB_ND - 1; k > d; --k) flat /= a.F[k];
+  return flat % a.F[d];
+}
+FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
   const int n = a.gnd[k];
   if (a.small) {
     unsigned f = (unsigned)flat, idx = 0;

@@ -30,6 +30,15 @@ from runner.catalog.codegen.common import (
 from runner.catalog.ir import Program
 
 
+def _extra(p: Program, em: Emitter, exprs: list, index: str) -> list[str]:
+    """Stores of outputs 1, 2, ... at `index` (their temporaries go to em.lines; output 0 is the template's)."""
+    out = []
+    for j, (o, e) in enumerate(zip(p.more, exprs, strict=True)):
+        t = _ctype(o.dtype)
+        out.append(f"(({t}*)a.more[{j}])[{index}] = ({t}){em(e)};")
+    return out
+
+
 @dataclass(frozen=True)
 class CpuParams:
     layout: str = "rows"  # flat | rows | columns
@@ -47,7 +56,23 @@ PRELUDE = r"""#include "fusebot.h"
 #include <vector>
 #define FB_HD static inline
 #define FB_M inline
+#include <string.h>
 typedef double fb_acc;
+struct fb_bf16 {  // bf16 storage: widened exactly, narrowed to the nearest value (ties to even), NaN kept
+  uint16_t v;
+  fb_bf16() = default;
+  fb_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    v = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40) : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  operator float() const { uint32_t u = (uint32_t)v << 16; float f; memcpy(&f, &u, 4); return f; }
+};
+struct fb_f16 {  // fp16 storage through the compiler's _Float16 (round to nearest even)
+  _Float16 v;
+  fb_f16() = default;
+  fb_f16(float f) : v((_Float16)f) {}
+  operator float() const { return (float)v; }
+};
 """
 
 
@@ -108,7 +133,8 @@ def _flat(p: Program, params: CpuParams, out_t: str) -> str:
         raise NotExpressible("flat is for elementwise programs")
     em = Emitter(_loader(p))
     res = em(p.out)
-    body = "\n      ".join(em.lines)
+    stores = _extra(p, em, [o.expr for o in p.more], "flat")
+    body = "\n      ".join(em.lines + stores)
     omp = _omp(params, simd=True)
     return f"""
 static void fb_run(const FbArgs& a) {{
@@ -158,7 +184,8 @@ def _rows(p: Program, params: CpuParams, out_t: str) -> str:
     assert plan.out is not None
     if full_output(p):
         res = em(plan.out)
-        lines = ("\n" + ind).join(em.lines)
+        stores = _extra(p, em, plan.more, "flat")
+        lines = ("\n" + ind).join(em.lines + stores)
         out = f"""      for (long long r = 0; r < a.R; ++r) {{
         const long long flat = (o * a.R + r) * a.I + i;
         {lines}
@@ -166,7 +193,8 @@ def _rows(p: Program, params: CpuParams, out_t: str) -> str:
       }}"""
     else:
         res = row_result(p, plan, em)
-        lines = "\n      ".join(em.lines)
+        stores = _extra(p, em, plan.more, "row")
+        lines = "\n      ".join(em.lines + stores)
         out = f"""      {{ const long long r = 0, flat = o * a.R * a.I + i; (void)flat; (void)r;
       {lines}
       y[row] = ({out_t}){res}; }}"""
@@ -219,7 +247,8 @@ def _columns(p: Program, params: CpuParams, out_t: str) -> str:
     assert plan.out is not None
     if full_output(p):
         res = em(plan.out)
-        lines = "\n          ".join(em.lines)
+        stores = _extra(p, em, plan.more, "flat")
+        lines = "\n          ".join(em.lines + stores)
         out = f"""      for (long long r = 0; r < a.R; ++r) {{
         for (long long i = 0; i < a.I; ++i) {{
           const long long flat = (o * a.R + r) * a.I + i;
@@ -231,7 +260,8 @@ def _columns(p: Program, params: CpuParams, out_t: str) -> str:
         res = row_result(p, plan, em)
         if isinstance(plan.out, AccRef):
             res = f"{plan.out.name}[i]"
-        lines = "\n        ".join(em.lines)
+        stores = _extra(p, em, plan.more, "o * a.I + i")
+        lines = "\n        ".join(em.lines + stores)
         out = f"""      for (long long i = 0; i < a.I; ++i) {{
         const long long r = 0, flat = o * a.R * a.I + i; (void)flat; (void)r;
         {lines}
