@@ -91,8 +91,7 @@ def sweep(path: Path, layouts: set[str] | None, limit: int, bandwidth: float,
     floor_ms = nbytes / bandwidth * 1e3
     extra = list(model.state_dict().values())
     timer = Timer("cuda", TimerConfig(warmup=3, min_reps=10, max_reps=30, max_seconds=3))
-    # one output buffer for every candidate: on the H100 a 0.2 ms kernel's time moved by up to 80% between freshly
-    # allocated buffers in one process (bench/results/h100-timer-spread), so each candidate its own would add that
+    # one output buffer and one set of inputs for every candidate: the candidates then differ in their kernels only
     out = torch.empty_like(ref)
     args = as_tensor_args(inputs, "cuda") + extra
     stream = torch.cuda.current_stream().cuda_stream
