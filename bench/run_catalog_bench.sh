@@ -16,7 +16,8 @@ OUTDIR=${OUTDIR:-out/h100-catalog}
 source bench/gpu_setup.sh || exit 1
 mkdir -p "$OUTDIR"
 echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)" >> "$OUTDIR/bench.log"
-# The H100's measured copy bandwidth (bench/results/h100-harness); on any other GPU the harness measures its own.
+# The H100 80GB HBM3's copy rate (the fastest sample of a 4 GB device copy), given so that every batch of the table
+# shares one floor; on any other GPU the harness measures its own.
 BW=""; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "H100" && BW="--bandwidth 3.01e12"
 timeout "${BENCH_TIMEOUT:-540}" python3 -m bot.cli bench out/kb-suite --out "$OUTDIR" --backend cuda $BW \
   --budget-seconds "$BUDGET" --rounds "$ROUNDS" --ideas 2 --implementations "$IMPLS" --verbose \
