@@ -28,7 +28,8 @@ import torch
 
 from runner.contract import Candidate, ProblemSpec
 from runner.harness import build as builder
-from runner.harness.evaluator import Evaluator, HarnessConfig
+from runner.harness.config import HarnessConfig
+from runner.harness.evaluator import Evaluator
 
 ROOT = Path(__file__).resolve().parents[1]
 
