@@ -20,7 +20,7 @@ Backend = Literal["cuda", "cpu"]
 JobKind = Literal["search", "benchmark", "hygiene"]
 
 # Next to each kernel fusebot writes (`<kernels_dir>/<folder>/fusebot.json`): what re-verifying it needs. The bot finds
-# kernels by it, the runner re-verifies from it (runner/results/files.py writes it, runner/results/reverify.py reads it).
+# kernels by it, the runner re-verifies from it (runner/results/files.py writes it, runner/results/remeasure.py reads it).
 MANIFEST_FILE = "fusebot.json"
 
 # Default tolerances per dtype (atol, rtol), overridable per problem.

@@ -19,12 +19,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import torch
 from pydantic import ValidationError
 
 from runner.contract import Backend, Job, JobResult, ProblemSpec, Progress, SearchBudget, TargetResult, TargetSpec
 from runner.errors import ProblemError, UsageError
 from runner.harness.evaluator import Evaluator, default_backend
 from runner.proposers.catalog import catalog_proposers
+from runner.proposers.llm.proposer import LLMSettings, llm_proposers
 from runner.results import dropin
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, report_markdown, result_json, trace_markdown
@@ -54,8 +56,6 @@ GENERATED = (dropin.DROPIN_FILE, dropin.TEST_FILE, dropin.REFERENCE_FILE, dropin
 def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
     """LLM proposers when an endpoint is configured (FUSEBOT_LLM_* or --model), else the builtin catalog."""
     if models or os.environ.get("FUSEBOT_LLM_BASE_URL"):
-        from runner.proposers.llm.proposer import LLMSettings, llm_proposers  # openai's client: only when configured
-
         try:
             settings = LLMSettings(**({"models": ",".join(models)} if models else {}))
         except ValidationError as e:
@@ -99,8 +99,6 @@ def problem_context(spec: ProblemSpec, evaluator, backend: Backend) -> ProblemCo
     env = evaluator.environment()
     specs = ""
     if backend == "cuda":
-        import torch
-
         p = torch.cuda.get_device_properties(0)
         l2 = getattr(p, "L2_cache_size", 0)
         specs = f"{p.multi_processor_count} SMs, {l2 / 2**20:.0f} MB L2, {p.total_memory / 2**30:.0f} GiB, " \

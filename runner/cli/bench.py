@@ -13,16 +13,22 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import platform
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
+import torch
 import typer
 from rich.console import Console
 
 from runner.contract import SearchBudget
+from runner.errors import MachineError, ProblemError
+from runner.harness.evaluator import Evaluator, HarnessConfig, default_backend
+from runner.pipeline import make_proposers, optimize_problem, problem_from_file
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +101,6 @@ def _pattern_name(proposers) -> str:
 
 def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compile_baseline: bool,
                 bandwidth: float | None, fresh: bool) -> BenchRow:
-    from runner.errors import MachineError, ProblemError
-    from runner.harness.evaluator import Evaluator, HarnessConfig
-    from runner.pipeline import make_proposers, optimize_problem, problem_from_file
-
     row = BenchRow(problem=path.stem)
     spec = problem_from_file(path)
     proposers = make_proposers([])
@@ -166,8 +168,6 @@ def bench(
     console = Console(stderr=True)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from runner.harness.evaluator import default_backend
-
     if not suite.is_dir():
         console.print(f"[red]{suite}: not a folder[/red]")
         raise typer.Exit(2)
@@ -196,21 +196,15 @@ def bench(
 
 
 def _llm_configured() -> bool:
-    import os
-
     return bool(os.environ.get("FUSEBOT_LLM_BASE_URL"))
 
 
 def _device(backend: str) -> str:
     if backend == "cuda":
         try:
-            import torch
-
             return torch.cuda.get_device_name(0)
         except Exception:  # noqa: BLE001 - a description only
             return "cuda"
-    import platform
-
     return f"CPU {platform.processor() or platform.machine()}"
 
 

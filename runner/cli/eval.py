@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from runner.contract import Candidate, Timing, Verdict
+from runner.errors import HarnessError, MachineError, ProblemError
+from runner.harness.evaluator import Evaluator, HarnessConfig, default_backend
 from runner.pipeline import problem_from_file
 
 log = logging.getLogger(__name__)
@@ -94,9 +96,6 @@ def main(
     rtol: Annotated[float | None, typer.Option(help="Relative tolerance (default per dtype).")] = None,
     keep: Annotated[bool, typer.Option(help="Keep the working directories (logs, traces).")] = False,
 ) -> None:
-    from runner.errors import HarnessError, MachineError, ProblemError
-    from runner.harness.evaluator import Evaluator, HarnessConfig, default_backend
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     console = Console()
     if candidate.suffix == ".cpp":

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from runner.contract import Backend, Progress, SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
+from runner.harness.evaluator import Evaluator, default_backend
 from runner.pipeline import make_proposers, optimize_problem, problem_from_file
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,6 @@ def optimize(
     console = Console(stderr=True)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from runner.harness.evaluator import Evaluator, default_backend
 
     if backend not in (None, "cuda", "cpu"):
         console.print(f"[red]--backend must be cuda or cpu, not {backend!r}[/red]")

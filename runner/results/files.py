@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
+from runner.harness.sandbox import confined_env
 from runner.results import dropin
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
 
 
 def manifest(spec: ProblemSpec, candidate: Candidate, kernel_name: str) -> dict:
-    """What re-verifying this kernel later needs (runner/results/reverify.py): the problem and how the kernel is built."""
+    """What re-verifying this kernel needs (runner/results/remeasure.py): the problem and how the kernel is built."""
     return {"schema_version": 1, "problem": spec.model_dump(exclude={"path", "root"}), "kernel": kernel_name,
             "backend": candidate.backend, "extra_cflags": list(candidate.extra_cflags), "candidate": candidate.id}
 
@@ -196,8 +197,6 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
 
     Passed only when pytest exits 0 and at least one test ran: a test that was skipped everywhere (a CUDA kernel on a
     machine without a GPU) verifies nothing."""
-    from runner.harness.sandbox import confined_env
-
     test = f"{kernels_dir}/{slug(target)}/{dropin_test_filename(target)}"
     # The test imports the repository's code: it runs confined like every other untrusted process (writes only under
     # the scratch copy `root`, no network, no credentials in its environment, caches and temporary files under root).
