@@ -420,6 +420,7 @@ def get_init_inputs():
 def _degenerate(tmp_path, source: str) -> str | None:
     """The harness's verdict on a problem's degeneracy from three of the judge's trials (its prepare step, run here)."""
     from runner.contract import ProblemSpec
+    from runner.harness.checks import degenerate_reason
     from runner.harness.evaluator import Evaluator
     from runner.harness.problem import load
     from runner.harness.procs import judge
@@ -433,8 +434,8 @@ def _degenerate(tmp_path, source: str) -> str | None:
     preps = [judge.prepare(st, {"seed": 11 * k, "shape_set": 0, "randn": [1.0, 0.5] if k % 2 else None, "trial": k})
              for k in range(1, 4)]
     with Evaluator(spec, backend="cpu") as ev:
-        ev._digests = [(r["digest"], r["near_constant"], r.get("value_span"), r["atol_min"]) for r in preps]
-        return ev._degenerate()
+        ev.reference.digests = [(r["digest"], r["near_constant"], r.get("value_span"), r["atol_min"]) for r in preps]
+        return degenerate_reason(ev.reference.digests)
 
 
 def test_a_scalar_loss_is_not_called_degenerate(tmp_path):

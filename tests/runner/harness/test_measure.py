@@ -1,11 +1,12 @@
-"""The parent's wall-clock cross-check of a candidate's own timer (Evaluator._measure), with a stand-in worker."""
+"""The parent's wall-clock cross-check of a candidate's own timer (runner.harness.measure.measure), with a stand-in worker."""
 
 import time
 
 from runner.harness.evaluator import Evaluator
+from runner.harness.measure import measure
 from runner.harness.timing import summarize
 
-from .conftest import scale_relu_spec
+from ..conftest import scale_relu_spec
 
 
 class StandIn:
@@ -28,15 +29,15 @@ class StandIn:
 
 def test_a_timer_that_sees_less_than_half_the_wall_time_is_an_escape():
     ev = Evaluator(scale_relu_spec(), backend="cpu")
-    ev.device = "cuda"  # the cross-check runs for CUDA candidates only; the stand-in needs no GPU
-    ev._out_specs[0] = ([{"shape": [64, 256], "dtype": "torch.float32"}], "tensor")
+    ev.contestants.device = "cuda"  # the cross-check runs for CUDA candidates only; the stand-in needs no GPU
+    ev.reference.out_specs[0] = ([{"shape": [64, 256], "dtype": "torch.float32"}], "tensor")
     try:
-        timing, reasons = ev._measure(StandIn(reported_ms=0.5, wall_ms_per_call=2.0))
+        timing, reasons = measure(ev.contestants, StandIn(reported_ms=0.5, wall_ms_per_call=2.0), ev.reference)
         assert timing is None and reasons[0].startswith("timer-escape"), reasons
-        timing, reasons = ev._measure(StandIn(reported_ms=2.0, wall_ms_per_call=2.1))
+        timing, reasons = measure(ev.contestants, StandIn(reported_ms=2.0, wall_ms_per_call=2.1), ev.reference)
         assert reasons == [] and timing.median_ms == 2.0
-        ev.device = "cpu"  # on the CPU both clocks are wall clocks: no cross-check
-        timing, reasons = ev._measure(StandIn(reported_ms=0.5, wall_ms_per_call=2.0))
+        ev.contestants.device = "cpu"  # on the CPU both clocks are wall clocks: no cross-check
+        timing, reasons = measure(ev.contestants, StandIn(reported_ms=0.5, wall_ms_per_call=2.0), ev.reference)
         assert reasons == [] and timing.median_ms == 0.5
     finally:
         ev.close()

@@ -6,8 +6,8 @@ import pytest
 from runner.contract import REASON_NAMES, Candidate
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from .adversarial import FAST_HACKS, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
-from .conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
+from ..adversarial import FAST_HACKS, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
+from ..conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
 
 
 def named(reasons: list[str]) -> bool:
@@ -123,8 +123,8 @@ def test_degenerate_problem_is_flagged(harness_cache):
 def test_trial_seeds_are_fresh_per_evaluator_and_secret():
     a, b = Evaluator(scale_relu_spec(), backend="cpu"), Evaluator(scale_relu_spec(), backend="cpu")
     try:
-        assert a._seed("trial1") != b._seed("trial1")
-        assert a._seed("trial1") != a._seed("trial2")
+        assert a.seeds.seed("trial1") != b.seeds.seed("trial1")
+        assert a.seeds.seed("trial1") != a.seeds.seed("trial2")
     finally:
         a.close()
         b.close()

@@ -6,8 +6,8 @@ import pytest
 from runner.contract import Candidate
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from .adversarial_cuda import FAST_CU_HACKS, HONEST_FAST_CU, HONEST_KB_CUDA, KB_CUDA_HACKS
-from .conftest import FAST_TIMER, FIXTURES, scale_relu_spec
+from ..adversarial_cuda import FAST_CU_HACKS, HONEST_FAST_CU, HONEST_KB_CUDA, KB_CUDA_HACKS
+from ..conftest import FAST_TIMER, FIXTURES, scale_relu_spec
 
 pytestmark = pytest.mark.gpu
 
@@ -72,7 +72,7 @@ def test_load_inline_cuda_candidate_is_accepted(tmp_path):
 
 def test_cuda_outputs_reach_the_judge_through_ipc(gpu_evaluator, caplog):
     """No host copy of a CUDA output: the trial log names the hand-off, and the verdict is the honest one."""
-    with caplog.at_level("INFO", logger="runner.harness.evaluator"):
+    with caplog.at_level("INFO", logger="runner.harness.trials"):
         v = gpu_evaluator.evaluate(cand("honest-cu-ipc", HONEST_FAST_CU))
     assert v.accepted, v.reasons
     trials = [r.getMessage() for r in caplog.records if " trial " in r.getMessage()]

@@ -6,8 +6,8 @@ from runner.contract import Candidate, ProblemSpec
 from runner.errors import ProblemError
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from .adversarial import HONEST_FAST
-from .conftest import FAST_TIMER, PROBLEMS
+from ..adversarial import HONEST_FAST
+from ..conftest import FAST_TIMER, PROBLEMS
 
 BROKEN = PROBLEMS / "broken"
 

@@ -1,0 +1,46 @@
+"""The harness's settings, and where and with which environment its worker processes run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.harness.sandbox import confined_env
+
+
+@dataclass
+class HarnessConfig:
+    trials: int = 5  # on the problem's first shape; a second declared shape adds two more
+    compile_baseline: bool = True
+    timer: dict = field(default_factory=dict)  # runner.harness.timing.TimerConfig fields
+    init_timeout_s: float = 900.0  # a KernelBench candidate builds with load_inline inside init
+    trial_timeout_s: float = 300.0
+    time_timeout_s: float = 600.0
+    memory_bytes: int = 32 << 30
+    cpu_address_space_bytes: int | None = 64 << 30
+    cache_dir: Path | None = None
+    wall_check_ms: float = 100.0  # total wall time of the timer cross-check
+    keep_workdirs: bool = False
+    bandwidth_bytes_per_s: float | None = None  # a known ceiling instead of measuring one (e.g. 3.01e12 on the H100)
+    # A problem moving more than this many bytes a call (inputs + outputs) is verified on 3 trials of its first
+    # shape (factory, randn, factory: two distributions, and a stale result still shows) instead of `trials`: each
+    # trial of a 7 GB problem costs seconds of copies, and one trial already checks billions of elements.
+    large_io_bytes: int = 2 << 30
+
+
+def scratch_root() -> Path:
+    """Where working directories go: /dev/shm (memory) when it has room, else the temporary directory."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > (8 << 30):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+def worker_env(workdir: Path, cache_dir: Path) -> dict[str, str]:
+    """The environment of a worker process: the sandbox's, with torch.compile's cache in the shared cache."""
+    env = confined_env(workdir)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
+    return env

@@ -1,0 +1,89 @@
+"""Candidates' processes, as the parent sees them: one fresh process per candidate (and per re-measure), started
+with its load request in flight so that several load at once; every request to one enforces the memory caps of the
+others that are alive."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from runner.contract import Candidate, ProblemSpec
+from runner.errors import MachineError
+from runner.harness.config import HarnessConfig, worker_env
+from runner.harness.plan import Seeds
+from runner.harness.procs.process import Limits, Worker, WorkerDied
+
+
+def died_label(exc: WorkerDied) -> str:
+    """The reason name of a process that died: timeout, memory or crash."""
+    return {"timeout": "timeout", "memory": "memory", "crash": "crash"}.get(exc.kind, "crash")
+
+
+def tail(text: str, n: int = 600) -> str:
+    text = text.strip()
+    return f"\n--- last output ---\n{text[-n:]}" if text else ""
+
+
+def discard_outputs(workdir: Path, reply: dict) -> None:
+    """Delete a trial's output files once the judge has read them: they live in /dev/shm (memory), and five trials
+    of a 6 GB output per candidate, several candidates loaded at once, filled the host's memory on the H100."""
+    root = Path(workdir).resolve()
+    for meta in [*(reply.get("outputs") or []), *(reply.get("second_run") or [])]:
+        f = meta.get("file") if isinstance(meta, dict) else None
+        if f and Path(f).resolve().is_relative_to(root):
+            Path(f).resolve().unlink(missing_ok=True)
+
+
+class Contestants:
+    def __init__(self, problem: ProblemSpec, device: str, config: HarnessConfig, seeds: Seeds, workdir: Path,
+                 cache_dir: Path):
+        self.problem, self.device, self.config, self.seeds = problem, device, config, seeds
+        self.workdir, self.cache_dir = workdir, cache_dir
+        self.siblings: tuple[Worker, ...] = ()  # other live candidates' processes while one is verified or timed
+
+    def spawn(self, candidate: Candidate, library: Path | None, tag: str) -> Worker:
+        """Start a candidate's process and send its load request without waiting for the answer."""
+        safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in candidate.id)[:60]
+        wd = self.workdir / f"cand-{safe_id}-{tag}-{self.seeds.next_number()}"
+        wd.mkdir(parents=True, exist_ok=True)
+        extra = []
+        if candidate.format == "kernelbench":
+            (wd / "candidate.py").write_text(next(iter(candidate.sources.values())))
+            digest = hashlib.sha256(json.dumps(candidate.sources, sort_keys=True).encode()).hexdigest()[:24]
+            ext = self.cache_dir / "kernelbench" / digest
+            ext.mkdir(parents=True, exist_ok=True)
+            extra.append(str(ext))
+        env = worker_env(wd, self.cache_dir)
+        if extra:
+            env["TORCH_EXTENSIONS_DIR"] = extra[0]
+        worker = Worker("runner.harness.procs.contestant", wd, env, Limits(self.config.memory_bytes))
+        msg = {"cmd": "init", "problem": self.problem.model_dump(), "candidate": candidate.model_dump(),
+               "library": str(library) if library else None, "device": self.device,
+               "init_seed": self.seeds.seed("init"), "timer": self.config.timer, "extra_write": extra,
+               "address_space_bytes": self.config.cpu_address_space_bytes if self.device == "cpu" else None}
+        try:
+            worker.send(msg)
+        except WorkerDied:
+            pass  # reported by await_load
+        return worker
+
+    def await_load(self, worker: Worker, siblings: tuple[Worker, ...] = ()) -> tuple[Worker | None, list[str], dict]:
+        """(the loaded process or None, the reasons it was refused, its confinement)."""
+        try:
+            reply = worker.receive("init", self.config.init_timeout_s, siblings)
+        except WorkerDied as exc:
+            worker.close()
+            return None, [f"{died_label(exc)} while loading: {exc}{tail(exc.log_tail)}"], {}
+        if not reply.get("ok"):
+            worker.close()
+            raise MachineError(f"candidate process failed to start: {reply.get('error')}\n{reply.get('traceback', '')}")
+        return worker, list(reply.get("reasons", [])), reply.get("confinement", {})
+
+    def start(self, candidate: Candidate, library: Path | None, tag: str) -> tuple[Worker | None, list[str], dict]:
+        return self.await_load(self.spawn(candidate, library, tag))
+
+    def ask(self, worker: Worker, msg: dict, timeout_s: float) -> dict:
+        """A request to a candidate's process; other live candidates' memory caps are enforced while it runs."""
+        worker.send(msg)
+        return worker.receive(msg.get("cmd", "?"), timeout_s, self.siblings)

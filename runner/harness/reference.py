@@ -1,0 +1,144 @@
+"""The reference's side of the harness, as the parent sees it: the judge process (started on first use), what the
+problem costs (baselines, roofline, the reference's own kernels) and what its trials showed (output specs, the
+fingerprints degeneracy is judged by, notes on the tolerance used)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from runner.contract import Baselines, Environment, ProblemSpec, Roofline, Timing
+from runner.errors import MachineError, ProblemError
+from runner.harness.config import HarnessConfig, worker_env
+from runner.harness.plan import Seeds
+from runner.harness.procs.process import Limits, Worker, WorkerDied
+
+log = logging.getLogger(__name__)
+
+
+class Reference:
+    def __init__(self, problem: ProblemSpec, device: str, config: HarnessConfig, seeds: Seeds, workdir: Path,
+                 cache_dir: Path):
+        self.problem, self.device, self.config, self.seeds = problem, device, config, seeds
+        self.workdir, self.cache_dir = workdir, cache_dir
+        self._worker: Worker | None = None
+        self.info: dict = {}
+        self._baselines: Baselines | None = None
+        self._roofline: Roofline | None = None
+        self._kernels: list[str] | None = None
+        self.out_specs: dict[int, tuple[list, str]] = {}  # shape set -> the reference's output specs, structure
+        # per trial of every passed verification: the reference output's fingerprint, near-constant (within the atol
+        # its check uses), [min, max] over its values, and that atol
+        self.digests: list[tuple[str, bool, list | None, float]] = []
+        self.tolerance_notes: set[str] = set()  # how the judge chose a tolerance where it is not the default one
+
+    @property
+    def where(self) -> str:
+        return self.problem.path or self.problem.module or self.problem.name
+
+    def start(self) -> Worker:
+        """The judge process, started and initialised once."""
+        if self._worker is None:
+            wd = self.workdir / "judge"
+            wd.mkdir(parents=True, exist_ok=True)
+            (self.cache_dir / "inductor").mkdir(parents=True, exist_ok=True)
+            self._worker = Worker("runner.harness.procs.judge", wd, worker_env(wd, self.cache_dir),
+                                  Limits(self.config.memory_bytes))
+            self.info = self.ask({"cmd": "init", "problem": self.problem.model_dump(), "device": self.device,
+                                  "init_seed": self.seeds.seed("init"), "timer": self.config.timer,
+                                  "extra_write": [str(self.cache_dir / "inductor")]},
+                                 self.config.init_timeout_s, "init")
+        return self._worker
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def ask(self, msg: dict, timeout_s: float, stage: str) -> dict:
+        """One request to the judge. The reference's own failures raise ProblemError; a judge that dies or fails
+        otherwise raises MachineError (callers for whom a candidate may be the cause catch it first)."""
+        worker = self._worker if self._worker is not None else self.start()
+        try:
+            reply = worker.request(msg, timeout_s)
+        except WorkerDied as exc:
+            self.close()
+            if exc.kind == "timeout":
+                raise ProblemError(stage, self.where, f"the reference did not finish within {timeout_s:.0f} s") from None
+            raise MachineError(f"the reference process died during {stage}: {exc}\n{exc.log_tail}") from None
+        if not reply.get("ok", False):
+            pe = reply.get("problem_error")
+            if pe:
+                raise ProblemError(pe["stage"], pe["where"], pe["cause"])
+            raise MachineError(f"judge failed during {stage}: {reply.get('error')}\n{reply.get('traceback', '')}")
+        return reply
+
+    # ---- what the problem costs ---------------------------------------------------------------------------------
+
+    def source(self) -> str:
+        self.start()
+        return self.info["source"]
+
+    def environment(self, confinement: dict | None = None) -> Environment:
+        self.start()
+        return Environment(**dict(self.info["environment"]), sandbox=confinement or self.info.get("confinement", {}))
+
+    def measure_baselines(self, label: str) -> Baselines:
+        """Eager (and torch.compile) timed once more on inputs drawn from the seed of `label`."""
+        reply = self.ask({"cmd": "baselines", "seed": self.seeds.seed(label), "compile": self.config.compile_baseline},
+                         self.config.time_timeout_s + 600, "baselines")
+        return Baselines(eager=Timing(**reply["eager"]),
+                         compile=Timing(**reply["compile"]) if reply.get("compile") else None,
+                         compile_error=reply.get("compile_error"))
+
+    def baselines(self) -> Baselines:
+        if self._baselines is None:
+            self._baselines = self.measure_baselines("baselines")
+        return self._baselines
+
+    def bandwidth(self) -> tuple[float, str]:
+        """The memory system's ceiling in bytes per second (measured once per device and cached), and its source."""
+        if self.config.bandwidth_bytes_per_s:
+            return self.config.bandwidth_bytes_per_s, "given in the harness configuration"
+        env = self.environment()
+        gpu = env.gpu or env.cpu or "cpu"
+        path = self.cache_dir / "bandwidth.json"
+        known = json.loads(path.read_text()) if path.exists() else {}
+        if gpu not in known:
+            nbytes = (4 << 30) if self.device == "cuda" else (256 << 20)  # large: the sync and flush amortised
+            reply = self.ask({"cmd": "bandwidth", "bytes": nbytes}, 300, "bandwidth")
+            known[gpu] = reply["bandwidth_bytes_per_s"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(known, indent=1))
+        return known[gpu], f"device copy measured on {gpu}"
+
+    def roofline(self) -> Roofline | None:
+        if self._roofline is None:
+            reply = self.ask({"cmd": "prepare", "trial": -1, "seed": self.seeds.seed("roofline"), "shape_set": 0,
+                              "randn": None}, self.config.trial_timeout_s, "roofline")
+            moved = reply["input_bytes"] + reply["output_bytes"] + self.info.get("param_bytes", 0)
+            bw, source = self.bandwidth()
+            self._roofline = Roofline(bytes_moved=moved, bandwidth_bytes_per_s=bw, bandwidth_source=source,
+                                      floor_ms=moved / bw * 1e3)
+        return self._roofline
+
+    def known_roofline(self) -> Roofline | None:
+        """The roofline if it was measured already (a plan does not measure it just to choose its trials)."""
+        return self._roofline
+
+    def kernels(self) -> list[str]:
+        """The GPU kernels one reference call launches (none on the CPU)."""
+        if self._kernels is None:
+            reply = self.ask({"cmd": "profile", "seed": self.seeds.seed("profile")}, 300, "profile")
+            self._kernels = reply["kernels"]
+        return self._kernels
+
+    # ---- trials ------------------------------------------------------------------------------------------------
+
+    def prepare(self, trial: dict) -> dict:
+        """The reference's outputs for one trial, kept in the judge; its specs and fingerprint come back."""
+        prep = self.ask({"cmd": "prepare", **trial}, self.config.trial_timeout_s, "reference")
+        self.out_specs.setdefault(trial["shape_set"], (prep["outputs"], prep["structure"]))
+        self.tolerance_notes.update(prep.get("tolerance_notes", []))
+        return prep

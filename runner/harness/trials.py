@@ -1,0 +1,62 @@
+"""Verification: a candidate's process runs each trial of a plan, the judge compares what it wrote with the
+reference's outputs for the same inputs, and the first failed trial ends it."""
+
+from __future__ import annotations
+
+import logging
+
+from runner.contract import Candidate, TrialResult
+from runner.errors import MachineError
+from runner.harness.checks import kernel_checks
+from runner.harness.contestants import Contestants, died_label, discard_outputs, tail
+from runner.harness.procs.process import Worker, WorkerDied
+from runner.harness.reference import Reference
+
+log = logging.getLogger(__name__)
+
+
+def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: Candidate,
+           plan: list[dict]) -> tuple[list[TrialResult], list[str]]:
+    """(each trial's result, the reasons of the first failed one: none if every trial passed)."""
+    timeout_s = contestants.config.trial_timeout_s
+    results: list[TrialResult] = []
+    profiled: set[int] = set()
+    digests = []
+    for k, p in enumerate(plan):
+        prep = ref.prepare(p)
+        digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
+        profile = p["shape_set"] not in profiled
+        profiled.add(p["shape_set"])
+        msg = {"cmd": "trial", **p, "out_specs": prep["outputs"], "structure": prep["structure"],
+               "reuse": k > 0, "twice": k == 0, "profile": profile}
+        label = "factory" if p["randn"] is None else "randn*{:.3g}{:+.3g}".format(*p["randn"])
+        result = TrialResult(index=k, shape_set=p["shape_set"], distribution=label, passed=False)
+        results.append(result)
+        try:
+            rep = contestants.ask(worker, msg, timeout_s)
+        except WorkerDied as exc:
+            result.reasons.append(f"{died_label(exc)}: {exc}{tail(exc.log_tail)}")
+            return results, result.reasons
+        if not rep.get("ok"):
+            raise MachineError(f"candidate process failed: {rep.get('error')}\n{rep.get('traceback', '')}")
+        result.reasons += rep.get("reasons", [])
+        if "outputs" in rep:
+            check = ref.ask({"cmd": "check", "trial": p["trial"], "outputs": rep["outputs"],
+                             "dir": str(worker.workdir), "structure": rep["structure"],
+                             "expected_structure": prep["structure"], "second_run": rep.get("second_run")},
+                            timeout_s, "check")
+            discard_outputs(worker.workdir, rep)
+            log.info("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
+                     prep.get("seconds", 0.0), rep.get("seconds"), rep.get("handoff"), check.get("seconds", 0.0))
+            result.reasons += check["reasons"]
+            result.max_abs_err, result.max_rel_err = check.get("max_abs_err"), check.get("max_rel_err")
+            result.mismatched, result.numel = check.get("mismatched", 0), check.get("numel", 0)
+        if profile:
+            result.reasons += kernel_checks(candidate, rep, ref.kernels())
+        if p["shape_set"] == 1 and result.reasons and not any(r.startswith("runtime") for r in result.reasons):
+            result.reasons.append("second-shape: wrong on the problem's second declared shape (sizes hard-coded?)")
+        result.passed = not result.reasons
+        if not result.passed:
+            return results, result.reasons
+    ref.digests += digests  # every verification's trials: whether the problem is degenerate is the problem's
+    return results, []

@@ -1,0 +1,241 @@
+"""Adversarial tests of the confinement: what a hostile candidate tries, from inside a worker confined exactly as a
+candidate is (runner.harness.bwrap + runner.harness.sandbox.confine). Each attack here worked before bubblewrap."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runner.harness import bwrap
+from runner.harness.procs.process import Limits, Worker, WorkerDied
+from runner.harness.sandbox import confined_env
+
+HERE = Path(__file__).resolve().parent
+SECRET = "ghp_" + "Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lm9Nb8"
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                reason="bubblewrap is not installed here (CI installs it: .ci/run)")
+
+
+class Hostile:
+    """A confined worker that runs the code it is given; its working directory is <eval>/cand, beside others."""
+
+    def __init__(self, root: Path, limits: Limits | None = None, *, confine: bool = True):
+        self.workdir = root / "eval" / "cand"
+        env = confined_env(self.workdir)
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(HERE)])
+        self.worker = Worker("hostile", self.workdir, env, limits or Limits(memory_bytes=2 << 30))
+        self.confinement = self.worker.request({"cmd": "init", "confine": confine}, 60)["confinement"]
+
+    def run(self, code: str, timeout_s: float = 60) -> object:
+        reply = self.worker.request({"cmd": "run", "code": textwrap.dedent(code)}, timeout_s)
+        assert reply.get("ok"), reply
+        return reply["result"]
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    h = Hostile(tmp_path)
+    yield h
+    h.worker.close()
+
+
+@pytest.fixture
+def bystander(tmp_path):
+    """A process of the same user holding a credential in its environment, as the bot, the evaluator or the judge."""
+    env = {**os.environ, "GITHUB_TOKEN": SECRET, "FUSEBOT_LLM_API_KEY": SECRET}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+    yield proc
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.kill()
+    proc.wait()
+
+
+def test_the_worker_runs_under_bubblewrap_and_says_so(hostile):
+    assert hostile.confinement["bwrap"] and not hostile.confinement["unsafe_no_sandbox"]
+    assert hostile.run("import os; result = os.getpid()") < 10  # its own PID namespace
+
+
+def test_no_other_process_environ_is_readable(hostile, bystander):
+    found = hostile.run(f"""
+        import os
+        found = []
+        for pid in [p for p in os.listdir('/proc') if p.isdigit()] + [{bystander.pid!r}, {os.getpid()!r}]:
+            try:
+                data = open(f'/proc/{{pid}}/environ', 'rb').read()
+            except OSError:
+                continue
+            if {SECRET!r}.encode() in data:
+                found.append(pid)
+        result = found
+    """)
+    assert found == []
+
+
+def test_other_processes_are_neither_visible_nor_signalable(hostile, bystander):
+    outcome = hostile.run(f"""
+        import os, signal
+        seen = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+        errors = []
+        for pid in ({bystander.pid}, {os.getpid()}):
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                errors.append('sent')
+            except OSError as exc:
+                errors.append(type(exc).__name__)
+        result = [seen, errors]
+    """)
+    seen, errors = outcome
+    assert bystander.pid not in seen and os.getpid() not in seen and max(seen) < 50
+    time.sleep(0.2)
+    assert psutil.Process(bystander.pid).status() != psutil.STATUS_STOPPED
+    assert psutil.Process(os.getpid()).status() != psutil.STATUS_STOPPED
+
+
+def test_files_outside_its_view_do_not_exist_for_it(hostile, tmp_path):
+    (tmp_path / "credentials").write_text(SECRET)
+    other = tmp_path / "eval" / "other-candidate"
+    other.mkdir(parents=True)
+    (other / "out_0.bin").write_text("honest")
+    result = hostile.run(f"""
+        import os
+        got = {{}}
+        for path in ({str(tmp_path / 'credentials')!r}, {str(other / 'out_0.bin')!r}, '/root/.git-credentials',
+                     '/etc/shadow', {str(Path.home() / '.ssh')!r}):
+            try:
+                got[path] = open(path).read()[:40]
+            except OSError as exc:
+                got[path] = type(exc).__name__
+        result = got
+    """)
+    assert SECRET not in str(result) and "honest" not in str(result), result
+
+
+def test_writes_reach_neither_another_evaluation_nor_the_hosts_dev_shm(hostile, tmp_path):
+    other = tmp_path / "eval" / "other-candidate"
+    other.mkdir(parents=True)
+    marker = f"fusebot-test-{os.getpid()}-{time.monotonic_ns()}"
+    result = hostile.run(f"""
+        import subprocess
+        # a shell, not Python: nothing in-process (the audit hook) stands in the way
+        cmd = 'echo x > {other}/out_0.bin; echo x > /dev/shm/{marker}; echo x > /tmp/{marker}; echo x > ../escaped'
+        result = subprocess.run(['sh', '-c', cmd], capture_output=True, text=True).returncode
+    """)
+    assert not (other / "out_0.bin").exists()
+    assert not Path("/dev/shm", marker).exists() and not Path("/tmp", marker).exists()
+    assert not (tmp_path / "eval" / "escaped").exists(), result
+
+
+def test_no_pathname_unix_socket_outside_is_reachable(hostile, tmp_path):
+    path = tmp_path / "docker.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    server.settimeout(2)
+    try:
+        result = hostile.run(f"""
+            import subprocess, sys
+            code = "import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r}); s.send(b'GET /')"
+            result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True).stderr[-200:]
+        """)
+        with pytest.raises(TimeoutError):
+            server.accept()
+        assert "Error" in result
+    finally:
+        server.close()
+
+
+def _alive_with(marker: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or []):
+            out.append(p.pid)
+    return out
+
+
+def test_setsid_daemons_and_double_forked_orphans_die_with_the_evaluation(tmp_path):
+    h = Hostile(tmp_path)
+    secs = 3000 + os.getpid() % 1000  # a sleep no other test runs
+    try:
+        h.run(f"""
+            import os, subprocess
+            subprocess.Popen(['setsid', 'sleep', '{secs}'], start_new_session=True)
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os.execvp('sleep', ['sleep', '{secs}.5'])
+                os._exit(0)
+        """)
+        deadline = time.monotonic() + 5
+        while len(_alive_with(f"sleep {secs}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_alive_with(f"sleep {secs}")) == 2
+    finally:
+        h.worker.close()
+    deadline = time.monotonic() + 5
+    while _alive_with(f"sleep {secs}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _alive_with(f"sleep {secs}") == []
+
+
+def test_private_tmpfs_files_count_against_the_memory_cap(tmp_path):
+    h = Hostile(tmp_path, Limits(memory_bytes=160 << 20), confine=False)
+    try:
+        with pytest.raises(WorkerDied) as died:
+            h.run("""
+                import time
+                for path in ('/dev/shm/fill', '/tmp/fill'):
+                    with open(path, 'wb') as f:
+                        for _ in range(70):
+                            f.write(b'x' * (1 << 20))
+                time.sleep(30)
+            """, timeout_s=20)
+        assert died.value.kind == "memory"
+    finally:
+        h.worker.close()
+
+
+@pytest.mark.parametrize("trap", ["fifo", "symlink", "sparse"])
+def test_a_planted_worker_log_neither_hangs_nor_leaks_the_log_tail(tmp_path, monkeypatch, trap):
+    h = Hostile(tmp_path)
+    plant = {"fifo": "os.mkfifo('worker.log')", "symlink": "os.symlink('/proc/self/environ', 'worker.log')",
+             "sparse": "open('worker.log', 'wb').truncate(2 << 30)"}[trap]
+    code = f"import os, sys; print('last words', flush=True); os.unlink('worker.log'); {plant}; os._exit(3)"
+    monkeypatch.setenv("FUSEBOT_TEST_TOKEN", SECRET)  # in the parent's environment: /proc/self/environ of the parent
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerDied) as died:
+            h.run(code, timeout_s=20)
+    finally:
+        h.worker.close()
+    assert time.monotonic() - start < 10
+    assert SECRET not in died.value.log_tail and len(died.value.log_tail) <= 4000
+    assert "last words" in died.value.log_tail
+
+
+def test_without_bubblewrap_nothing_untrusted_starts_unless_the_user_opts_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap here
+    monkeypatch.delenv(bwrap.UNSAFE_ENV, raising=False)
+    bwrap._mode.cache_clear()
+    try:
+        with pytest.raises(bwrap.SandboxUnavailable, match="apt-get install bubblewrap"):
+            Worker("hostile", tmp_path / "w", {})
+        monkeypatch.setenv(bwrap.UNSAFE_ENV, "yes")
+        with pytest.raises(Exception, match="must be 1"):
+            bwrap.require()
+        monkeypatch.setenv(bwrap.UNSAFE_ENV, "1")
+        mode = bwrap.require()
+        assert mode.unsafe and mode.bwrap is None
+        assert bwrap.wrap(["true"], tmp_path) == ["true"]
+    finally:
+        bwrap._mode.cache_clear()
