@@ -14,7 +14,7 @@ import pytest
 
 from runner.cli.bench import BenchRow, bench_markdown, geomean, write_table
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests/fixtures/problems"
 
 

@@ -12,7 +12,7 @@ import torch
 from runner.contract import ProblemSpec
 from runner.results.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, dropin_test_source, kernel_filename
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROBLEM = ROOT / "tests/fixtures/problems/scale_relu.py"
 KERNEL = (ROOT / "tests/fixtures/candidates/scale_relu_ok.cpp").read_text()
 SPEC = ProblemSpec(name="scale_relu", path=str(PROBLEM))

@@ -19,7 +19,7 @@ from tests.fakes.llm_server import Reply, ScriptedLLM
 from tests.runner.cpu_kernels import BROKEN, GOOD, PROBLEM, SLOW, WRONG, answer
 from tests.runner.llm_helpers import IDEAS, SECRET
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IDEAS_T, IMPL_T, REPAIR_T = "## Task: ideas", "## Task: implement", "## Task: repair"
 
 
