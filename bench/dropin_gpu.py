@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bot.repo.markers import discover
+from bot.repo.discovery import marked_targets as discover
 from runner.contract import ProblemSpec
 from runner.harness.evaluator import Evaluator
 from runner.pipeline import kernelbench_aliases

@@ -1,4 +1,5 @@
-"""What a handler may use: the store, the GitHub edge, the settings and the data directories."""
+"""What a handler may use: the store, the code host (one `Platform` per installation and repository), the settings,
+the metrics and the data directories."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from github import Github
-
 from bot.github.client import GitHubApp
-from bot.store.jobs import Store
+from bot.github.github_platform import GitHubPlatform
+from bot.github.platform import Platform
+from bot.store.store import Store
 from bot.web.metrics import Metrics
 from bot.web.settings import Settings
 
@@ -24,8 +25,9 @@ class Context:
     # set when new work arrives; a multiprocessing.Event when the background worker is a child process
     wake: Any = field(default_factory=threading.Event)
 
-    def gh(self, installation_id: int) -> Github:
-        return self.github.client(installation_id)
+    def platform(self, installation_id: int, repo: str) -> Platform:
+        """The repository on GitHub, as the installation sees it (no request is made here)."""
+        return GitHubPlatform(self.github.client(installation_id), repo)
 
     @property
     def clones_dir(self) -> Path:

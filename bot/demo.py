@@ -20,11 +20,11 @@ import git
 import typer
 from rich.console import Console
 
-from bot.github.platform import LocalPlatform
+from bot.github.local_platform import LocalPlatform
 from bot.publish import pr
 from bot.publish.publish import publish
-from bot.repo.markers import MARKER, discover
-from runner.contract import Environment, SearchBudget, TargetResult, TargetSpec
+from bot.repo.discovery import MARKER, marked_targets
+from runner.contract import Environment, ProblemSpec, SearchBudget, TargetResult, TargetSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,21 +66,17 @@ def prepare_repo(repo_dir: Path, examples: Path) -> git.Repo:
 
 def _proposers():
     """The builtin strategy catalog beside the seed proposer (simple elementwise and softmax targets: the catalog
-    recognises KernelBench `Model` classes only, for now); the seed proposer alone when the catalog is missing."""
+    recognises KernelBench `Model` classes only)."""
+    # runner imports here, not at the top: they load torch, which `fusebot --help` and the bot never need
+    from runner.proposers.catalog import catalog_proposers
     from runner.proposers.seed import seed_proposers
 
-    seed = list(seed_proposers())
-    try:
-        from runner.proposers.catalog import catalog_proposers
-    except ImportError:
-        log.warning("the builtin strategy catalog is not installed: using the seed proposer")
-        return seed, "seed (builtin fallback: fuses simple elementwise and softmax targets)"
-    return [(p, 1.0) for p in catalog_proposers()] + seed, "builtin strategy catalog + seed"
+    return [(p, 1.0) for p in catalog_proposers()] + list(seed_proposers()), "builtin strategy catalog + seed"
 
 
 def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudget, backend: str,
                   compile_baseline: bool, proposers, platform: LocalPlatform, check_id: int) -> TargetResult:
-    from runner.contract import ProblemSpec
+    # runner imports here, not at the top: they load torch, which `fusebot --help` and the bot never need
     from runner.harness.evaluator import Evaluator
     from runner.pipeline import optimize_problem
     from runner.results.files import Provenance, target_result
@@ -128,7 +124,7 @@ def demo(
     if not examples.is_dir() or not list(examples.glob("*.py")):
         err.print(f"[red]{examples}: no example modules there[/red]")
         raise typer.Exit(2)
-    from runner.harness.evaluator import default_backend
+    from runner.harness.evaluator import default_backend  # loads torch (to ask for a GPU): only when run
 
     chosen = backend or default_backend()
     if chosen == "cpu":  # one thread for eager, torch.compile and kernels alike: timings a shared CPU can repeat
@@ -140,7 +136,7 @@ def demo(
         err.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
     repo_dir = Path(repo.working_tree_dir or workdir / "repo")
-    targets = discover(repo_dir)
+    targets = marked_targets(repo_dir)
     if not targets:
         err.print(f"[red]no marked targets ({MARKER!r} above a class) in {examples}[/red]")
         raise typer.Exit(2)

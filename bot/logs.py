@@ -2,7 +2,8 @@
 
 `install_redaction(secrets)` wraps the log record factory once per process: each record's message is checked for
 the configured secrets (webhook secret, App key, runner tokens), for GitHub token shapes (installation tokens that
-libraries may log in a response body) and for tokens embedded in clone URLs.
+libraries may log in a response body), tokens embedded in clone URLs, API keys, PEM blocks and Authorization headers.
+The text layer (bot/publish/pr.py) masks what it publishes with the same `redact`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+# Credential shapes: GitHub tokens (also inside clone URLs), API keys (`sk-...`), PEM blocks (a block cut short is
+# masked to the end of the text), Authorization headers.
 _PATTERNS = [
     (re.compile(r"(x-access-token:)[^@/\s]+@"), r"\1***@"),
     (re.compile(r"\b(ghs|ghp|gho|ghu|ghr)_[A-Za-z0-9]{16,}"), r"\1_***"),
     (re.compile(r"\bgithub_pat_\w{20,}"), "github_pat_***"),
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), "<private key>"),
+    (re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"), "sk-***"),
+    (re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.S), "<private key>"),
+    (re.compile(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|token|basic)\s+)?[^\s\"',;]+"),
+     r"\1***"),
 ]
 
 

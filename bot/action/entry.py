@@ -33,6 +33,8 @@ from pydantic import ValidationError
 
 from bot.action.report import RunReport, write_report
 from bot.action.settings import ActionSettings, Skip, Trigger, trigger_of
+from bot.github.client import token_client
+from bot.github.github_platform import GitHubPlatform
 from bot.github.patch import unified_patch
 from bot.github.platform import Platform, PlatformError
 from bot.logs import install_redaction, redact
@@ -40,7 +42,7 @@ from bot.publish import pr
 from bot.publish.deliver import deliver
 from bot.publish.publish import branch_files
 from bot.repo.config import ConfigError, FusebotConfig, load_config
-from bot.repo.discovery import discover
+from bot.repo.discovery import check_config_targets, find_targets
 from runner.contract import Job, JobResult, Progress, TargetSpec
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> 
     """The real search (torch and the harness are imported here, not before). The proposers are made first, then
     the LLM key leaves the environment: the processes the search starts (compilers, candidates, the generated
     drop-in's test, all of which run the repository's code) never inherit it."""
-    from runner.pipeline import make_proposers, run_job
+    from runner.pipeline import make_proposers, run_job  # torch: imported only when a search runs
 
     proposers = make_proposers(job.models)
     os.environ.pop(LLM_KEY_VARIABLE, None)
@@ -68,14 +70,10 @@ def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> 
 
 
 def github_platform(settings: ActionSettings) -> Platform:
-    """bot/github/github_platform.py on the workflow's token (GITHUB_API_URL: GitHub Enterprise Server works too)."""
-    from github import Auth, Github
-
-    from bot.github.github_platform import GitHubPlatform
-
-    gh = Github(auth=Auth.Token(settings.token.get_secret_value()), base_url=settings.api_url, lazy=True,
-                seconds_between_requests=settings.request_interval_seconds or None,
-                seconds_between_writes=settings.write_interval_seconds or None)
+    """The GitHub platform on the workflow's token (GITHUB_API_URL: GitHub Enterprise Server works too)."""
+    gh = token_client(settings.token.get_secret_value(), settings.api_url,
+                      seconds_between_requests=settings.request_interval_seconds or None,
+                      seconds_between_writes=settings.write_interval_seconds or None)
     return GitHubPlatform(gh, settings.repository)
 
 
@@ -96,11 +94,11 @@ class _Progress:
     def __init__(self, platform: Platform, check_id: int | None, rounds: int,
                  interval: float = PROGRESS_INTERVAL_SECONDS):
         self.platform, self.check_id, self.rounds, self.interval = platform, check_id, rounds, interval
-        self.last = 0.0
+        self.last: float | None = None  # the monotonic time of the last update; None: none yet, the next one goes
 
     def __call__(self, p: Progress) -> None:
         now = time.monotonic()
-        if self.check_id is None or now - self.last < self.interval:
+        if self.check_id is None or (self.last is not None and now - self.last < self.interval):
             return
         self.last = now
         try:
@@ -110,8 +108,12 @@ class _Progress:
 
 
 def _config(settings: ActionSettings) -> FusebotConfig:
+    """The workspace's config, validated against the schema and its targets against the code; raises ConfigError."""
     path = settings.workspace / settings.config_path
-    return load_config(path.read_text(errors="replace") if path.is_file() else None, settings.config_path)
+    text = path.read_text(errors="replace") if path.is_file() else None
+    config = load_config(text, settings.config_path)
+    check_config_targets(settings.workspace, config, text, settings.config_path)
+    return config
 
 
 def _job(settings: ActionSettings, cfg: FusebotConfig, trig: Trigger, targets: list[TargetSpec]) -> Job:
@@ -147,8 +149,15 @@ def prepare(settings: ActionSettings) -> Plan | tuple[int, RunReport]:
         log.info("nothing to do: %s", trig.reason)
         return 0, RunReport("nothing to do", trig.reason)
     changed = changed_files(settings.workspace, trig.pr_base_sha, trig.base_sha) if trig.pr_base_sha else None
-    targets = discover(settings.workspace, cfg.targets, markers=cfg.markers, ignore=cfg.ignore, changed_files=changed)
+    found = find_targets(settings.workspace, cfg.targets, markers=cfg.markers, ignore=cfg.ignore,
+                         changed_files=changed)
+    targets = found.targets
     where = f"PR #{trig.pr_number}" if trig.pr_number else f"`{trig.base}`"
+    for p in found.problems:  # GitHub shows these as annotations at the offending line
+        typer.echo(f"::error file={p.path},line={p.line}::{p.message}")
+    if not targets and found.problems:
+        return 1, RunReport("marked files need fixing", f"No marked module {where} could be read as it is:",
+                            problems=[f"`{p.path}` line {p.line}: {p.message}" for p in found.problems])
     if not targets:
         what = "changed by" if changed is not None else "in"
         return 0, RunReport("nothing to do", f"No marked targets {what} {where} (`# fusebot: optimize` above a "
@@ -208,6 +217,7 @@ def llm_problems(models: list[str]) -> list[str]:
     """The LLM endpoint's settings (FUSEBOT_LLM_*, which the search reads) checked before anything starts."""
     if not (models or os.environ.get("FUSEBOT_LLM_BASE_URL")):
         return []  # the builtin catalog: no endpoint, no key
+    # the bot's modules import runner.contract alone (tests/bot/test_layout.py); the Action asks the runner here
     from runner.proposers.llm.proposer import LLMSettings
 
     try:

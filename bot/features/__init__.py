@@ -1,8 +1,8 @@
 """One router per feature, composed here (bedevere's layout)."""
 
-from bot.features import checks, comments, installations, labels, schedule
+from bot.features import checks, commands, installations, labels, nightly
 from bot.github.routing import Router
 
-router = Router(labels.router, comments.router, checks.router, installations.router, schedule.router)
+router = Router(labels.router, commands.router, checks.router, installations.router, nightly.router)
 
 __all__ = ["router"]

@@ -6,7 +6,7 @@ import logging
 
 from bot.context import Context
 from bot.features.triggers import rerun
-from bot.github import client
+from bot.github.platform import can_write
 from bot.github.routing import Router
 from bot.github.webhooks import Event
 from bot.store.jobs import JobInfo
@@ -22,7 +22,7 @@ def _job_and_permission(ev: Event, ctx: Context) -> JobInfo | None:
         log.info("check run %s is not a fusebot job's: ignored", run["id"])
         return None
     inst = ev.installation_id or job.installation_id or 0
-    if not client.can_write(ctx.gh(inst), job.repo, ev.sender or ""):
+    if not can_write(ctx.platform(inst, job.repo), ev.sender or ""):
         log.warning("check run %s: %s by %s ignored: no write access", run["id"], ev.action, ev.sender)
         return None
     return job

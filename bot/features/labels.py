@@ -6,7 +6,7 @@ import logging
 
 from bot.context import Context
 from bot.features.triggers import start_job, validate_config
-from bot.github import client
+from bot.github.platform import CheckOutput, can_write
 from bot.github.routing import Router
 from bot.github.webhooks import Event
 from bot.repo.config import CONFIG_PATH, ConfigError, load_config
@@ -17,7 +17,7 @@ router = Router()
 
 def trigger_label(ctx: Context, repo: str, installation_id: int, ref: str) -> str:
     """The repository's trigger label, from its config at `ref` (the PR's base), else the bot's default."""
-    text = client.file_text(ctx.gh(installation_id), repo, CONFIG_PATH, ref)
+    text = ctx.platform(installation_id, repo).read_file(ref, CONFIG_PATH)
     try:
         return load_config(text).trigger_label
     except ConfigError:
@@ -42,10 +42,11 @@ def labeled(ev: Event, ctx: Context) -> None:
         return
     if pr.get("state") != "open":
         return
-    if not client.can_write(ctx.gh(inst), repo, ev.sender or ""):
+    host = ctx.platform(inst, repo)
+    if not can_write(host, ev.sender or ""):
         log.warning("%s#%d: label %r by %s ignored: no write access", repo, pr["number"], name, ev.sender)
         return
-    changed = client.pull_files(ctx.gh(inst), repo, pr["number"])
+    changed = host.pull_files(pr["number"])
     start_job(
         ctx,
         delivery_id=ev.delivery_id,
@@ -62,7 +63,8 @@ def labeled(ev: Event, ctx: Context) -> None:
 @router.register("pull_request", "synchronize")
 def synchronize(ev: Event, ctx: Context) -> None:
     repo, inst, pr, head = _pr_fields(ev)
-    changed = client.pull_files(ctx.gh(inst), repo, pr["number"])
+    host = ctx.platform(inst, repo)
+    changed = host.pull_files(pr["number"])
     if CONFIG_PATH in changed:
         validate_config(ctx, repo, inst, head["sha"])
     labels = {lb["name"] for lb in pr.get("labels", [])}
@@ -72,17 +74,10 @@ def synchronize(ev: Event, ctx: Context) -> None:
     if _is_fork(pr):
         # New code from a fork was not seen by whoever labelled it: wait for a writer to label it again.
         log.warning("%s#%d: new commits on a labelled fork PR: not run until relabelled", repo, pr["number"])
-        client.create_check_run(
-            ctx.gh(inst),
-            repo,
-            name=ctx.settings.check_run_name,
-            head_sha=head["sha"],
-            status="completed",
-            conclusion="neutral",
-            title="Waiting for a maintainer",
-            summary=f"New commits on a pull request from a fork are not run automatically. Someone with write "
-            f"access can remove and re-add the `{label}` label to run fusebot on {head['sha'][:12]}.",
-        )
+        host.create_check_run(head["sha"], ctx.settings.check_run_name, CheckOutput(
+            "completed", "Waiting for a maintainer",
+            f"New commits on a pull request from a fork are not run automatically. Someone with write access can "
+            f"remove and re-add the `{label}` label to run fusebot on {head['sha'][:12]}.", "neutral"))
         return
     start_job(
         ctx,
@@ -102,7 +97,7 @@ def synchronize(ev: Event, ctx: Context) -> None:
 def opened(ev: Event, ctx: Context) -> None:
     """A PR that changes the config gets it validated on that PR."""
     repo, inst, pr, head = _pr_fields(ev)
-    if CONFIG_PATH in client.pull_files(ctx.gh(inst), repo, pr["number"]):
+    if CONFIG_PATH in ctx.platform(inst, repo).pull_files(pr["number"]):
         validate_config(ctx, repo, inst, head["sha"])
 
 

@@ -1,9 +1,11 @@
 """From a trigger to a recorded job: checkout at the pinned SHA, config, discovery, tarball, enqueue.
 
 Shared by every handler that starts work: `start_job` records a search, `start_kernel_job` a benchmark or hygiene job
-(re-verify fusebot's kernels in a commit; none when it holds none). A config error becomes a failing check run with
-annotations, not an exception; a job is recorded under the key `<delivery id>:<index>`, so a re-handled delivery
-records nothing new.
+(re-verify fusebot's kernels in a commit; none when it holds none). The user's mistakes are reported where the
+maintainer looks, with annotations at the repository's own file and line, never as an exception: a config error
+(including a target whose file or class does not exist) on the `fusebot config` check run, before any job is queued; a
+marked file that does not parse on the `fusebot` check run. A job is recorded under the key `<delivery id>:<index>`,
+so a re-handled delivery records nothing new.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.context import Context
-from bot.github import client
+from bot.github.platform import Annotation, CheckOutput
+from bot.publish import pr
 from bot.repo.config import CONFIG_PATH, ConfigError, FusebotConfig, load_config
 from bot.repo.discovery import (
+    SourceProblem,
+    check_config_targets,
     checkout_cached,
-    discover,
+    find_targets,
     kernel_folders,
     make_tarball,
     read_config_text,
@@ -47,50 +52,62 @@ def checkout(ctx: Context, repo: str, installation_id: int, sha: str) -> Path:
 
 
 def report_config_error(ctx: Context, repo: str, installation_id: int, sha: str, err: ConfigError) -> None:
-    annotations = [client.Annotation(path=p.path, line=p.line, message=p.message) for p in err.problems]
+    annotations = tuple(Annotation(path=p.path, line=p.line, message=p.message) for p in err.problems)
     summary = "\n".join(f"- `{p.path}` line {p.line}: {p.message}" for p in err.problems)
-    _config_check(ctx, repo, installation_id, sha, "failure", f"{CONFIG_PATH} is invalid",
-                  f"fusebot could not use `{CONFIG_PATH}`:\n\n{summary}", annotations)
+    _config_check(ctx, repo, installation_id, sha, CheckOutput(
+        "completed", f"{CONFIG_PATH} is invalid", pr.clip(f"fusebot could not use `{CONFIG_PATH}`:\n\n{summary}"),
+        "failure", annotations=annotations))
     log.info("config error in %s@%s: %d problem(s)", repo, sha[:12], len(err.problems))
+
+
+def load_checked_config(worktree: Path) -> FusebotConfig:
+    """The commit's config, validated against the schema and its targets against the code; raises ConfigError."""
+    text = read_config_text(worktree)
+    config = load_config(text)
+    check_config_targets(worktree, config, text)
+    return config
 
 
 def validate_config(ctx: Context, repo: str, installation_id: int, sha: str) -> bool:
     """Check the config at `sha` and report it as a check run (success or failure with annotations)."""
     worktree = checkout(ctx, repo, installation_id, sha)
     try:
-        load_config(read_config_text(worktree))
+        load_checked_config(worktree)
     except ConfigError as e:
         report_config_error(ctx, repo, installation_id, sha, e)
         return False
-    _config_check(ctx, repo, installation_id, sha, "success", f"{CONFIG_PATH} is valid",
-                  f"`{CONFIG_PATH}` parsed and validated against the published schema.")
+    _config_check(ctx, repo, installation_id, sha, CheckOutput(
+        "completed", f"{CONFIG_PATH} is valid",
+        f"`{CONFIG_PATH}` parsed and validated against the published schema and the code.", "success"))
     return True
 
 
-def _config_check(ctx: Context, repo: str, installation_id: int, sha: str, conclusion: str, title: str, summary: str,
-                  annotations: list | None = None) -> None:
+def _config_check(ctx: Context, repo: str, installation_id: int, sha: str, output: CheckOutput) -> None:
     """The completed check run that reports on the repository's config."""
-    client.create_check_run(
-        ctx.gh(installation_id),
-        repo,
-        name=f"{ctx.settings.check_run_name} config",
-        head_sha=sha,
-        status="completed",
-        conclusion=conclusion,
-        title=title,
-        summary=summary,
-        **({"annotations": annotations} if annotations is not None else {}),
-    )
+    ctx.platform(installation_id, repo).create_check_run(sha, f"{ctx.settings.check_run_name} config", output)
 
 
-def _checkout_with_config(ctx: Context, repo: str, installation_id: int, sha: str):
+def _checkout_with_config(ctx: Context, repo: str, installation_id: int, sha: str) -> tuple[Path, FusebotConfig | None]:
     """The commit checked out, and its config (None, reported on the commit, when it is invalid)."""
     worktree = checkout(ctx, repo, installation_id, sha)
     try:
-        return worktree, load_config(read_config_text(worktree))
+        return worktree, load_checked_config(worktree)
     except ConfigError as e:
         report_config_error(ctx, repo, installation_id, sha, e)
         return worktree, None
+
+
+def nothing_to_run(scope: str, problems: list[SourceProblem]) -> CheckOutput:
+    """The check run of a trigger whose marked files cannot all be searched: each broken one annotated at its line;
+    or, with none broken, why there is nothing to search."""
+    if problems:
+        lines = "\n".join(f"- `{p.path}` line {p.line}: {p.message}" for p in problems)
+        return CheckOutput("completed", "Marked files need fixing", pr.clip(
+            f"fusebot could not read the marked module(s) {scope}:\n\n{lines}"), "failure",
+            annotations=tuple(Annotation(p.path, p.line, p.message) for p in problems))
+    return CheckOutput("completed", "Nothing to optimise",
+                       f"No marked targets {scope}. Mark a module with `# fusebot: optimize` or list it in "
+                       f"`{CONFIG_PATH}`; comment `/fusebot run all` on a pull request to run every target.", "neutral")
 
 
 def _enqueue(ctx: Context, job: Job, key: str, worktree: Path, installation_id: int) -> tuple[JobInfo, bool]:
@@ -118,23 +135,17 @@ def start_job(
     worktree, config = _checkout_with_config(ctx, repo, installation_id, sha)
     if config is None:
         return Started(job=None, config=None)
-    targets = discover(
+    found = find_targets(
         worktree, config.targets, markers=config.markers, ignore=config.ignore, changed_files=changed_files
     )
+    targets = found.targets
+    scope = "changed by this pull request" if changed_files is not None else "in the repository"
+    if not targets or found.problems:
+        log.info("%s@%s: %d marked target(s) %s, %d problem(s)", repo, sha[:12], len(targets), scope,
+                 len(found.problems))
+        name = ctx.settings.check_run_name + (" sources" if targets else "")  # beside the job's own check run
+        ctx.platform(installation_id, repo).create_check_run(sha, name, nothing_to_run(scope, found.problems))
     if not targets:
-        scope = "changed by this pull request" if changed_files is not None else "in the repository"
-        log.info("%s@%s: no marked targets %s", repo, sha[:12], scope)
-        client.create_check_run(
-            ctx.gh(installation_id),
-            repo,
-            name=ctx.settings.check_run_name,
-            head_sha=sha,
-            status="completed",
-            conclusion="neutral",
-            title="Nothing to optimise",
-            summary=f"No marked targets {scope}. Mark a module with `# fusebot: optimize` or list it in "
-            f"`{CONFIG_PATH}`; comment `/fusebot run all` on a pull request to run every target.",
-        )
         return Started(job=None, config=config)
     key = f"{delivery_id}:{index}"
     job = Job(id=job_id_for(key), repo=repo, sha=sha, ref=ref, trigger=trigger,  # type: ignore[arg-type]

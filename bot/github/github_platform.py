@@ -1,30 +1,36 @@
-"""The GitHub platform: the `Platform` interface on GitHub's REST API through PyGithub (base_url configurable).
+"""The GitHub platform: the `Platform` interface on GitHub's REST API, every request through bot/github/client.py.
 
 Files are committed with the git data API (one tree on the base commit's tree, one commit, the branch ref moved with
 force), so nothing is cloned or pushed and the runner never holds credentials. A PR is found again by its head branch
-and the hidden marker in its body; comments by their marker. Until bot/github/client.py (the App's client factory) lands,
-construct it from any authenticated `github.Github` client: `GitHubPlatform(Github(auth=..., base_url=...), repo)`.
+and the hidden marker in its body; comments by their marker. The App builds one per installation and repository
+(`Context.platform`), the Action one on the workflow's token (`client.token_client`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from datetime import UTC
 from typing import Any
 
 from github import Github, GithubException, InputGitTreeElement, UnknownObjectException
 
-from bot.github.platform import BranchUpdate, CommentRef, PlatformError, PullRequestRef
-from bot.publish.pr import CheckOutput, find_marker
+from bot.github.client import call, refusal
+from bot.github.platform import (
+    BranchUpdate,
+    CheckOutput,
+    CommentRef,
+    PullInfo,
+    PullRequestRef,
+    find_marker,
+)
 
 log = logging.getLogger(__name__)
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-
-
-def _fail(what: str, e: GithubException) -> PlatformError:
-    message = e.data.get("message") if isinstance(e.data, dict) else e.data
-    return PlatformError(f"{what}: HTTP {e.status}: {message}")
+TITLE_LIMIT = 255
+TEXT_LIMIT = 65_535
+ANNOTATIONS_PER_REQUEST = 50  # GitHub takes 50 per request
 
 
 class GitHubPlatform:
@@ -33,26 +39,14 @@ class GitHubPlatform:
         self.owner = repo.split("/", 1)[0]
         self._repo = gh.get_repo(repo)  # (the client is built lazy: no request here)
 
-    @classmethod
-    def from_token(cls, token: str, repo: str, base_url: str = "https://api.github.com") -> GitHubPlatform:
-        from github import Auth
-
-        return cls(Github(auth=Auth.Token(token), base_url=base_url, lazy=True), repo)
-
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except GithubException as e:
-            raise _fail(what, e) from None
-
     # ---- git ----
     def default_branch(self) -> str:
-        return self._call("repository", lambda: self.gh.get_repo(self.full_name).default_branch)
+        return call("repository", lambda: self.gh.get_repo(self.full_name).default_branch)
 
     def head_sha(self, ref: str) -> str:
         if _SHA.match(ref):
             return ref
-        return self._call(f"ref {ref}", lambda: self._repo.get_git_ref(f"heads/{ref}").object.sha)
+        return call(f"ref {ref}", lambda: self._repo.get_git_ref(f"heads/{ref}").object.sha)
 
     def read_file(self, ref: str, path: str) -> str | None:
         try:
@@ -60,9 +54,9 @@ class GitHubPlatform:
         except UnknownObjectException:
             return None
         except GithubException as e:
-            raise _fail(f"contents of {path}", e) from None
+            raise refusal(f"contents of {path}", e) from None
         if isinstance(content, list):
-            return None
+            return None  # a directory
         return content.decoded_content.decode("utf-8", errors="replace")
 
     def commit_files(self, branch: str, base_sha: str, files: dict[str, str | None], message: str) -> BranchUpdate:
@@ -89,7 +83,7 @@ class GitHubPlatform:
             log.info("%s: branch %s -> %s", self.full_name, branch, commit.sha[:12])
             return BranchUpdate(branch, commit.sha, changed=True)
 
-        return self._call(f"commit to {branch}", run)
+        return call(f"commit to {branch}", run)
 
     # ---- pull requests, comments, check runs ----
     def upsert_pull_request(self, *, branch: str, base: str, title: str, body: str, key: str) -> PullRequestRef:
@@ -101,7 +95,7 @@ class GitHubPlatform:
             pull = self._repo.create_pull(base=base, head=branch, title=title, body=body, maintainer_can_modify=True)
             return PullRequestRef(pull.number, pull.html_url, created=True)
 
-        return self._call(f"pull request for {branch}", run)
+        return call(f"pull request for {branch}", run)
 
     def upsert_comment(self, issue_number: int, kind: str, key: str, body: str) -> CommentRef:
         def run() -> CommentRef:
@@ -113,22 +107,78 @@ class GitHubPlatform:
                     return CommentRef(comment.id, created=False)
             return CommentRef(issue.create_comment(body).id, created=True)
 
-        return self._call(f"comment on #{issue_number}", run)
+        return call(f"comment on #{issue_number}", run)
 
-    def create_check_run(self, head_sha: str, name: str, output: CheckOutput) -> int:
-        kwargs = _check_kwargs(output)
-        run = self._call("create check run", self._repo.create_check_run, name=name, head_sha=head_sha, **kwargs)
+    def post_comment(self, issue_number: int, body: str) -> int:
+        return int(call(f"comment on #{issue_number}",
+                        lambda: self._repo.get_issue(issue_number).create_comment(body)).id)
+
+    def react_to_comment(self, issue_number: int, comment_id: int, content: str) -> None:
+        call("reaction", lambda: self._repo.get_issue(issue_number).get_comment(comment_id).create_reaction(content))
+
+    def create_check_run(self, head_sha: str, name: str, output: CheckOutput, external_id: str | None = None) -> int:
+        kwargs = check_run_fields(output)
+        if external_id is not None:
+            kwargs["external_id"] = external_id
+        run = call("create check run", self._repo.create_check_run, name=name, head_sha=head_sha, **kwargs)
         return int(run.id)
 
     def update_check_run(self, check_run_id: int, output: CheckOutput) -> None:
-        self._call("update check run", lambda: self._repo.get_check_run(check_run_id).edit(**_check_kwargs(output)))
+        call("update check run", lambda: self._repo.get_check_run(check_run_id).edit(**check_run_fields(output)))
+
+    # ---- what the App's features read ----
+    def pull(self, number: int) -> PullInfo:
+        def read() -> PullInfo:
+            pr = self._repo.get_pull(number)  # lazy: the first attribute read fetches it
+            head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
+            return PullInfo(
+                number=number,
+                head_sha=pr.head.sha,
+                head_ref=pr.head.ref,
+                head_repo=head_repo,
+                base_repo=pr.base.repo.full_name,
+                base_ref=pr.base.ref,
+                state=pr.state,
+                labels=tuple(label.name for label in pr.labels),
+                updated_at=pr.updated_at.replace(tzinfo=pr.updated_at.tzinfo or UTC) if pr.updated_at else None,
+            )
+
+        return call(f"pull request {number}", read)
+
+    def pull_files(self, number: int) -> list[str]:
+        """Paths the PR changes (renamed files under both names)."""
+        files = call("pull files", lambda: list(self._repo.get_pull(number).get_files()))
+        out: list[str] = []
+        for f in files:
+            out.append(f.filename)
+            if f.previous_filename:
+                out.append(f.previous_filename)
+        return out
+
+    def pull_body(self, number: int) -> str:
+        return call(f"pull request {number}", lambda: self._repo.get_pull(number).body or "")
+
+    def permission(self, user: str) -> str:
+        """The user's permission on the repository: admin, write, read or none (the collaborator permission API)."""
+        try:
+            return self._repo.get_collaborator_permission(user)
+        except UnknownObjectException:
+            return "none"  # not a user GitHub knows as a collaborator
+        except GithubException as e:
+            raise refusal(f"permission of {user} on {self.full_name}", e) from None
 
 
-def _check_kwargs(o: CheckOutput) -> dict[str, Any]:
-    out: dict[str, Any] = {"title": o.title[:255], "summary": o.summary[:65_535]}
+def check_run_fields(o: CheckOutput) -> dict[str, Any]:
+    """A check run's status, conclusion, output and buttons as GitHub's API takes them, cut to its limits."""
+    out: dict[str, Any] = {"title": o.title[:TITLE_LIMIT], "summary": o.summary[:TEXT_LIMIT]}
     if o.text:
-        out["text"] = o.text[:65_535]
+        out["text"] = o.text[:TEXT_LIMIT]
+    if o.annotations:
+        out["annotations"] = [a.as_api() for a in o.annotations[:ANNOTATIONS_PER_REQUEST]]
     kwargs: dict[str, Any] = {"status": o.status, "output": out}
     if o.conclusion is not None:
         kwargs["conclusion"] = o.conclusion
+    if o.actions is not None:
+        kwargs["actions"] = list(o.actions)
     return kwargs
+

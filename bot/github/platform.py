@@ -1,33 +1,43 @@
-"""Where pull requests go: a small `Platform` interface, and the LOCAL platform (a git repository on disk).
+"""The seam between fusebot and a code host: the `Platform` interface and the plain data that crosses it.
 
-The flow (bot/publish/publish.py) talks only to this interface: find-or-create a branch with files committed on a base, find-
-or-create a PR by branch and hidden marker, find-or-update a comment by marker, create and update check runs. The
-GitHub platform (bot/github/github_platform.py) implements it with PyGithub; `LocalPlatform` implements it with GitPython on a
-local repository, as Renovate's `--platform=local` does: branches are real local branches (committed without touching
-the working tree or the checked-out branch), and PRs, comments and check runs are records under
-`.git/fusebot/`, each PR body also written to `.git/fusebot/pulls/<number>.md`. Every operation is idempotent: a
-re-run updates the same branch and the same PR, and commits nothing when nothing changed.
+Everything fusebot does on a code host goes through one `Platform`: read files and refs, commit files on a branch,
+find-or-create a PR by branch and hidden marker, find-or-update a comment by marker, create and update check runs,
+and what the App's features ask of a pull request (its head, its files, its body, a writer's permission, comments
+and reactions). Two real implementations, as httpx has transports: bot/github/github_platform.py (GitHub's REST API
+through PyGithub) and bot/github/local_platform.py (a git repository on disk, for `fusebot demo` and tests).
+
+Hidden markers (`<!-- fusebot:pr key=... -->`) are part of the seam: they are how a platform finds fusebot's own PRs
+and comments again, so a re-run updates them in place.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import tempfile
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Protocol
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
 
-import git
-
-from bot.publish.pr import CheckOutput, find_marker
-
-log = logging.getLogger(__name__)
+WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
+_MARKER = re.compile(r"<!-- fusebot:(?P<kind>[a-z-]+) key=(?P<key>[^ ]+) -->")
 
 
 class PlatformError(Exception):
     """The platform refused an operation or could not be reached (a broken machine, not data)."""
+
+
+def marker(kind: str, key: str) -> str:
+    """The hidden marker by which a PR or comment of this kind and key is found again."""
+    if " " in key or "--" in key:
+        raise ValueError(f"marker key must have no spaces or '--': {key!r}")
+    return f"<!-- fusebot:{kind} key={key} -->"
+
+
+def find_marker(body: str | None, kind: str) -> str | None:
+    """The key of the first `kind` marker in body, or None."""
+    for m in _MARKER.finditer(body or ""):
+        if m.group("kind") == kind:
+            return m.group("key")
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,10 +60,55 @@ class CommentRef:
     created: bool
 
 
+@dataclass(frozen=True)
+class PullInfo:
+    number: int
+    head_sha: str
+    head_ref: str
+    head_repo: str | None  # owner/name of the head repository (None: deleted fork)
+    base_repo: str
+    base_ref: str
+    state: str
+    labels: tuple[str, ...]
+    updated_at: datetime | None = None  # aware UTC
+
+    @property
+    def is_fork(self) -> bool:
+        return self.head_repo != self.base_repo
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """A check-run annotation at a repository file's line."""
+
+    path: str
+    line: int
+    message: str
+    level: str = "failure"  # notice, warning, failure
+
+    def as_api(self) -> dict[str, Any]:
+        return {"path": self.path, "start_line": self.line, "end_line": self.line, "annotation_level": self.level,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class CheckOutput:
+    """What a check run shows. `actions` are its buttons (None: leave them as they are)."""
+
+    status: str  # queued, in_progress, completed
+    title: str
+    summary: str
+    conclusion: str | None = None  # success, neutral, failure, cancelled (completed only)
+    text: str = ""
+    annotations: tuple[Annotation, ...] = ()
+    actions: tuple[dict[str, str], ...] | None = field(default=None)
+
+
 class Platform(Protocol):
     """The part of a code host fusebot needs. Paths are relative to the repository root; a file whose text is None
-    is removed."""
+    is removed. Every method raises PlatformError when the host refuses or cannot be reached."""
 
+    # ---- git ----
     def default_branch(self) -> str: ...
 
     def head_sha(self, ref: str) -> str: ...
@@ -62,177 +117,29 @@ class Platform(Protocol):
 
     def commit_files(self, branch: str, base_sha: str, files: dict[str, str | None], message: str) -> BranchUpdate: ...
 
+    # ---- pull requests, comments, check runs ----
     def upsert_pull_request(self, *, branch: str, base: str, title: str, body: str, key: str) -> PullRequestRef: ...
 
     def upsert_comment(self, issue_number: int, kind: str, key: str, body: str) -> CommentRef: ...
 
-    def create_check_run(self, head_sha: str, name: str, output: CheckOutput) -> int: ...
+    def post_comment(self, issue_number: int, body: str) -> int: ...
+
+    def react_to_comment(self, issue_number: int, comment_id: int, content: str) -> None: ...
+
+    def create_check_run(self, head_sha: str, name: str, output: CheckOutput, external_id: str | None = None) -> int: ...
 
     def update_check_run(self, check_run_id: int, output: CheckOutput) -> None: ...
 
+    # ---- what the App's features read ----
+    def pull(self, number: int) -> PullInfo: ...
 
-# ---- the local platform -------------------------------------------------------------------------------------------
+    def pull_files(self, number: int) -> list[str]: ...
 
-@dataclass
-class _Pull:
-    number: int
-    branch: str
-    base: str
-    title: str
-    key: str
-    state: str = "open"
+    def pull_body(self, number: int) -> str: ...
+
+    def permission(self, user: str) -> str: ...
 
 
-@dataclass
-class _Comment:
-    id: int
-    issue: int
-    body: str
-
-
-@dataclass
-class _CheckRun:
-    id: int
-    head_sha: str
-    name: str
-    status: str
-    conclusion: str | None
-    title: str
-    summary: str
-    text: str
-
-
-class LocalPlatform:
-    """A local git repository as the code host. State lives in `.git/fusebot/state.json`."""
-
-    def __init__(self, path: Path):
-        try:
-            self.repo = git.Repo(path)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as e:
-            raise PlatformError(f"{path} is not a git repository: {e}") from None
-        self.root = Path(self.repo.working_tree_dir or path)
-        self.state_dir = Path(self.repo.git_dir) / "fusebot"
-        (self.state_dir / "pulls").mkdir(parents=True, exist_ok=True)
-
-    # ---- state ----
-    def _load(self) -> dict:
-        f = self.state_dir / "state.json"
-        return json.loads(f.read_text()) if f.exists() else {"pulls": [], "comments": [], "check_runs": []}
-
-    def _save(self, state: dict) -> None:
-        tmp = self.state_dir / "state.json.tmp"
-        tmp.write_text(json.dumps(state, indent=1))
-        os.replace(tmp, self.state_dir / "state.json")
-
-    def pulls(self) -> list[_Pull]:
-        return [_Pull(**p) for p in self._load()["pulls"]]
-
-    def pull_body(self, number: int) -> str:
-        return (self.state_dir / "pulls" / f"{number}.md").read_text()
-
-    def comments(self, issue: int) -> list[_Comment]:
-        return [_Comment(**c) for c in self._load()["comments"] if c["issue"] == issue]
-
-    def check_runs(self) -> list[_CheckRun]:
-        return [_CheckRun(**c) for c in self._load()["check_runs"]]
-
-    # ---- git ----
-    def default_branch(self) -> str:
-        try:
-            return self.repo.active_branch.name
-        except TypeError:  # detached HEAD
-            return "main"
-
-    def head_sha(self, ref: str) -> str:
-        try:
-            return self.repo.commit(ref).hexsha
-        except (git.BadName, ValueError) as e:
-            raise PlatformError(f"no such ref {ref!r}: {e}") from None
-
-    def read_file(self, ref: str, path: str) -> str | None:
-        try:
-            blob = self.repo.commit(ref).tree / path
-        except KeyError:
-            return None
-        return blob.data_stream.read().decode("utf-8", errors="replace")
-
-    def commit_files(self, branch: str, base_sha: str, files: dict[str, str | None], message: str) -> BranchUpdate:
-        """Point `branch` at one commit on `base_sha` holding `files`; no new commit when it already does."""
-        try:
-            checked_out = not self.repo.head.is_detached and self.repo.active_branch.name == branch
-        except TypeError:
-            checked_out = False
-        if checked_out:
-            raise PlatformError(f"{branch} is checked out in {self.root}: switch to another branch first")
-        g = self.repo.git
-        with tempfile.TemporaryDirectory(prefix="fusebot-index-") as tmp:
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            g.read_tree(base_sha, env=env)
-            for path, text in sorted(files.items()):
-                if text is None:
-                    g.update_index("--force-remove", "--", path, env=env)
-                    continue
-                blob = Path(tmp) / "blob"
-                blob.write_text(text)
-                sha = g.hash_object("-w", str(blob))
-                g.update_index("--add", "--cacheinfo", f"100644,{sha},{path}", env=env)
-            tree = g.write_tree(env=env)
-        ref = f"refs/heads/{branch}"
-        current = self.repo.commit(ref) if ref in [r.path for r in self.repo.references] else None
-        if current is not None and current.tree.hexsha == tree and [p.hexsha for p in current.parents] == [base_sha]:
-            return BranchUpdate(branch, current.hexsha, changed=False)
-        commit_env = {"GIT_AUTHOR_NAME": "fusebot", "GIT_AUTHOR_EMAIL": "fusebot@localhost",
-                      "GIT_COMMITTER_NAME": "fusebot", "GIT_COMMITTER_EMAIL": "fusebot@localhost"}
-        sha = g.commit_tree(tree, "-p", base_sha, "-m", message, env={**os.environ, **commit_env})
-        g.update_ref(ref, sha)
-        log.info("branch %s -> %s", branch, sha[:12])
-        return BranchUpdate(branch, sha, changed=True)
-
-    # ---- pull requests, comments, check runs ----
-    def upsert_pull_request(self, *, branch: str, base: str, title: str, body: str, key: str) -> PullRequestRef:
-        state = self._load()
-        found = next((p for p in state["pulls"] if p["branch"] == branch and p["state"] == "open"
-                      and find_marker(self._body(p["number"]), "pr") == key), None)
-        created = found is None
-        if found is None:
-            found = asdict(_Pull(number=len(state["pulls"]) + 1, branch=branch, base=base, title=title, key=key))
-            state["pulls"].append(found)
-        found.update(title=title, base=base)
-        (self.state_dir / "pulls" / f"{found['number']}.md").write_text(body)
-        self._save(state)
-        return PullRequestRef(found["number"], (self.state_dir / "pulls" / f"{found['number']}.md").as_uri(), created)
-
-    def _body(self, number: int) -> str:
-        f = self.state_dir / "pulls" / f"{number}.md"
-        return f.read_text() if f.exists() else ""
-
-    def upsert_comment(self, issue_number: int, kind: str, key: str, body: str) -> CommentRef:
-        state = self._load()
-        found = next((c for c in state["comments"] if c["issue"] == issue_number
-                      and find_marker(c["body"], kind) == key), None)
-        if found is None:
-            found = asdict(_Comment(id=len(state["comments"]) + 1, issue=issue_number, body=body))
-            state["comments"].append(found)
-            created = True
-        else:
-            found["body"], created = body, False
-        self._save(state)
-        return CommentRef(found["id"], created)
-
-    def create_check_run(self, head_sha: str, name: str, output: CheckOutput) -> int:
-        state = self._load()
-        run = asdict(_CheckRun(id=len(state["check_runs"]) + 1, head_sha=head_sha, name=name, status=output.status,
-                               conclusion=output.conclusion, title=output.title, summary=output.summary,
-                               text=output.text))
-        state["check_runs"].append(run)
-        self._save(state)
-        return run["id"]
-
-    def update_check_run(self, check_run_id: int, output: CheckOutput) -> None:
-        state = self._load()
-        run = next((r for r in state["check_runs"] if r["id"] == check_run_id), None)
-        if run is None:
-            raise PlatformError(f"no check run {check_run_id}")
-        run.update(status=output.status, conclusion=output.conclusion, title=output.title, summary=output.summary,
-                   text=output.text)
-        self._save(state)
+def can_write(platform: Platform, user: str) -> bool:
+    """Whether `user` may start fusebot's work on the repository (admin, maintain or write)."""
+    return platform.permission(user) in WRITE_PERMISSIONS

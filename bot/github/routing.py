@@ -5,16 +5,14 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from bot.github.webhooks import Event
 
-if TYPE_CHECKING:
-    from bot.context import Context
-
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Event, "Context"], None]
+# A handler takes the event and the App's context (bot/context.py), which this layer passes through unread.
+Handler = Callable[[Event, Any], None]
 
 
 class Router:
@@ -38,7 +36,7 @@ class Router:
             self._routes.get((ev.name, ev.action), []) if ev.action else []
         )
 
-    def dispatch(self, ev: Event, ctx: Context) -> int:
+    def dispatch(self, ev: Event, ctx: Any) -> int:
         """Run every matching handler; exceptions propagate (the delivery is then retried). Returns the count."""
         handlers = self.handlers_for(ev)
         for h in handlers:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.github.platform import CommentRef, Platform
+from bot.github.platform import CheckOutput, CommentRef, Platform, marker
 from bot.publish import pr
 from runner.contract import Job, JobResult, TargetResult
 
@@ -76,14 +76,14 @@ def headline(results: list[TargetResult]) -> str:
 
 def benchmark_comment(job: Job, result: JobResult, limit: int = pr.BODY_LIMIT) -> str:
     where = f"`{job.ref}` at `{job.sha[:12]}`" if job.ref else f"`{job.sha[:12]}`"
-    lines = [pr.marker(MARKER, job.id), f"**fusebot benchmark** of this PR's kernels as they are on {where}: "
+    lines = [marker(MARKER, job.id), f"**fusebot benchmark** of this PR's kernels as they are on {where}: "
              f"**{headline(result.targets)}**.", ""]
     for r in result.targets:
         lines += [kernel_section(r), ""]
     lines += [pr.environment_line(result.environment), "",
               "Every number was measured by fusebot's harness on the runner just now, from the files on the branch "
               "(a kernel edited there is measured as edited). Comment `/fusebot benchmark` again after a change."]
-    return _clip("\n".join(lines), limit)
+    return pr.clip("\n".join(lines), limit)
 
 
 def conclusion(results: list[TargetResult]) -> str:
@@ -93,14 +93,14 @@ def conclusion(results: list[TargetResult]) -> str:
     return "neutral" if "slower" in states or not results else "success"
 
 
-def benchmark_check(job: Job, result: JobResult) -> pr.CheckOutput:
+def benchmark_check(job: Job, result: JobResult) -> CheckOutput:
     results = result.targets
     bad = [r.class_name or r.target for r in results if state(r) in ("unverified", "unmeasured")]
     title = f"Not verified: {', '.join(bad)}" if bad else headline(results)
     tables = "\n\n".join(kernel_section(r) for r in results)
     summary = f"Re-measured at `{job.sha[:12]}`: {headline(results)}.\n\n{tables}"
-    return pr.CheckOutput("completed", title[:255], _clip(summary), conclusion(results),
-                          pr.environment_line(result.environment))
+    return CheckOutput("completed", pr.clip(title[:255]), pr.clip(summary), conclusion(results),
+                       pr.environment_line(result.environment))
 
 
 def deliver_benchmark(platform: Platform, job: Job, result: JobResult, *,
@@ -115,8 +115,3 @@ def deliver_benchmark(platform: Platform, job: Job, result: JobResult, *,
     log.info("%s#%d: benchmark of %d kernel(s) %s", job.repo, job.pr_number, len(result.targets),
              "posted" if ref.created else "updated")
     return ref
-
-
-def _clip(text: str, limit: int = pr.BODY_LIMIT) -> str:
-    note = "\n\n*…cut to fit GitHub's limit.*"
-    return text if len(text) <= limit else text[: limit - len(note)] + note

@@ -5,25 +5,23 @@
 Grouping follows the repository config (`pr_grouping`): `per-target` opens one PR per improved target
 (`fusebot/<base>/<target>`), `single` one PR for all (`fusebot/<base>/kernels`). A fork's PR gets one comment with the
 patch. The check run and the status comment summarise every target, whichever PRs they went to.
-`deliver_job` is the bot's entry point (called by the check-run outbox when a job succeeded); it routes a benchmark
-job's result to a comment on its PR (bot/publish/benchmark.py) and a hygiene job's to the removal PR (bot/publish/hygiene.py).
+`deliver_job` is the App's entry point (called by the check-run outbox when a job succeeded); it routes a benchmark
+job's result to a comment on its PR (bot/publish/benchmark.py) and a hygiene job's to the removal PR
+(bot/publish/hygiene.py). A PlatformError propagates: the outbox retries the job.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from bot.github.platform import Platform, PlatformError
+from bot.github.platform import Platform
 from bot.publish import pr
 from bot.publish.benchmark import deliver_benchmark
 from bot.publish.hygiene import deliver_hygiene
 from bot.publish.publish import Published, publish
+from bot.repo.config import CONFIG_PATH, ConfigError, load_config
+from bot.store.jobs import JobInfo
 from runner.contract import Job, JobResult, TargetResult
-
-if TYPE_CHECKING:
-    from bot.context import Context
-    from bot.store.jobs import JobInfo
 
 log = logging.getLogger(__name__)
 
@@ -62,44 +60,25 @@ def deliver(platform: Platform, job: Job, result: JobResult, *, base: str, base_
     return published
 
 
-def deliver_job(ctx: Context, job: JobInfo, check_run_id: int | None) -> list[Published]:
-    """The bot's side: base and fork from the labelled PR (or the default branch), config from the commit."""
-    from bot.github import client
-    from bot.github.github_platform import GitHubPlatform
-    from bot.repo.config import CONFIG_PATH, ConfigError, load_config
-
-    if job.result is None or job.installation_id is None:
+def deliver_job(platform: Platform, job: JobInfo, check_run_id: int | None) -> list[Published]:
+    """The App's side: base and fork from the labelled PR (or the default branch), config from the commit."""
+    if job.result is None:
         return []
-    gh = ctx.gh(job.installation_id)
-    if job.spec.kind != "search":
-        return _deliver_kernel_job(GitHubPlatform(gh, job.repo), job, check_run_id)
-    try:
-        config = load_config(client.file_text(gh, job.repo, CONFIG_PATH, job.sha))
-    except ConfigError:  # reported on the config's own check run when the job was made; defaults here
-        config = load_config(None)
-    if job.pr_number is not None:
-        pull = client.pull(gh, job.repo, job.pr_number)
-        base, fork = pull.head_ref, pull.is_fork
-    else:
-        base, fork = job.spec.ref or client.default_branch_head(gh, job.repo)[0], False
-    try:
-        return deliver(GitHubPlatform(gh, job.repo), job.spec, job.result, base=base, base_sha=job.sha,
-                       check_run_id=check_run_id, label_pr=job.pr_number, fork=fork, kernels_dir=config.kernels_dir,
-                       grouping=config.pr_grouping)
-    except PlatformError as e:  # GitHub refused or is down: the outbox retries the job later
-        raise client.GitHubError(f"delivering job {job.id}: {e}") from None
-
-
-def _deliver_kernel_job(platform: Platform, job: JobInfo, check_run_id: int | None) -> list[Published]:
-    from bot.github import client
-
-    assert job.result is not None
-    try:
-        if job.spec.kind == "benchmark":
-            deliver_benchmark(platform, job.spec, job.result, check_run_id=check_run_id)
-            return []
+    if job.spec.kind == "benchmark":
+        deliver_benchmark(platform, job.spec, job.result, check_run_id=check_run_id)
+        return []
+    if job.spec.kind == "hygiene":
         published = deliver_hygiene(platform, job.spec, job.result, base=job.spec.ref or platform.default_branch(),
                                     check_run_id=check_run_id)
         return [published] if published else []
-    except PlatformError as e:  # GitHub refused or is down: the outbox retries the job later
-        raise client.GitHubError(f"delivering {job.spec.kind} job {job.id}: {e}") from None
+    try:
+        config = load_config(platform.read_file(job.sha, CONFIG_PATH))
+    except ConfigError:  # reported on the config's own check run when the job was made; defaults here
+        config = load_config(None)
+    if job.pr_number is not None:
+        pull = platform.pull(job.pr_number)
+        base, fork = pull.head_ref, pull.is_fork
+    else:
+        base, fork = job.spec.ref or platform.default_branch(), False
+    return deliver(platform, job.spec, job.result, base=base, base_sha=job.sha, check_run_id=check_run_id,
+                   label_pr=job.pr_number, fork=fork, kernels_dir=config.kernels_dir, grouping=config.pr_grouping)

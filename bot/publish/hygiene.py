@@ -1,6 +1,6 @@
 """Nightly hygiene, the bot's half: a PR that removes the merged fusebot kernels that no longer earn their place.
 
-The runner re-verifies and re-times each merged kernel (runner/results/reverify.py) and returns one TargetResult per kernel:
+The runner re-verifies and re-times each merged kernel (runner/results/remeasure.py) and returns one TargetResult per kernel:
 `improved` true when it still holds; otherwise `message` says why (no longer correct, or no longer faster than the
 faster of eager and torch.compile on today's torch and device) and `files` holds the removal (REMOVED_FILE marks a
 deleted file; the drop-in becomes a shim re-exporting the original class, so imports keep working). The PR lives on
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.github.platform import Platform
+from bot.github.platform import CheckOutput, Platform, marker
 from bot.publish import pr
 from bot.publish.publish import Published
 from runner.contract import REMOVED_FILE, Environment, Job, JobResult, TargetResult
@@ -38,7 +38,7 @@ def hygiene_body(results: list[TargetResult], *, base: str, commit: str, environ
                  kernels_dir: str, job_id: str | None = None) -> str:
     stale = [r for r in results if not r.improved]
     kept = [r for r in results if r.improved]
-    lines = [pr.marker("pr", pr.pr_key(base, GROUP)) + (pr.marker("job", job_id) if job_id else ""),
+    lines = [marker("pr", pr.pr_key(base, GROUP)) + (marker("job", job_id) if job_id else ""),
              f"**fusebot re-verified {len(results)} merged kernel(s) at `{commit[:12]}`: {len(stale)} no longer earn "
              "their place** and are removed here.", "", pr.environment_line(environment), ""]
     for r in stale:
@@ -53,7 +53,7 @@ def hygiene_body(results: list[TargetResult], *, base: str, commit: str, environ
     lines += ["### What changes", "", *[f"- removed `{p}`" for p in removed],
               *[f"- `{p}` now re-exports the original class, so code importing it keeps working" for p in shims], "",
               "Revert this PR to keep a kernel; `/fusebot benchmark` on it re-measures first."]
-    return "\n".join(lines)[: pr.BODY_LIMIT]
+    return pr.clip("\n".join(lines))
 
 
 def publish_hygiene(platform: Platform, results: list[TargetResult], *, base: str, base_sha: str,
@@ -75,19 +75,19 @@ def publish_hygiene(platform: Platform, results: list[TargetResult], *, base: st
     return Published(ref, update, body, "success")
 
 
-def hygiene_check(results: list[TargetResult], pr_url: str | None = None) -> pr.CheckOutput:
+def hygiene_check(results: list[TargetResult], pr_url: str | None = None) -> CheckOutput:
     """The hygiene job's check run: `success` when every merged kernel holds, `neutral` with the removal PR when not."""
     stale = [r for r in results if not r.improved]
     lines = [f"- `{r.class_name or r.target}`: {'holds' if r.improved else 'stale'}: {r.message}" for r in results]
     if not stale:
-        return pr.CheckOutput("completed", f"All {len(results)} merged kernel(s) still hold",
-                              "\n".join(["Re-verified and re-timed; each is still correct and faster than the faster "
-                                         "of PyTorch eager and torch.compile.", "", *lines]), "success")
+        return CheckOutput("completed", f"All {len(results)} merged kernel(s) still hold",
+                           pr.clip("\n".join(["Re-verified and re-timed; each is still correct and faster than the "
+                                               "faster of PyTorch eager and torch.compile.", "", *lines])), "success")
     link = f"Their removal is proposed in {pr_url}." if pr_url else "Their removal is proposed in a pull request."
     tables = "\n\n".join(pr.target_table(r.model_copy(update={"improved": True, "message": ""})) for r in stale)
     summary = "\n\n".join([link, "\n".join(lines), tables])
-    return pr.CheckOutput("completed", f"{len(stale)} of {len(results)} merged kernel(s) no longer hold",
-                          summary[: pr.BODY_LIMIT], "neutral")
+    return CheckOutput("completed", f"{len(stale)} of {len(results)} merged kernel(s) no longer hold",
+                       pr.clip(summary), "neutral")
 
 
 def deliver_hygiene(platform: Platform, job: Job, result: JobResult, *, base: str,

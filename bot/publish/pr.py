@@ -1,8 +1,10 @@
 """What a fusebot pull request, check run and comment say: pure functions of Verdicts and TargetResults.
 
 Every number comes from a Verdict the harness produced; numbers are formatted here for display only. Bodies carry
-a hidden marker (`<!-- fusebot:pr key=... -->`) by which the bot finds its own PRs and comments again and updates
-them in place. Bodies fit GitHub's 65536-character limit: the search trace is truncated, the tables never are.
+a hidden marker (`<!-- fusebot:pr key=... -->`, bot/github/platform.py) by which the bot finds its own PRs and
+comments again and updates them in place. Bodies fit GitHub's 65536-character limit: the search trace is truncated,
+the tables never are. Every text that leaves here passes `clip`: cut to the limit, and scrubbed of anything that looks
+like a credential and of absolute paths (a runner's temporary directories are no business of the repository's).
 """
 
 from __future__ import annotations
@@ -10,17 +12,36 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from runner.contract import Environment, Progress, TargetResult, Timing, Verdict
+from bot.github.platform import CheckOutput, marker
+from bot.logs import redact
+from runner.contract import Environment, Progress, TargetResult, Verdict, benchmark_table, faster_baseline
 
 BODY_LIMIT = 65_536  # GitHub's limit on a PR body, an issue comment and a check run's summary or text
 CHECK_NAME = "fusebot"
-_MARKER = re.compile(r"<!-- fusebot:(?P<kind>[a-z-]+) key=(?P<key>[^ ]+) -->")
 COMMANDS = (("/fusebot rerun", "search again from this PR's base branch as it is now"),
             ("/fusebot benchmark", "re-measure the kernels as they are on this branch (your edits included)"),
             ("/fusebot explain", "post the full search trace"))
+# An absolute path of two or more parts that is not part of a URL, a relative path or /dev/null.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w/.~:<>=-])/(?!dev/null\b)(?:[\w.@+-]+/)+([\w.@+-]*)")
+CUT_NOTE = "\n\n*…cut to fit GitHub's limit.*"
 
 
-# ---- names and markers -----------------------------------------------------------------------------------------
+# ---- what may be published ----------------------------------------------------------------------------------------
+
+def scrub(text: str) -> str:
+    """`text` without credentials (GitHub and API tokens, keys, PEM blocks, Authorization headers) and without
+    absolute paths (each becomes `…/<its last part>`): verdict reasons, build logs and traces come from a machine
+    that ran untrusted code, and what it printed may hold either."""
+    return _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(1), redact(text))
+
+
+def clip(text: str, limit: int = BODY_LIMIT) -> str:
+    """What may be published: `scrub`bed, then cut to `limit` characters with a note saying so."""
+    text = scrub(text)
+    return text if len(text) <= limit else text[: limit - len(CUT_NOTE)] + CUT_NOTE
+
+
+# ---- names -------------------------------------------------------------------------------------------------------
 
 def _slug(text: str) -> str:
     return re.sub(r"[^0-9A-Za-z._-]+", "-", text).strip("-.").lower() or "all"
@@ -35,20 +56,6 @@ def pr_key(base: str, group: str) -> str:
     return f"{base.strip('/')}/{_slug(group)}"
 
 
-def marker(kind: str, key: str) -> str:
-    if " " in key or "--" in key:
-        raise ValueError(f"marker key must have no spaces or '--': {key!r}")
-    return f"<!-- fusebot:{kind} key={key} -->"
-
-
-def find_marker(body: str | None, kind: str) -> str | None:
-    """The key of the first `kind` marker in body, or None."""
-    for m in _MARKER.finditer(body or ""):
-        if m.group("kind") == kind:
-            return m.group("key")
-    return None
-
-
 # ---- numbers for display ---------------------------------------------------------------------------------------
 
 def _ms(x: float) -> str:
@@ -59,29 +66,12 @@ def _x(ratio: float | None) -> str:
     return f"{ratio:.2f}x" if ratio is not None else "n/a"
 
 
-def faster_baseline(v: Verdict) -> tuple[str, Timing] | None:
-    """The faster of eager and torch.compile: what a kernel must beat."""
-    b = v.baselines
-    options = [(n, t) for n, t in (("eager", b.eager if b else None), ("torch.compile", b.compile if b else None)) if t]
-    return min(options, key=lambda nt: nt[1].median_ms) if options else None
-
-
 def speedup(v: Verdict | None) -> float | None:
     """Speedup of the verdict's kernel over the faster baseline, or None when either time is missing."""
-    fb = faster_baseline(v) if v else None
+    fb = faster_baseline(v.baselines) if v else None
     if v is None or v.timing is None or fb is None or v.timing.median_ms <= 0:
         return None
     return fb[1].median_ms / v.timing.median_ms
-
-
-def _row(label: str, t: Timing | None, v: Verdict) -> str:
-    if t is None:
-        return f"| {label} | n/a | | | | | |"
-    b = v.baselines
-    eager = b.eager.median_ms / t.median_ms if b and b.eager else None
-    comp = b.compile.median_ms / t.median_ms if b and b.compile else None
-    floor = f"{100.0 * v.roofline.floor_ms / t.median_ms:.0f}%" if v.roofline else "n/a"
-    return f"| {label} | {_ms(t.median_ms)} | {t.iqr_ms:.3g} | {t.n} | {_x(eager)} | {_x(comp)} | {floor} |"
 
 
 def target_table(r: TargetResult) -> str:
@@ -90,15 +80,7 @@ def target_table(r: TargetResult) -> str:
     head = f"#### `{r.class_name or r.target}`" + (f" in `{r.file}`" if r.file else "")
     if v is None:
         return f"{head}\n\n{r.message or 'no verified kernel'}"
-    b = v.baselines
-    lines = [head, "", "| | median ms | IQR ms | n | vs eager | vs torch.compile | % of roofline floor |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-             _row("PyTorch eager", b.eager if b else None, v)]
-    if b and b.compile is None and b.compile_error:
-        lines.append(f"| torch.compile | failed: {' '.join(b.compile_error.split())[:120].replace('|', '/')} | | | | | |")
-    else:
-        lines.append(_row("torch.compile", b.compile if b else None, v))
-    lines.append(_row("**fusebot**", v.timing, v))
+    lines = [head, "", benchmark_table(v.baselines, v.timing, v.roofline, "**fusebot**")]
     passed = sum(1 for t in v.trials if t.passed)
     abs_errs = [t.max_abs_err for t in v.trials if t.max_abs_err is not None]
     rel_errs = [t.max_rel_err for t in v.trials if t.max_rel_err is not None]
@@ -187,7 +169,7 @@ def verdict_line(results: list[TargetResult]) -> str:
                 "torch.compile, so nothing is proposed.")
     parts = []
     for r in won:
-        fb, s = faster_baseline(r.verdict) if r.verdict else None, speedup(r.verdict)
+        fb, s = faster_baseline(r.verdict.baselines) if r.verdict else None, speedup(r.verdict)
         parts.append(f"`{r.class_name or r.target}` **{_x(s)}** faster than {fb[0] if fb else 'the baseline'}")
     return f"**fusebot found faster kernels for {len(won)} of {len(results)} target(s)**: " + "; ".join(parts) + "."
 
@@ -277,23 +259,14 @@ def pr_body(plan: PullRequestPlan, limit: int = BODY_LIMIT) -> str:
     body = fixed + ("\n## Search\n\n" + "\n\n".join(traces) + "\n" if traces else "")
     if len(body) > limit:  # the section heading tipped it over: drop traces
         body = fixed
-    return body
+    return clip(body, limit)
 
 
 # ---- check runs ----------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class CheckOutput:
-    status: str  # queued, in_progress, completed
-    title: str
-    summary: str
-    conclusion: str | None = None  # success, neutral, failure (completed only)
-    text: str = ""
-
-
 def check_queued(targets: list[str]) -> CheckOutput:
     return CheckOutput("queued", "Waiting for a GPU runner",
-                       f"{len(targets)} marked target(s) queued: " + ", ".join(f"`{t}`" for t in targets) + ".")
+                       clip(f"{len(targets)} marked target(s) queued: " + ", ".join(f"`{t}`" for t in targets) + "."))
 
 
 def check_in_progress(p: Progress, rounds: int, target: str = "") -> CheckOutput:
@@ -301,15 +274,15 @@ def check_in_progress(p: Progress, rounds: int, target: str = "") -> CheckOutput
     what = f" `{target}`:" if target else ""
     summary = (f"Searching{what} round {p.round}/{rounds}; {p.built} candidate(s) built, {p.verified} verified, "
                f"{p.rejected} rejected; best so far {best} over the faster baseline.")
-    return CheckOutput("in_progress", f"Round {p.round}/{rounds}: best {best}", summary + (f" {p.message}" if p.message
-                                                                                          else ""))
+    return CheckOutput("in_progress", f"Round {p.round}/{rounds}: best {best}",
+                       clip(summary + (f" {p.message}" if p.message else "")))
 
 
 def check_completed(plan: PullRequestPlan, pr_url: str | None = None, error: str | None = None) -> CheckOutput:
     """success with the tables when a kernel is proposed; neutral, with why, when nothing beat the faster baseline;
     failure when the job itself failed."""
     if error:
-        return CheckOutput("completed", "fusebot could not finish", f"The optimization job failed: {error}",
+        return CheckOutput("completed", "fusebot could not finish", clip(f"The optimization job failed: {error}"),
                            "failure")
     tables = "\n\n".join(target_table(r) for r in plan.results)
     env = environment_line(plan.environment)
@@ -317,17 +290,12 @@ def check_completed(plan: PullRequestPlan, pr_url: str | None = None, error: str
         why = "\n".join(f"- `{r.class_name or r.target}`: {r.message or 'no verified kernel'}" for r in plan.results)
         summary = (f"{verdict_line(plan.results)}\n\n{why}\n\nNo pull request is opened: a kernel is proposed only "
                    "when it is verified and faster than both PyTorch eager and torch.compile.")
-        return CheckOutput("completed", "No faster kernel", summary[:BODY_LIMIT], "neutral",
-                           _clip(f"{tables}\n\n{env}"))
+        return CheckOutput("completed", "No faster kernel", clip(summary), "neutral",
+                           clip(f"{tables}\n\n{env}"))
     link = f"\n\nProposed in {pr_url}." if pr_url else ""
     title = ", ".join(f"{r.class_name or r.target} {_x(speedup(r.verdict))}" for r in plan.improved)
-    return CheckOutput("completed", f"Faster: {title}"[:255], _clip(f"{verdict_line(plan.results)}{link}\n\n{tables}"),
-                       "success", _clip(env + "\n\n" + "\n\n".join(fit_traces(env, plan.results))))
-
-
-def _clip(text: str, limit: int = BODY_LIMIT) -> str:
-    note = "\n\n*…cut to fit GitHub's limit.*"
-    return text if len(text) <= limit else text[: limit - len(note)] + note
+    return CheckOutput("completed", f"Faster: {title}"[:255], clip(f"{verdict_line(plan.results)}{link}\n\n{tables}"),
+                       "success", clip(env + "\n\n" + "\n\n".join(fit_traces(env, plan.results))))
 
 
 # ---- comments --------------------------------------------------------------------------------------------------
@@ -346,7 +314,7 @@ def status_comment(pr_number: int, state: str, plan: PullRequestPlan | None = No
                                                                (r.message or "no faster kernel")))
     if pr_url:
         lines += ["", f"Kernels, drop-ins, tests and benchmarks: {pr_url}"]
-    return "\n".join(lines)
+    return clip("\n".join(lines))
 
 
 def fork_comment(plan: PullRequestPlan, patch: str, limit: int = BODY_LIMIT) -> str:
@@ -358,10 +326,11 @@ def fork_comment(plan: PullRequestPlan, patch: str, limit: int = BODY_LIMIT) -> 
     fixed = "\n".join(head)
     room = limit - len(fixed) - 200
     if room <= 0:
-        return fixed[:limit]
+        return clip(fixed, limit)
     shown = patch if len(patch) <= room else patch[:room]
     note = "" if shown is patch else f"\n*…patch cut at {room} of {len(patch)} characters: see the check run.*\n"
-    return fixed + f"<details><summary>fusebot.patch</summary>\n\n```diff\n{shown}\n```\n{note}\n</details>\n"
+    return clip(fixed + f"<details><summary>fusebot.patch</summary>\n\n```diff\n{shown}\n```\n{note}\n</details>\n",
+                limit)
 
 
 def explain_comments(job_id: str, results: list[TargetResult], limit: int = BODY_LIMIT) -> list[str]:
@@ -387,4 +356,4 @@ def explain_comments(job_id: str, results: list[TargetResult], limit: int = BODY
                 out.append(current)
                 current = head + "*(continued)*\n\n"
     out.append(current)
-    return out
+    return [clip(text, limit) for text in out]

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from bot.github.patch import unified_patch
-from bot.github.platform import BranchUpdate, Platform, PlatformError, PullRequestRef
+from bot.github.platform import BranchUpdate, CheckOutput, Platform, PlatformError, PullRequestRef
 from bot.publish import pr
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
         body = pr.fork_comment(plan, patch)
         platform.upsert_comment(label_pr, "fork", f"pr-{label_pr}", body)
         out = pr.check_completed(plan)
-        _finish_check(platform, check_run_id, pr.CheckOutput(out.status, out.title, out.summary, out.conclusion,
+        _finish_check(platform, check_run_id, CheckOutput(out.status, out.title, out.summary, out.conclusion,
                                                              _patch_text(patch)))
         return Published(None, None, body, out.conclusion or "success")
     update = platform.commit_files(plan.branch, base_sha, keep_unchanged(platform, plan.branch, files),
@@ -112,10 +112,9 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
 
 
 def _patch_text(patch: str) -> str:
-    block = f"Apply with `git apply`:\n\n```diff\n{patch}\n```"
-    return block if len(block) <= pr.BODY_LIMIT else block[: pr.BODY_LIMIT - 80] + "\n```\n*…cut to fit.*"
+    return pr.clip(f"Apply with `git apply`:\n\n```diff\n{patch}\n```")
 
 
-def _finish_check(platform: Platform, check_run_id: int | None, out: pr.CheckOutput) -> None:
+def _finish_check(platform: Platform, check_run_id: int | None, out: CheckOutput) -> None:
     if check_run_id is not None:
         platform.update_check_run(check_run_id, out)

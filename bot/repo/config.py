@@ -156,6 +156,15 @@ def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
     return node
 
 
+def line_of(text: str | None, loc: tuple[Any, ...]) -> int:
+    """The 1-based line of the YAML node at `loc` (e.g. ("targets", 0, "class")) in `text`; 1 when not found."""
+    try:
+        node = _node_at(yaml.compose(text or "", Loader=yaml.SafeLoader), loc)
+    except yaml.YAMLError:
+        return 1
+    return node.start_mark.line + 1 if node is not None else 1
+
+
 def load_config(text: str | None, path: str = CONFIG_PATH) -> FusebotConfig:
     """Parse and validate. `None` (no file) gives the defaults."""
     if text is None or not text.strip():

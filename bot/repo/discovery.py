@@ -1,7 +1,10 @@
 """Find what to optimise: a shallow clone at a pinned SHA, then targets from the config plus source markers.
 
-A source marker is the comment `# fusebot: optimize` on the line directly above a class (or above its decorators),
-in a file that also defines `get_inputs` and `get_init_inputs` at module level (the KernelBench convention).
+A source marker is the comment `# fusebot: optimize` (any case) on the line directly above a class (or above its
+decorators), in a file that also defines `get_inputs` and `get_init_inputs` at module level (the KernelBench
+convention). A marked file that does not parse, or lacks those functions, is a problem at its own line; a config target
+whose file or class is missing is a config problem at the config's line (`check_config_targets`), found before any job
+is queued.
 fusebot's own kernels are found by their manifests: `<kernels_dir>/<folder>/fusebot.json` (`kernel_folders`).
 """
 
@@ -15,12 +18,13 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
 
 from bot.logs import redact
-from bot.repo.config import CONFIG_PATH, TargetConfig
+from bot.repo.config import CONFIG_PATH, ConfigError, ConfigProblem, FusebotConfig, TargetConfig, line_of
 from runner.contract import MANIFEST_FILE, TargetSpec
 
 log = logging.getLogger(__name__)
@@ -101,34 +105,68 @@ def _target_name(rel: str, cls: str) -> str:
     return rel.removesuffix(".py").replace("/", ".") + "." + cls
 
 
-def marked_classes(source: str) -> list[str]:
-    """Classes marked `# fusebot: optimize`, in a module defining get_inputs and get_init_inputs."""
-    return _marked(source)[0]
+@dataclass(frozen=True)
+class SourceProblem:
+    """Why a file of the repository cannot be optimised as it is: its path, the 1-based line, and what to fix."""
+
+    path: str
+    line: int
+    message: str
 
 
-def _marked(source: str) -> tuple[list[str], set[str]]:
-    """The marked classes and the module's top-level functions."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return [], set()
-    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    if not {"get_inputs", "get_init_inputs"} <= functions:
-        return [], functions
+@dataclass(frozen=True)
+class Found:
+    targets: list[TargetSpec]
+    problems: list[SourceProblem] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Module:
+    """What discovery reads from a module's source: its classes (name -> 1-based line of the class or its first
+    decorator), those marked `# fusebot: optimize`, and its top-level functions."""
+
+    classes: dict[str, int]
+    marked: list[str]
+    functions: set[str]
+
+    @property
+    def has_factories(self) -> bool:
+        return {"get_inputs", "get_init_inputs"} <= self.functions
+
+
+def read_module(source: str) -> Module:
+    """Parse a module's source; raises SyntaxError as Python does."""
+    tree = ast.parse(source)
     lines = source.splitlines()
-    out = []
+    classes, marked = {}, []
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
             continue
         first = min([node.lineno] + [d.lineno for d in node.decorator_list])  # 1-based
+        classes[node.name] = first
         if first >= 2 and lines[first - 2].strip().lower() == MARKER:
-            out.append(node.name)
-    return out, functions
+            marked.append(node.name)
+    return Module(classes, marked, {n.name for n in tree.body if isinstance(n, ast.FunctionDef)})
 
 
-def scan_markers(worktree: Path, ignore: Iterable[str] = ()) -> list[TargetSpec]:
+def syntax_problem(rel: str, e: SyntaxError) -> SourceProblem:
+    return SourceProblem(rel, e.lineno or 1, f"syntax error: {e.msg}")
+
+
+def marked_classes(source: str) -> list[str]:
+    """Classes marked `# fusebot: optimize`, in a module defining get_inputs and get_init_inputs."""
+    try:
+        module = read_module(source)
+    except SyntaxError:
+        return []
+    return module.marked if module.has_factories else []
+
+
+def scan(worktree: Path, ignore: Iterable[str] = ()) -> Found:
+    """Every marked class under `worktree`, and the marked files that cannot be used as they are (a syntax error, no
+    input factories)."""
     ignore = list(ignore)
-    found = []
+    found, problems = [], []
     for dirpath, dirnames, filenames in os.walk(worktree):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
         for fn in sorted(filenames):
@@ -141,11 +179,29 @@ def scan_markers(worktree: Path, ignore: Iterable[str] = ()) -> list[TargetSpec]
             text = path.read_text(errors="replace")
             if MARKER not in text.lower():
                 continue
-            classes, functions = _marked(text)
-            second = SECOND_INPUTS if SECOND_INPUTS in functions else None
-            for cls in classes:  # a declared second shape is verified too (it catches kernels with sizes baked in)
+            try:
+                module = read_module(text)
+            except SyntaxError as e:
+                problems.append(syntax_problem(rel, e))
+                continue
+            if module.marked and not module.has_factories:
+                problems.append(SourceProblem(rel, module.classes[module.marked[0]], "marked `# fusebot: optimize`, "
+                                              "but the module defines no get_inputs() and get_init_inputs()"))
+                continue
+            second = SECOND_INPUTS if SECOND_INPUTS in module.functions else None
+            for cls in module.marked:  # a declared second shape is verified too (it catches kernels with sizes baked in)
                 found.append(TargetSpec(name=_target_name(rel, cls), file=rel, class_name=cls, second_inputs=second))
-    return found
+    return Found(found, problems)
+
+
+def scan_markers(worktree: Path, ignore: Iterable[str] = ()) -> list[TargetSpec]:
+    return scan(worktree, ignore).targets
+
+
+def marked_targets(root: Path, kernels_dir: str = "fusebot_kernels") -> list[TargetSpec]:
+    """The marked classes under `root`, each named by its class alone (one kernel folder per class: the demo's and
+    the device scripts' naming), fusebot's own kernels left out."""
+    return [t.model_copy(update={"name": t.class_name}) for t in scan_markers(root, [kernels_dir])]
 
 
 def from_config(t: TargetConfig) -> TargetSpec:
@@ -164,6 +220,63 @@ def from_config(t: TargetConfig) -> TargetSpec:
     )
 
 
+def check_config_targets(worktree: Path, config: FusebotConfig, text: str | None, path: str = CONFIG_PATH) -> None:
+    """The config's targets checked against the code at this commit: each file exists and defines its class. Raises
+    ConfigError with each problem at the config's own line. A file that does not parse is left to `find_targets`,
+    which reports it at the file's line."""
+    problems = []
+    for i, t in enumerate(config.targets):
+        source = worktree / t.file
+        if not source.is_file() or source.is_symlink():
+            problems.append(ConfigProblem(path, line_of(text, ("targets", i, "file")),
+                                          f"targets.{i}.file: {t.file} does not exist at this commit"))
+            continue
+        try:
+            module = read_module(source.read_text(errors="replace"))
+        except SyntaxError:
+            continue
+        if t.class_name not in module.classes:
+            problems.append(ConfigProblem(path, line_of(text, ("targets", i, "class")),
+                                          f"targets.{i}.class: {t.file} defines no class {t.class_name}"))
+    if problems:
+        raise ConfigError(problems)
+
+
+def find_targets(
+    worktree: Path,
+    targets: list[TargetConfig],
+    *,
+    markers: bool = True,
+    ignore: Iterable[str] = (),
+    changed_files: Iterable[str] | None = None,
+) -> Found:
+    """Config targets first, then marked classes not already named by the config; restricted to files in
+    `changed_files` when given (a PR trigger without `run all`). Problems: marked files and config targets' files that
+    cannot be used as they are (within `changed_files` too)."""
+    ignore = list(ignore)
+    out = [from_config(t) for t in targets if not _ignored(t.file, ignore)]
+    problems = []
+    for t in out:
+        try:
+            read_module((worktree / t.file).read_text(errors="replace"))
+        except SyntaxError as e:
+            problems.append(syntax_problem(t.file, e))
+        except OSError:
+            pass  # a missing file is the config's problem (check_config_targets)
+    seen = {(t.file, t.class_name) for t in out}
+    if markers:
+        marked = scan(worktree, ignore)
+        out += [t for t in marked.targets if (t.file, t.class_name) not in seen]
+        problems += [p for p in marked.problems if p not in problems]
+    broken = {p.path for p in problems}
+    out = [t for t in out if t.file not in broken]
+    if changed_files is not None:
+        changed = set(changed_files)
+        out = [t for t in out if t.file in changed]
+        problems = [p for p in problems if p.path in changed]
+    return Found(out, problems)
+
+
 def discover(
     worktree: Path,
     targets: list[TargetConfig],
@@ -172,17 +285,8 @@ def discover(
     ignore: Iterable[str] = (),
     changed_files: Iterable[str] | None = None,
 ) -> list[TargetSpec]:
-    """Config targets first, then marked classes not already named by the config; restricted to files in
-    `changed_files` when given (a PR trigger without `run all`)."""
-    ignore = list(ignore)
-    out = [from_config(t) for t in targets if not _ignored(t.file, ignore)]
-    seen = {(t.file, t.class_name) for t in out}
-    if markers:
-        out += [t for t in scan_markers(worktree, ignore) if (t.file, t.class_name) not in seen]
-    if changed_files is not None:
-        changed = set(changed_files)
-        out = [t for t in out if t.file in changed]
-    return out
+    """The targets of `find_targets`, without its problems."""
+    return find_targets(worktree, targets, markers=markers, ignore=ignore, changed_files=changed_files).targets
 
 
 def kernel_folders(worktree: Path, kernels_dir: str, only: Iterable[str] | None = None) -> list[str]:

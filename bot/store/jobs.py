@@ -1,4 +1,4 @@
-"""Jobs and their leases, and `Store`: the whole database (with bot/store/inbox.py and bot/store/repos.py).
+"""Jobs and their leases: the `Jobs` part of the database (bot/store/store.py puts the parts together).
 
 Every transition is one compare-and-swap UPDATE (`... WHERE state IN (...)`), so it is correct with several bot
 processes, on SQLite and PostgreSQL alike. Job ids derive from a dedupe key (delivery id + index), so handling one
@@ -24,8 +24,6 @@ from sqlalchemy.exc import IntegrityError
 
 from bot.store.base import StoreBase, writes
 from bot.store.db import ACTIVE_STATES, TERMINAL_STATES, JobRow, utcnow
-from bot.store.inbox import Inbox
-from bot.store.repos import Repos
 from runner.contract import Job, JobResult, Progress
 
 log = logging.getLogger(__name__)
@@ -90,10 +88,8 @@ def _info(row: JobRow) -> JobInfo:
     )
 
 
-class Store(Inbox, Repos, StoreBase):
-    """The bot's database: the webhook inbox (bot/store/inbox.py), installed repositories (bot/store/repos.py) and jobs (here)."""
-
-    # ---- jobs ----------------------------------------------------------------------------------------------
+class Jobs(StoreBase):
+    """Jobs: recorded once per dedupe key, leased by runners, finished, cancelled, and their check runs' outbox."""
 
     @writes
     def enqueue(

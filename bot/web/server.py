@@ -32,12 +32,12 @@ from bot.features import router as default_router
 from bot.github import webhooks
 from bot.github.client import GitHubApp
 from bot.github.routing import Router
-from bot.logs import install_redaction
+from bot.logs import install_redaction, setup_logging
 from bot.store.db import init_db
-from bot.store.jobs import Store
+from bot.store.store import Store
 from bot.web.metrics import Metrics
 from bot.web.runner_api import make_router
-from bot.web.settings import Settings
+from bot.web.settings import Settings, SettingsError, load_settings
 from bot.web.tasks import Background, PipeWake
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,6 @@ def build_context(settings: Settings, github_app: GitHubApp | None = None) -> Co
 def _background_process(settings: Settings, wake_reader: Connection, parent_pid: int) -> None:
     """The background worker as a child process of `fusebot serve` (spawned: a fresh interpreter). SIGTERM stops it
     after the delivery in hand; it also stops by itself when the web process is gone."""
-    from bot.logs import setup_logging
-
     setup_logging(settings.log_level, settings.secrets())
     ctx = build_context(settings)
     ctx.wake = PipeWake(reader=wake_reader)
@@ -176,10 +174,7 @@ def serve(
     port: int = typer.Option(8000, help="Port to listen on."),
 ) -> None:
     """Serve webhooks, the runner API, /healthz and /metrics. Settings come from FUSEBOT_* variables."""
-    import uvicorn
-
-    from bot.logs import setup_logging
-    from bot.web.settings import SettingsError, load_settings
+    import uvicorn  # the server, only when serving
 
     try:
         settings = load_settings()

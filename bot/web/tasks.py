@@ -1,5 +1,5 @@
 """The bot's worker thread (miss-islington's split): the web process only records deliveries; this loop handles
-them, requeues expired leases, keeps check runs current and ticks the nightly nightly."""
+them, requeues expired leases, keeps check runs current and ticks the nightly scheduler."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from bot.context import Context
 from bot.features import nightly
 from bot.github.routing import Router
 from bot.publish.notify import sync_check_runs
-from bot.store import retention
 from bot.store.db import utcnow
+from bot.web import retention
 
 log = logging.getLogger(__name__)
 RETENTION_INTERVAL_S = 3600.0

@@ -1,11 +1,15 @@
-"""Layout rules: bot/ never imports torch or runner internals; the worker never imports PyGithub or FastAPI."""
+"""Layout rules: bot/ never imports torch or runner internals; its layers import only downwards; the worker never
+imports PyGithub or FastAPI. (This module also covers bot/cli.py and bot/context.py, which the probe imports.)"""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
@@ -14,6 +18,16 @@ for m in sys.argv[1:]:
     importlib.import_module(m)
 print(json.dumps(sorted(sys.modules)))
 """
+# Each package of bot/ may import from these packages of bot/ (and from itself), never from the others.
+MAY_IMPORT = {
+    "github": set(),
+    "store": {"github"},  # the inbox stores webhook events (bot.github.webhooks)
+    "repo": {"logs"},
+    "publish": {"github", "store", "repo", "logs"},
+    "features": {"github", "store", "repo", "publish", "context", "logs"},
+    "web": {"github", "store", "repo", "publish", "features", "context", "logs"},
+    "action": {"github", "repo", "publish", "logs"},
+}
 
 
 def modules_after_import(*names: str) -> set[str]:
@@ -21,12 +35,29 @@ def modules_after_import(*names: str) -> set[str]:
     return set(json.loads(out.stdout))
 
 
+def bot_modules() -> list[str]:
+    return sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "bot").rglob("*.py")
+                  if p.stem != "__init__")
+
+
 def test_bot_never_imports_torch_or_runner_internals():
-    bot_modules = [f"bot.{p.stem}" for p in (ROOT / "bot").glob("*.py") if p.stem not in ("__init__", "demo", "action")]
-    loaded = modules_after_import(*bot_modules, "bot.features")
-    assert "bot.web.server" in loaded  # the probe imported what it should
+    loaded = modules_after_import(*[m for m in bot_modules() if m != "bot.demo"])
+    assert "bot.web.server" in loaded and "bot.action.entry" in loaded  # the probe imported what it should
     assert not any(m == "torch" or m.startswith("torch.") for m in loaded)
     assert {m for m in loaded if m.startswith("runner.")} <= {"runner.contract"}
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_imports_point_down(package: str):
+    """Module-level imports only (an import under `if TYPE_CHECKING:` names a type, and loads nothing)."""
+    wrong = []
+    for path in sorted((ROOT / "bot" / package).rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bot."):
+                target = node.module.split(".")[1]
+                if target != package and target not in MAY_IMPORT[package]:
+                    wrong.append(f"{path.relative_to(ROOT)}: {node.module}")
+    assert wrong == []
 
 
 def test_worker_never_imports_github_or_fastapi():

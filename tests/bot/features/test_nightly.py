@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from bot.features.nightly import SCHEDULE_EVENT, next_fire, tick
 from bot.store.db import init_db
-from bot.store.jobs import Store
+from bot.store.store import Store
 
 
 def test_next_fire_in_the_repository_time_zone():

@@ -23,7 +23,7 @@ from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ACTION, EXPR, ROOT, action_outputs, context_for, resolve, run_fusebot_step, step
 from tests.bot.action_world import TOKEN, ActionWorld, make_action_world
 from tests.bot.helpers import APP_ID, REPO, rsa_keys
-from tests.bot.test_pr_body import improved_result, slow_result
+from tests.bot.results import improved_result, slow_result
 from tests.devtools import dev_tool
 
 DOCUMENTED_INPUTS = {"label", "config-path", "budget", "models", "llm-api-key", "llm-base-url", "github-token",

@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 
 from bot.repo.config import CONFIG_PATH, ConfigError, FusebotConfig, json_schema, load_config
 
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "bot" / "schema" / "fusebot-config.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[3] / "bot" / "schema" / "fusebot-config.schema.json"
 
 FULL = """\
 version: 1

@@ -9,7 +9,8 @@ import pytest
 
 from bot.github.webhooks import Event
 from bot.store.db import init_db, utcnow
-from bot.store.jobs import LeaseError, Store, job_id_for
+from bot.store.jobs import LeaseError, job_id_for
+from bot.store.store import Store
 from runner.contract import Job, JobResult, Progress, TargetSpec
 
 

@@ -40,7 +40,7 @@ from tests.bot.helpers import (
 )
 from tests.fakes.serve import serve_in_thread
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass

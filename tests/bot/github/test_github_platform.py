@@ -8,57 +8,12 @@ from __future__ import annotations
 
 import subprocess
 
-from bot.publish import pr
-from bot.publish.notify import sync_check_runs
-from runner.contract import TargetResult
-from runner.results.files import Provenance, slug, target_files
-from tests.bot.helpers import REPO, comment_payload, initial_files, pr_payload
+from bot.github.platform import find_marker
+from runner.results.files import slug
+from tests.bot.app_flow import bot_pulls, branch_files, command, label_and_run
+from tests.bot.helpers import REPO, initial_files
 from tests.fakes.github_server import Pull
-from tests.verdicts import SPEC, real_verdicts, seed_candidate
-
-LEASE = "X-Fusebot-Lease"
-
-
-def results_for(job: dict, improved: bool) -> list[dict]:
-    v = real_verdicts()["fused" if improved else "slow"]
-    out = []
-    for t in job["targets"]:
-        files = {}
-        if improved:
-            made = target_files(SPEC, seed_candidate(), v, Provenance.for_verdict(t["name"], v, REPO, job["sha"]))
-            files = {path.replace(slug(SPEC.name), slug(t["name"]), 1): text for path, text in made.items()}
-        out.append(TargetResult(target=t["name"], improved=improved, verdict=v, files=files, file=t["file"],
-                                class_name=t["class_name"], trace_markdown="### Round 1\nseed: verified",
-                                message="" if improved else "nothing beat eager").model_dump(mode="json"))
-    return out
-
-
-def label_and_run(world, *, number: int, sha: str, improved: bool = True, fork: bool = False,
-                  head_ref: str = "feature") -> dict:
-    """A labelled-PR webhook, a runner leasing the job and uploading results, the outbox delivering them."""
-    world.post("pull_request", pr_payload("labeled", number=number, head_sha=sha, base_sha=world.shas["main"],
-                                          label="optimize-kernels", fork=fork, head_ref=head_ref))
-    world.drain()
-    sync_check_runs(world.ctx)  # the check run: queued
-    leased = world.client.post("/runner/v1/lease", headers=world.runner("gpu-a")).json()
-    job = leased["job"]
-    body = {"job_id": job["id"], "ok": True, "targets": results_for(job, improved),
-            "environment": real_verdicts()["fused"].environment.model_dump(mode="json")}
-    hdr = {**world.runner("gpu-a"), LEASE: leased["lease_token"]}
-    assert world.client.post(f"/runner/v1/jobs/{job['id']}/result", json=body, headers=hdr).json() == {"recorded": True}
-    sync_check_runs(world.ctx)  # completed: PRs, check run, status comment
-    return job
-
-
-def bot_pulls(world) -> list[Pull]:
-    return [p for p in world.fake.pulls.values() if p.user == "fusebot[bot]"]
-
-
-def branch_files(world, branch: str) -> dict[str, str]:
-    names = subprocess.run(["git", "--git-dir", str(world.repo.bare), "ls-tree", "-r", "--name-only", branch],
-                           check=True, capture_output=True, text=True).stdout.split()
-    return {n: subprocess.run(["git", "--git-dir", str(world.repo.bare), "show", f"{branch}:{n}"], check=True,
-                              capture_output=True, text=True).stdout for n in names}
+from tests.verdicts import real_verdicts
 
 
 def test_labelled_pr_becomes_a_fusebot_pr_and_a_rerun_updates_it(world):
@@ -66,7 +21,7 @@ def test_labelled_pr_becomes_a_fusebot_pr_and_a_rerun_updates_it(world):
     [target] = [t["name"] for t in job["targets"]]
     [bot] = bot_pulls(world)
     assert (bot.base_ref, bot.head_ref) == ("feature", f"fusebot/feature/{target.lower()}")
-    assert pr.find_marker(bot.body, "pr") == f"feature/{target.lower()}"
+    assert find_marker(bot.body, "pr") == f"feature/{target.lower()}"
     v = real_verdicts()["fused"]
     assert f"| {v.timing.median_ms:.4g} | {v.timing.iqr_ms:.3g} | {v.timing.n} |" in bot.body
     files = branch_files(world, bot.head_ref)
@@ -108,16 +63,10 @@ def test_a_fork_gets_a_comment_with_the_patch_and_no_push(world):
     assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
 
 
-def command(world, text: str, number: int, comment_id: int) -> None:
-    world.fake.add_comment(REPO, number, comment_id, text, "maintainer")
-    world.post("issue_comment", comment_payload(text, number=number, comment_id=comment_id))
-    world.drain()
-
-
 def test_explain_and_rerun_on_a_fusebot_pr(world):
     first = label_and_run(world, number=2, sha=world.shas["feature"])
     [bot] = bot_pulls(world)
-    assert pr.find_marker(bot.body, "job") == first["id"]
+    assert find_marker(bot.body, "job") == first["id"]
     command(world, "/fusebot explain", bot.number, 950)
     [trace] = [c for c in world.fake.comments_on(REPO, bot.number) if "search trace" in c]
     assert first["id"][:12] in trace and "seed: verified" in trace

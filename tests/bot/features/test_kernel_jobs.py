@@ -17,11 +17,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.features.nightly import tick
+from bot.github.platform import find_marker
 from bot.publish import pr
 from bot.publish.benchmark import conclusion
 from bot.publish.deliver import deliver_job
 from bot.publish.notify import sync_check_runs
 from runner.contract import TargetResult
+from tests.bot.app_flow import bot_pulls, branch_files, command
 from tests.bot.helpers import REPO, git, pr_payload
 from tests.bot.kernel_world import (
     EXAMPLE,
@@ -34,7 +36,6 @@ from tests.bot.kernel_world import (
     merged,
     run_leased,
 )
-from tests.bot.test_pr_github import bot_pulls, branch_files, command
 from tests.fakes.github_server import Pull
 from tests.verdicts import real_verdicts
 
@@ -84,7 +85,7 @@ def kernel_jobs(world, kind: str):
 
 
 def bot_comments(world, number: int, kind: str, key: str) -> list[str]:
-    return [c for c in world.fake.comments_on(REPO, number) if pr.find_marker(c, kind) == key]
+    return [c for c in world.fake.comments_on(REPO, number) if find_marker(c, kind) == key]
 
 
 def runs_named(world, name: str, sha: str) -> list[dict]:
@@ -99,7 +100,7 @@ def test_benchmark_remeasures_the_branch_and_reports_a_broken_edit(world, cpu_ru
     feature = epilogue_pr(world)
     search = label_and_upload(world, number=2, sha=feature)
     [bot] = bot_pulls(world)
-    assert pr.find_marker(bot.body, "job") == search["id"] and KERNEL in branch_files(world, bot.head_ref)
+    assert find_marker(bot.body, "job") == search["id"] and KERNEL in branch_files(world, bot.head_ref)
 
     command(world, "/fusebot benchmark", bot.number, 960)
     [job] = kernel_jobs(world, "benchmark")
@@ -145,7 +146,8 @@ def test_benchmark_remeasures_the_branch_and_reports_a_broken_edit(world, cpu_ru
     assert run["conclusion"] == "failure" and run["output"]["title"] == "Not verified: ScaledBiasReLU"
     assert len(bot_comments(world, bot.number, "benchmark", job.id)) == 1  # the first answer stays as it was
 
-    deliver_job(world.ctx, world.ctx.store.get(second.id), None)  # the outbox delivering again edits, never adds
+    again = world.ctx.store.get(second.id)
+    deliver_job(world.ctx.platform(again.installation_id, again.repo), again, None)  # delivered again: edits, never adds
     assert len(bot_comments(world, bot.number, "benchmark", second.id)) == 1
     assert [p.number for p in bot_pulls(world)] == [bot.number]
 
@@ -202,7 +204,7 @@ def test_a_stale_merged_kernel_ends_in_the_hygiene_pr(world, cpu_runner):
     assert not r.improved and r.message.startswith("no longer correct: mismatch")
     [hyg] = [p for p in bot_pulls(world) if p.head_ref == "fusebot/main/hygiene"]
     [job] = kernel_jobs(world, "hygiene")
-    assert pr.find_marker(hyg.body, "pr") == "main/hygiene" and pr.find_marker(hyg.body, "job") == job.id
+    assert find_marker(hyg.body, "pr") == "main/hygiene" and find_marker(hyg.body, "job") == job.id
     assert "no longer correct" in hyg.body and hyg.base_ref == "main"
     files = branch_files(world, hyg.head_ref)
     assert KERNEL not in files and f"{KERNELS}/{FOLDER}/BENCHMARK.md" not in files

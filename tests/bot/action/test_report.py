@@ -6,8 +6,7 @@ import re
 
 from bot.action.entry import _Progress
 from bot.action.report import RunReport, output_block, write_report
-from bot.github.platform import PlatformError
-from bot.publish import pr
+from bot.github.platform import CheckOutput, PlatformError
 from runner.contract import Progress
 
 
@@ -37,10 +36,10 @@ def test_every_output_is_written_even_when_empty(tmp_path):
 
 class Recorder:
     def __init__(self, fail: bool = False):
-        self.updates: list[tuple[int, pr.CheckOutput]] = []
+        self.updates: list[tuple[int, CheckOutput]] = []
         self.fail = fail
 
-    def update_check_run(self, check_run_id: int, output: pr.CheckOutput) -> None:
+    def update_check_run(self, check_run_id: int, output: CheckOutput) -> None:
         if self.fail:
             raise PlatformError("HTTP 502")
         self.updates.append((check_run_id, output))
@@ -56,6 +55,16 @@ def test_progress_updates_the_check_run_at_most_once_per_interval():
     progress.interval = 0
     progress(Progress(round=2))
     assert len(rec.updates) == 2 and "round 2/3" in rec.updates[-1][1].summary
+
+
+def test_the_first_update_goes_out_on_a_host_up_for_seconds(monkeypatch):
+    """time.monotonic() counts from boot on Linux: on a machine up for 5 s it is smaller than any interval."""
+    monkeypatch.setattr("bot.action.entry.time.monotonic", lambda: 5.0)
+    rec = Recorder()
+    progress = _Progress(rec, 7, rounds=3, interval=15)  # type: ignore[arg-type]
+    progress(Progress(round=1))
+    progress(Progress(round=2))  # the same instant: paced
+    assert [out.summary.split(";")[0] for _, out in rec.updates] == ["Searching round 1/3"]
 
 
 def test_progress_without_a_check_run_or_with_github_down_never_stops_the_search():

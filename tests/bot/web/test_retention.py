@@ -8,8 +8,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bot.store import retention
 from bot.store.db import utcnow
+from bot.web import retention
 from tests.bot.helpers import INSTALLATION, REPO, example, pr_payload
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from bot.store.db import init_db
-from bot.store.jobs import Store
+from bot.store.store import Store
 from runner.cli.worker import Worker, WorkerSettings
 from runner.contract import JobResult, Progress
 from tests.bot.botproc import BotProcess

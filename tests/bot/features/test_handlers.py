@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from bot.features.comments import HELP, STATUS_MARKER, parse_command
+from bot.features.commands import HELP, STATUS_MARKER, parse_command
 from tests.bot.helpers import INSTALLATION, MODULE, REPO, comment_payload, example, pr_payload
 from tests.fakes.github_server import Pull
 

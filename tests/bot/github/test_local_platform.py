@@ -10,10 +10,11 @@ from pathlib import Path
 import git
 import pytest
 
-from bot.github.platform import LocalPlatform, PlatformError
+from bot.github.local_platform import LocalPlatform
+from bot.github.platform import PlatformError, find_marker
 from bot.publish import pr
 from bot.publish.publish import branch_files, publish
-from tests.bot.test_pr_body import improved_result, plan_of, slow_result
+from tests.bot.results import improved_result, plan_of, slow_result
 
 
 def make_repo(tmp: Path) -> git.Repo:
@@ -56,7 +57,7 @@ def test_a_rerun_updates_the_same_branch_and_pr(tmp_path):
     assert "re-measured" in (repo.commit(plan.branch).tree / f"fusebot_kernels/{bench}").data_stream.read().decode()
     assert [b.name for b in repo.branches if b.name.startswith("fusebot/")] == ["fusebot/main/examples"]
     comments = platform.comments(7)
-    assert len(comments) == 1 and pr.find_marker(comments[0].body, "status") == "pr-7"
+    assert len(comments) == 1 and find_marker(comments[0].body, "status") == "pr-7"
     assert platform.check_runs()[0].conclusion == "success"
     assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
 

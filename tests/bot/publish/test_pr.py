@@ -1,5 +1,6 @@
 """PR bodies, check-run texts and comments from real Verdicts (the CPU harness run once per session): numbers
-present as the harness measured them, markers present, GitHub's size limit kept with a huge trace."""
+present as the harness measured them, markers present, GitHub's size limit kept with a huge trace; and nothing
+published holds a credential or a path outside the repository."""
 
 from __future__ import annotations
 
@@ -7,28 +8,13 @@ import re
 
 import pytest
 
+from bot.github.platform import find_marker
 from bot.publish import pr
-from runner.contract import Progress, TargetResult
-from runner.results.files import Provenance, target_files
-from tests.verdicts import SPEC, real_verdicts, seed_candidate
-
-
-def improved_result(trace: str = "### Round 1\n| candidate | verdict |\n| --- | --- |\n| fused | verified |") -> TargetResult:
-    v = real_verdicts()["fused"]
-    files = target_files(SPEC, seed_candidate(), v, Provenance.for_verdict(SPEC.name, v, "acme/models", "abc123"))
-    return TargetResult(target=SPEC.name, improved=True, verdict=v, message="faster", files=files,
-                        trace_markdown=trace, file="examples/mlp_epilogue.py", class_name=SPEC.class_name)
-
-
-def slow_result() -> TargetResult:
-    v = real_verdicts()["slow"]
-    return TargetResult(target="Slow", improved=False, verdict=v, class_name="Slow",
-                        message=f"nothing beat eager ({v.baselines.eager.median_ms:.4g} ms)", trace_markdown="r1")
-
-
-def plan_of(*results: TargetResult) -> pr.PullRequestPlan:
-    return pr.PullRequestPlan(repo="acme/models", base="main", group="examples", commit="abc123def4567890",
-                              results=list(results), environment=real_verdicts()["fused"].environment, source_pr=7)
+from bot.publish.benchmark import benchmark_check, benchmark_comment
+from runner.contract import Baselines, Job, JobResult, Progress, TargetResult, Verdict
+from tests.bot.results import improved_result, plan_of, slow_result
+from tests.fakes.evaluators import timing
+from tests.verdicts import real_verdicts
 
 
 def row_numbers(t) -> str:
@@ -40,13 +26,13 @@ def test_the_body_carries_the_verdicts_numbers_markers_and_adoption():
     v = r.verdict
     body = pr.pr_body(plan_of(r, slow_result()))
     assert body.startswith("<!-- fusebot:pr key=main/examples -->")
-    assert pr.find_marker(body, "pr") == "main/examples"
+    assert find_marker(body, "pr") == "main/examples"
     for t in (v.baselines.eager, v.baselines.compile, v.timing):
         assert row_numbers(t) in body
     base = min(v.baselines.eager.median_ms, v.baselines.compile.median_ms)
     assert f"**{base / v.timing.median_ms:.2f}x** faster" in body  # the verdict line
     assert f"{v.speedup_vs_eager:.2f}x" in body and f"{v.speedup_vs_compile:.2f}x" in body
-    assert f"{100 * v.roofline.floor_ms / v.timing.median_ms:.0f}%" in body
+    assert f"{100 * v.roofline.floor_ms / v.timing.median_ms:.2f}%" in body
     passed = sum(t.passed for t in v.trials)
     assert f"{passed}/{len(v.trials)} trials passed" in body
     assert f"{max(t.max_abs_err for t in v.trials):.3g}" in body
@@ -94,12 +80,12 @@ def test_check_run_stages():
 def test_status_comment_and_fork_comment():
     plan = plan_of(improved_result(), slow_result())
     c = pr.status_comment(7, "done", plan, pr_url="https://example.test/pr/9")
-    assert pr.find_marker(c, "status") == "pr-7" and "https://example.test/pr/9" in c
+    assert find_marker(c, "status") == "pr-7" and "https://example.test/pr/9" in c
     s = pr.speedup(real_verdicts()["fused"])
     assert f"{s:.2f}x faster" in c
     patch = "diff --git a/k.cpp b/k.cpp\n" + "+// line\n" * 20_000
     f = pr.fork_comment(plan, patch)
-    assert len(f) <= pr.BODY_LIMIT and pr.find_marker(f, "fork") == "pr-7"
+    assert len(f) <= pr.BODY_LIMIT and find_marker(f, "fork") == "pr-7"
     assert "git apply fusebot.patch" in f and "diff --git a/k.cpp" in f and "patch cut at" in f
     assert pr.target_table(plan.results[0]) in f
 
@@ -124,3 +110,45 @@ def test_the_confirmation_rounds_are_shown_per_round():
     body = pr.pr_body(plan_of(r))
     per_round = ", ".join(f"{x:.2f}x" for x in conf.speedup_vs_faster())
     assert "Timed in 2 alternating rounds" in body and per_round in body
+
+
+TOKEN = "ghp_" + "A1b2C3d4" * 5  # a fake token of GitHub's shape
+SECRETS = [TOKEN, "github_pat_" + "x9" * 20, "sk-proj-" + "k" * 32, "Bearer abc.def.ghi",
+           "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "/tmp/fusebot-job-1234/src", "/proc/1/environ"]
+LEAKY = (f"runtime: read /proc/1/environ: GITHUB_TOKEN={TOKEN} key=github_pat_{'x9' * 20}; "
+         f"OPENAI_API_KEY=sk-proj-{'k' * 32}; headers Authorization: Bearer abc.def.ghi\n"
+         "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n"
+         "build: /tmp/fusebot-job-1234/src/models/mlp.py:3: error")
+
+
+def leaky_result(improved: bool) -> TargetResult:
+    v = Verdict(candidate_id="c1", problem="p", accepted=improved, reasons=[LEAKY], warnings=[LEAKY],
+                baselines=Baselines(eager=timing(2.0), compile=timing(1.0), compile_error=None),
+                timing=timing(0.5) if improved else None)
+    return TargetResult(target="models.mlp.MLP", improved=improved, verdict=v, message=LEAKY, class_name="MLP",
+                        file="models/mlp.py", trace_markdown=f"| c1 | rejected | {LEAKY} |",
+                        files={"mlp/kernel.cpp": "//"} if improved else {})
+
+
+def test_what_is_published_holds_no_credential_and_no_path_outside_the_repository():
+    texts = [pr.pr_body(plan_of(leaky_result(True), leaky_result(False)))]
+    for plan in (plan_of(leaky_result(True)), plan_of(leaky_result(False))):
+        out = pr.check_completed(plan, pr_url="https://github.com/acme/models/pull/3")
+        texts += [out.summary, out.text, pr.status_comment(7, "done", plan), pr.fork_comment(plan, LEAKY)]
+    texts += [pr.check_completed(plan_of(), error=LEAKY).summary, *pr.explain_comments("job1", [leaky_result(False)])]
+    job = Job(id="b1", repo="acme/models", sha="c0ffee" * 6 + "abcd", targets=[], kind="benchmark", pr_number=3)
+    result = JobResult(job_id="b1", ok=True, targets=[leaky_result(False)])
+    texts += [benchmark_comment(job, result), benchmark_check(job, result).summary]
+    for text in texts:
+        assert LEAKY not in text and not [s for s in SECRETS if s in text], text
+    body = texts[0]
+    assert "…/mlp.py:3: error" in body  # the path's last part stays: enough to find the line in the repository
+    assert "https://github.com/acme/models/pull/3" in texts[1]  # URLs are not paths
+
+
+def test_clip_cuts_to_the_limit_and_says_so():
+    assert pr.clip("x" * 10, limit=100) == "x" * 10
+    cut = pr.clip("y" * 500, limit=100)
+    assert len(cut) == 100 and cut.endswith("*…cut to fit GitHub's limit.*")
+    assert pr.clip("see /dev/null and fusebot_kernels/a/b.cu and 1/2 and `/fusebot run`") == \
+        "see /dev/null and fusebot_kernels/a/b.cu and 1/2 and `/fusebot run`"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.github.platform import find_marker
 from bot.publish import pr
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ROOT, action_outputs, context_for, run_fusebot_step
@@ -82,7 +83,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
         "README.md": "# hello\n", ".github/fusebot.yml": CONFIG, "models/mlp.py": MODULE.format(cls="MLP", extra=""),
         "models/row_gain.py": (ROOT / "examples" / "row_gain.py").read_text()}  # on the PR's head, nothing else
     body = pull.body
-    assert pr.find_marker(body, "pr") == f"feature/{TARGET.lower()}"
+    assert find_marker(body, "pr") == f"feature/{TARGET.lower()}"
     m = re.search(r"Drop-in test run by the runner: (\d+) passed, (\d+) failed", body)
     assert m and int(m.group(1)) > 0 and m.group(2) == "0", body[:3000]
     assert "<details><summary>Search trace" in body

@@ -18,7 +18,7 @@ import pytest
 
 from tests.fakes.serve import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = {"FUSEBOT_APP_ID", "FUSEBOT_PRIVATE_KEY_PATH", "FUSEBOT_WEBHOOK_SECRET", "FUSEBOT_RUNNER_TOKENS",
             "FUSEBOT_WORKER_TOKEN", "FUSEBOT_GITHUB_API_URL", "FUSEBOT_GIT_URL_TEMPLATE", "DATABASE_URL",
             "FUSEBOT_DATA_DIR"}

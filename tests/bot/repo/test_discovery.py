@@ -84,7 +84,7 @@ def test_a_marked_modules_second_shape_is_part_of_its_target(tmp_path):
 
     from runner.contract import TargetSpec
 
-    examples = Path(__file__).resolve().parents[2] / "examples"
+    examples = Path(__file__).resolve().parents[3] / "examples"
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "row_gain.py").write_text((examples / "row_gain.py").read_text())
     (tmp_path / "models" / "attn.py").write_text(MODULE.format(cls="Attention", extra=""))

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from bot.store.db import init_db
-from bot.store.jobs import Store
+from bot.store.store import Store
 from tests.bot.botproc import ROOT, BotProcess
 from tests.bot.helpers import INSTALLATION, REPO, GitRepo, example, initial_files, pr_payload
 from tests.fakes.github_server import FakeGitHub, Pull

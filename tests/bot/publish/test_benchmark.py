@@ -4,6 +4,7 @@ not measured); the check-run conclusion; and the pure helpers behind the jobs (k
 
 from __future__ import annotations
 
+from bot.github.platform import find_marker
 from bot.publish import pr
 from bot.publish.benchmark import benchmark_check, benchmark_comment, conclusion, state
 from bot.publish.hygiene import hygiene_check
@@ -37,7 +38,7 @@ def test_each_state_gets_its_table_and_its_verdict_line():
     assert [state(r) for r in results] == ["faster", "slower", "unverified", "unverified", "unmeasured"]
 
     body = benchmark_comment(JOB, JobResult(job_id=JOB.id, ok=True, targets=results, environment=v.environment))
-    assert pr.find_marker(body, "benchmark") == JOB.id
+    assert find_marker(body, "benchmark") == JOB.id
     assert "`fusebot/main/epilogue` at `c0ffeec0ffee`" in body
     assert "**1 of 5 kernel(s) verified and faster than the faster of PyTorch eager and torch.compile; 1 verified " \
            "but not faster; 2 not verified; 1 not measured**" in body

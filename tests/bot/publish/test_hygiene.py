@@ -10,12 +10,12 @@ import sys
 
 import git
 
-from bot.github.platform import LocalPlatform
-from bot.publish import pr
+from bot.github.local_platform import LocalPlatform
+from bot.github.platform import find_marker
 from bot.publish.hygiene import publish_hygiene
 from runner.results.files import Provenance, slug, target_files, write_files
-from runner.results.reverify import reverify, stale_reason
-from tests.bot.test_pr_body import improved_result
+from runner.results.remeasure import reverify, stale_reason
+from tests.bot.results import improved_result
 from tests.verdicts import EXAMPLE, SPEC, real_verdicts, seed_candidate
 
 KERNELS = "fusebot_kernels"
@@ -66,7 +66,7 @@ def test_a_kernel_the_module_changed_under_is_removed_by_a_pr(tmp_path):
     assert first.pull_request.created and not again.pull_request.created and not again.branch.changed
     assert len(platform.pulls()) == 1 and first.branch.branch == "fusebot/main/hygiene"
     body = platform.pull_body(first.pull_request.number)
-    assert pr.find_marker(body, "pr") == "main/hygiene" and "no longer correct" in body
+    assert find_marker(body, "pr") == "main/hygiene" and "no longer correct" in body
     passed = sum(t.passed for t in result.verdict.trials)
     assert passed < len(result.verdict.trials) and f"{passed}/{len(result.verdict.trials)} trials passed" in body
     folder = f"{KERNELS}/{slug(SPEC.name)}"
