@@ -62,6 +62,7 @@ class CGraph(BaseModel):
 _KEEP = ("linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
          "conv_transpose2d", "conv_transpose3d", "einsum", "diag", "scaled_dot_product_attention")
 TRIL = "tril"  # a buffer's checked structure: ones on and below the diagonal of its last two dims, zeros above
+ARANGE = "arange"  # 0, 1, 2, ... along its last dim, every leading dim of size 1 (BERT's position_ids)
 
 
 def op_name(target) -> str:
@@ -108,9 +109,13 @@ def _where(node, files: tuple[str, ...]) -> str | None:
 
 
 def structure(t) -> str | None:
-    """What a buffer is, where the catalog can use it: TRIL for a lower-triangular mask of ones (a causal mask)."""
+    """What a buffer is, where the catalog can use it: TRIL for a lower-triangular mask of ones (a causal mask),
+    ARANGE for positions 0, 1, 2, ..."""
     import torch
 
+    if t.dim() >= 1 and t.shape[-1] > 1 and all(x == 1 for x in t.shape[:-1]) and not t.is_floating_point() \
+            and bool((t.reshape(-1) == torch.arange(t.shape[-1], dtype=t.dtype)).all()):
+        return ARANGE
     if t.dim() < 2 or t.shape[-1] != t.shape[-2] or t.shape[-1] < 2 or t.is_floating_point() and not torch.isfinite(t).all():
         return None
     ones = torch.ones(t.shape[-2:], dtype=torch.bool).tril()

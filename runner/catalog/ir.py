@@ -93,6 +93,13 @@ class Input:
     shape: tuple[int, ...]  # its broadcast shape, right-aligned to F (a view of its memory: same numel)
     dtype: str
     viewed: bool = False  # the shape is a fixed view (unsqueeze, diag as column) rather than the run-time shape
+    # a strided view (slice, permute, cat): element at coordinates c (F's, right-aligned) is
+    # offset + sum over dims d with shape[d] != 1 of clamp(c[d] - shift[d], 0, shape[d] - 1) * strides[d],
+    # in a tensor of `base` elements; None for a plain (contiguous, broadcast) read
+    strides: tuple[int, ...] | None = None
+    offset: int = 0
+    shift: tuple[int, ...] | None = None
+    base: int = 0
 
 
 @dataclass
@@ -143,9 +150,11 @@ class Program:
         """How input k is indexed: full (same shape as F), scalar, rowvec (varies only along the reduced dims),
         outer (varies only outside them), rowblock (constant inside a row over runs of block_len() elements, e.g. a
         GroupNorm's per-channel weight over a row of its group's channels), rowper (a row vector of the trailing
-        reduced dims, repeating inside the row: a hinge loss's targets against a whole-tensor mean) or general (any
-        other broadcast)."""
+        reduced dims, repeating inside the row: a hinge loss's targets against a whole-tensor mean), strided (a view
+        with its own strides, offset and shifts: Input.strides) or general (any other broadcast)."""
         s, f = self.padded(k), self.shape
+        if self.inputs[k].strides is not None:
+            return "strided"
         if prod(s) == 1:
             return "scalar"
         if s == f:

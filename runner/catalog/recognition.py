@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
-from runner.catalog.capture import TRIL, CGraph, CNode
+from runner.catalog.capture import ARANGE, TRIL, CGraph, CNode
 from runner.catalog.ir import Const, Dim, Expr, Input, Iota, Load, Op, Output, Program, Red, level, op, reductions, walk
 from runner.catalog.opset import translate
+from runner.catalog.views import ViewError, Views, has_views
 
 HEAVY = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "convtranspose2d", "convtranspose3d", "addmm", "einsum"}
 IDENTITY = {"identity", "contiguous", "clone", "dropout", "detach", "float", "type_as"}
@@ -77,12 +78,21 @@ class _Lower:
         self.notes: list[str] = []
         self.row_shapes: set[tuple[int, ...]] = set()
         self.view_loads: set[Load] | None = None  # after a group norm: the only loads F's grouped view can index
+        self.views = Views(self.inputs, self.intern)
+
+    def intern(self, inp: Input) -> Load:
+        """The load of an input (a strided view, say), added unless an equal one exists."""
+        for k, x in enumerate(self.inputs):
+            if x == inp:
+                return Load(k)
+        self.inputs.append(inp)
+        return Load(len(self.inputs) - 1)
 
     # ---- helpers ---------------------------------------------------------------------------------------------
     def load(self, abi: int, shape, dtype: str, viewed: bool = False) -> Load:
         shape = tuple(int(s) for s in shape)
         for k, inp in enumerate(self.inputs):
-            if (inp.abi, inp.shape, inp.viewed) == (abi, shape, viewed):
+            if (inp.abi, inp.shape, inp.viewed, inp.strides) == (abi, shape, viewed, None):
                 return Load(k)
         self.inputs.append(Input(abi=abi, shape=shape, dtype=dtype or "float32", viewed=viewed))
         return Load(len(self.inputs) - 1)
@@ -90,6 +100,9 @@ class _Lower:
     def val(self, a) -> _Val:
         if isinstance(a, dict) and "ref" in a:
             v = self.env[a["ref"]]
+            if isinstance(v, _Transposed):  # a transposed 2-D input read by anything but a GEMM: a strided view
+                src = self.val({"ref": v.node.name})
+                return self.viewed(lambda: _Val(self.views.permute(src.expr, src.shape, [1, 0]), src.shape[::-1]))
             if isinstance(v, _Val):
                 return v
             raise Unsupported(f"{a['ref']} is used where a tensor value is expected")
@@ -168,7 +181,10 @@ class _Lower:
     def lower_node(self, n: CNode) -> Any:  # noqa: C901 - one table of ops
         o = n.op
         a = lambda i, name, d=None: self.arg(n, i, name, d)  # noqa: E731
-        if o in ("input", "param") and n.kwargs.get("structure") == TRIL:
+        if o in ("input", "param", "constant_tensor") and n.kwargs.get("structure") == ARANGE:
+            self.notes.append(f"{n.kwargs.get('target')} is 0, 1, 2, ... along its last dim: read as the index")
+            return _Val(Iota(0), tuple(n.shape or ()))
+        if o in ("input", "param", "constant_tensor") and n.kwargs.get("structure") == TRIL:
             self.notes.append(f"{n.kwargs.get('target')} is a causal (lower-triangular) mask: read as col <= row")
             return _Val(op("le", Iota(0), Iota(1)), tuple(n.shape or ()))
         if o in ("input", "param"):
@@ -314,6 +330,12 @@ class _Lower:
             raise Unsupported(f"a constant tensor ({n.kwargs.get('target')}) that no input of the ABI carries")
         if o == "slice":
             return self.lower_slice(n)
+        if o == "cat":
+            return self.lower_cat(n)
+        if o == "split":
+            return self.lower_split(n)
+        if o in ("permute", "t", "transpose"):
+            return self.lower_permute(n)
         raise Unsupported(f"op {n.op!r} is not in the catalog")
 
     def lower_batch_stats(self, n: CNode) -> _Val:
@@ -336,21 +358,54 @@ class _Lower:
         return self._normalize(x, tuple(range(2, len(x.shape))), eps, None, None, "instance norm")
 
     def lower_slice(self, n: CNode) -> _Val:
-        """A slice of a value built from index ranges and constants (a causal mask's window): the ranges shift."""
+        """A slice: its loads read a strided view, its index ranges shift (a causal mask's window)."""
         x = self.val(n.args[0])
         shape = tuple(n.shape or ())
         nd = len(x.shape)
         dim = (int(self.arg(n, 1, "dim", 0)) + nd) % nd
         start = int(self.arg(n, 2, "start", 0) or 0)
         step = int(self.arg(n, 4, "step", 1) or 1)
-        start = start + x.shape[dim] if start < 0 else start
+        start = max(start + x.shape[dim], 0) if start < 0 else min(start, x.shape[dim])
         if shape == x.shape:
             return x
-        if any(isinstance(e, Load | Red) for e in walk(x.expr)):
-            raise Unsupported("a slice of a tensor")
-        e_dim = nd - 1 - dim
-        mapping = {Iota(e_dim): op("add", op("mul", Iota(e_dim), Const(float(step))), Const(float(start)))}
-        return _Val(substitute(x.expr, mapping), shape)
+        self.notes.append("a slice read in place (index arithmetic in the load)")
+        return self.viewed(lambda: _Val(self.views.slice(x.expr, x.shape, dim, start, step, shape[dim]), shape))
+
+    def lower_cat(self, n: CNode) -> _Val:
+        vals = [self.val(r) for r in n.args[0]]
+        shape = tuple(n.shape or ())
+        dim = (int(self.arg(n, 1, "dim", 0)) + len(shape)) % len(shape)
+        self.notes.append("a concatenation read in place (each piece's loads shifted, selected by position)")
+        return self.viewed(lambda: _Val(self.views.cat([(v.expr, v.shape) for v in vals], dim, shape), shape))
+
+    def lower_split(self, n: CNode) -> tuple:
+        x = self.val(n.args[0])
+        nd = len(x.shape)
+        sizes = n.args[1]
+        dim = (int(self.arg(n, 2, "dim", 0)) + nd) % nd
+        if isinstance(sizes, int):
+            sizes = [min(sizes, x.shape[dim] - s) for s in range(0, x.shape[dim], sizes)]
+        out, start = [], 0
+        for size in sizes:
+            shape = x.shape[:dim] + (size,) + x.shape[dim + 1:]
+            e = self.viewed(lambda st=start, sz=size: self.views.slice(x.expr, x.shape, dim, st, 1, sz))
+            out.append(_Val(e, shape))
+            start += size
+        self.notes.append("a split read in place (index arithmetic in the load)")
+        return tuple(out)
+
+    def lower_permute(self, n: CNode) -> _Val:
+        x = self.val(n.args[0])
+        nd = len(x.shape)
+        if n.op == "permute":
+            perm = list(n.args[1])
+        else:
+            perm = list(range(nd))
+            d0, d1 = ((0, 1) if n.op == "t" else (int(n.args[1]) % nd, int(n.args[2]) % nd))
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+        shape = tuple(x.shape[p % nd] for p in perm)
+        self.notes.append("a permute read in place (strides in the load)")
+        return self.viewed(lambda: _Val(self.views.permute(x.expr, x.shape, perm), shape))
 
     def lower_getattr(self, n: CNode) -> Any:
         src, attr = self.env.get(_ref(n.args[0])), n.args[1]
@@ -366,7 +421,13 @@ class _Lower:
         if len(src._n.shape or ()) == 2 and (n.op == "t" or sorted(dims) == [0, 1] or dims == [-1, -2]
                                               or dims == [-2, -1]):
             return _Transposed(src._n)
-        raise Unsupported(f"{n.op} of an input")
+        return self.lower_permute(n)
+
+    def viewed(self, fn) -> Any:
+        try:
+            return fn()
+        except ViewError as e:
+            raise Unsupported(str(e)) from None
 
     def lower_view(self, n: CNode) -> _Val:
         x = self.val(n.args[0])
@@ -377,6 +438,8 @@ class _Lower:
             raise Unsupported(f"{n.op} changes the number of elements")
         if shape == x.shape:
             return x
+        if has_views(x.expr, self.inputs):
+            return self.viewed(lambda: _Val(self.views.resize_ones(x.expr, x.shape, shape), shape))
         if isinstance(x.expr, Load):
             inp = self.inputs[x.expr.k]
             if prod(inp.shape) == prod(shape):
@@ -680,7 +743,7 @@ class _Lower:
                 out_node = n
                 continue
             # inputs resolve lazily: a diag's input must not count as work before the heavy op
-            if n.op in ("input", "param") and n.kwargs.get("structure") != TRIL:
+            if n.op in ("input", "param") and n.kwargs.get("structure") is None:
                 self.env[n.name] = _LazyLoad(self, n)
                 continue
             try:
@@ -873,6 +936,8 @@ def check_program(p: Program, low: _Lower | None = None) -> None:
         raise Unsupported("more than 8 dims")
     for k, inp in enumerate(p.inputs):
         s = inp.shape
+        if inp.strides is not None and len(s) <= len(F):
+            continue  # a strided view clamps its coordinates: any position of F reads inside it
         if len(s) > len(F) or any(x not in (1, f) for x, f in zip(p.padded(k), F, strict=True)):
             raise Unsupported(f"input {inp.abi} of shape {list(inp.shape)} does not broadcast to {list(F)}")
     n_outer, _, n_inner = p.split()

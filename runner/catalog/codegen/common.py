@@ -15,7 +15,8 @@ from runner.catalog.ir import Const, Dim, Expr, Iota, Load, Op, Program, Red, re
 
 CTYPE_CUDA = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
               "int64": "long long", "int32": "int", "bool": "bool", "uint8": "unsigned char", "int8": "signed char"}
-CTYPE_CPU = {"float32": "float", "float16": "fb_f16", "bfloat16": "fb_bf16", "float64": "double", "int64": "long long", "int32": "int", "bool": "bool",
+CTYPE_CPU = {"float32": "float", "float16": "fb_f16", "bfloat16": "fb_bf16", "float64": "double",
+             "int64": "long long", "int32": "int", "bool": "bool",
              "uint8": "unsigned char", "int8": "signed char"}
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "int32": 4, "int64": 5, "bool": 6, "uint8": 7,
               "int8": 8}
@@ -232,6 +233,8 @@ def index_code(p: Program, k: int) -> str:
         return f"(fb_obase(a, {k}, o) + (long long)fb_rbq(a, {k}, r))"
     if kind == "rowper":
         return f"fb_rper(a, {k}, r)"
+    if kind == "strided":
+        return f"fb_sidx(a, {k}, flat)"
     return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
 
 
@@ -254,6 +257,7 @@ struct FbArgs {{
   long long gst[{nin}][{nd}];
   int small;                 // every flat index fits in 32 bits: cheaper divisions
   int a0;                    // the first reduced dim: a row's outer position o spans dims [0, a0)
+  long long vst[{nin}][{nd}], vsh[{nin}][{nd}], vsz[{nin}][{nd}], voff[{nin}];  // strided views (Input.strides)
   unsigned bL[{nin}], bM[{nin}];  // a rowblock input: run length inside a row, and its divisor's magic multiplier
   int bS[{nin}];                  // ... and shift (r / bL = (umulhi(r, bM) + r) >> bS for r < 2^31)
 }};
@@ -282,6 +286,14 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
             numel = 1
             for s in inp.shape:
                 numel *= s
+            if inp.strides is not None:
+                numel = inp.base
+                pv = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
+                for d in range(nd):
+                    j = d - (nd - len(inp.shape))
+                    st, sh = (inp.strides[j], (inp.shift or (0,) * len(inp.shape))[j]) if j >= 0 else (0, 0)
+                    lines.append(f"    a.vst[{k}][{d}] = {st}LL; a.vsh[{k}][{d}] = {sh}LL; a.vsz[{k}][{d}] = {pv[d]}LL;")
+                lines.append(f"    a.voff[{k}] = {inp.offset}LL;")
             lines.append(f"    if (want != {numel}LL) return fb_fail(\"input {pos}: size differs from the captured "
                          "view\");")
             padded = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
@@ -295,8 +307,10 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
     if p.inputs:
         # a dim no input spans (an index range's, a mask's from its structure) keeps its captured size
         lines.append(f"  const long long fcap[{max(nd, 1)}] = {{{', '.join(f'{x}LL' for x in p.shape) or '1LL'}}};")
+        plain = ", ".join("0" if i.strides is not None else "1" for i in p.inputs)  # a strided view keeps its size
+        lines.append(f"  const int plain[{len(p.inputs)}] = {{{plain}}};")
         lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1; int seen = 0;")
-        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (shp[k][d] != 1) {{ seen = 1; "
+        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (plain[k] && shp[k][d] != 1) {{ seen = 1; "
                      "if (f != 1 && f != shp[k][d]) return fb_fail(\"inputs do not broadcast\"); f = shp[k][d]; }")
         lines.append("    a.F[d] = seen ? f : fcap[d]; }")
     else:
@@ -474,6 +488,16 @@ def general_index_fn() -> str:
     return """FB_HD long long fb_iota(const FbArgs& a, int d, long long flat) {
   for (int k = FB_ND - 1; k > d; --k) flat /= a.F[k];
   return flat % a.F[d];
+}
+FB_HD long long fb_sidx(const FbArgs& a, int k, long long flat) {
+  long long idx = a.voff[k];
+  for (int d = FB_ND - 1; d >= 0; --d) {
+    long long c = flat % a.F[d];
+    flat /= a.F[d];
+    const long long n = a.vsz[k][d];
+    if (n != 1) { c -= a.vsh[k][d]; c = c < 0 ? 0 : (c >= n ? n - 1 : c); idx += c * a.vst[k][d]; }
+  }
+  return idx;
 }
 FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
   const int n = a.gnd[k];

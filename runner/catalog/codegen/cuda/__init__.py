@@ -3,6 +3,7 @@
 - flat.py: `flat` (elementwise, V-wide vector accesses, U vectors per thread in flight) and `bcast` (elementwise with
   inputs broadcast along at most three runs of dims, indices stepped forward per thread);
 - rows.py: `rows`, a warp or a block per row whose reduced dims are innermost (I = 1);
+- regs.py: `regs`, short rows held in registers, a group of 2-32 lanes (or the block) per row, several rows a block;
 - columns.py: `columns` (a reduced middle dim, threads across the contiguous inner dim) and `strided` (the same where
   the inner dim is not whole vectors);
 - split.py: `split`, few long rows, several blocks per row, partials through a workspace;
@@ -11,10 +12,14 @@
   onchip.py (the slice of a row in shared memory);
 - common.py: the helpers they share; prelude.py: the fixed head of every source; params.py: CudaParams.
 
-`render(program, params)` here picks the layout's module and puts the shared head before its kernels.
+`render(program, params)` here picks the layout's module and puts the shared head before its kernels. Every size
+comes from the call's tensors except those the source names in its third line, `// fixed sizes: R=1024` (or
+`none`): the host code refuses a call with other values of those, so a drop-in guards them.
 """
 
 from __future__ import annotations
+
+from math import prod
 
 from runner.catalog.codegen.common import (
     ACCUMULATORS,
@@ -25,7 +30,7 @@ from runner.catalog.codegen.common import (
     setup_code,
     signature,
 )
-from runner.catalog.codegen.cuda import cluster, columns, flat, grid, rows, split
+from runner.catalog.codegen.cuda import cluster, columns, flat, grid, regs, rows, split
 from runner.catalog.codegen.cuda.common import UNIT_RUNS, ctype_of, rowblock_inputs, workspace_code
 from runner.catalog.codegen.cuda.flat import broadcast_view
 from runner.catalog.codegen.cuda.params import CudaParams
@@ -33,11 +38,11 @@ from runner.catalog.codegen.cuda.prelude import FAST, PRELUDE
 from runner.catalog.ir import Program
 
 __all__ = ["FAST", "CudaParams", "NotExpressible", "broadcast_view", "render", "rowblock_inputs", "strided_refusal",
-           "workspace_code"]
+           "workspace_code", "fixed_sizes"]
 
 strided_refusal = columns.strided_refusal
 
-LAYOUTS = {"flat": flat.render_flat, "bcast": flat.render_bcast, "rows": rows.render_rows,
+LAYOUTS = {"flat": flat.render_flat, "bcast": flat.render_bcast, "rows": rows.render_rows, "regs": regs.render_regs,
            "columns": columns.render_columns, "strided": columns.render_strided, "split": split.render_split,
            "cluster": cluster.render_cluster, "grid": grid.render_grid}
 
@@ -48,7 +53,8 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
         ctype_of(inp.dtype)
     if params.vec not in (1, 2, 4, 8) or params.threads % 32 or not 32 <= params.threads <= 1024:
         raise NotExpressible(f"vector width {params.vec} / {params.threads} threads")
-    head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", PRELUDE]
+    fixed = " ".join(f"{k}={n}" for k, n in fixed_sizes(p, params).items()) or "none"
+    head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", f"// fixed sizes: {fixed}", PRELUDE]
     if params.fast_math:
         head.append(FAST)
     head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn().replace("FB_HD", "static __device__ __forceinline__"),
@@ -59,3 +65,13 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
     if body is None:
         raise NotExpressible(f"layout {params.layout}")
     return "\n".join(head) + body(p, params, out_t)
+
+
+def fixed_sizes(p: Program, params: CudaParams) -> dict[str, int]:
+    """The sizes a source rendered with `params` is specialised on (its host code refuses a call with others): the
+    element count of an input captured as a fixed view, and the row length R of `regs`. Every other size (rows,
+    batch, sequence length, the reduced and inner extents) is read from the call's tensors."""
+    sizes = {f"in{inp.abi}.numel": prod(inp.shape) for inp in p.inputs if inp.viewed}
+    if params.layout == "regs":
+        sizes["R"] = regs.row_length(p)
+    return sizes

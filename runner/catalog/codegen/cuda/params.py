@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CudaParams:
-    layout: str = "rows"  # flat | bcast | rows | columns | strided | split | cluster | grid
+    layout: str = "rows"  # flat | bcast | rows | regs | columns | strided | split | cluster | grid
     vec: int = 4  # elements per vector access (1 = scalar)
     threads: int = 256  # threads per block
-    group: int = 0  # rows: threads per row (32 = a warp, 0 = the whole block)
+    group: int = 0  # rows: threads per row (32 = a warp, 0 = the whole block); regs: 2-32 or 0 (the block)
     col_width: int = 32  # columns: threads across the inner dim
     slices: int = 8  # columns: threads splitting the reduced dim; split, grid: blocks per row; cluster: blocks per cluster;
     # strided: groups of the reduced dim's periods
@@ -29,7 +29,7 @@ class CudaParams:
 
     def label(self) -> str:
         base = f"cuda-{self.layout}-v{self.vec}-t{self.threads}"
-        if self.layout == "rows":
+        if self.layout in ("rows", "regs"):
             base += f"-g{self.group or self.threads}-{self.mode}"
         elif self.layout == "columns":
             base += f"-w{self.col_width}x{self.slices}-{self.mode}"

@@ -24,8 +24,8 @@ from runner.proposers.catalog import CatalogProposer, catalog_proposers, label_o
 from runner.search.types import Attempt, History, ProblemContext
 from tests.runner.conftest import FAST_TIMER
 
-CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"
-ROOT = Path(__file__).resolve().parents[2]
+CATALOG = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog"
+ROOT = Path(__file__).resolve().parents[3]
 CSRC = ROOT / "runner/csrc"
 
 
@@ -108,7 +108,7 @@ def test_epilogue_candidate_runs_torch_for_the_gemm_and_a_fused_cpu_extension(pa
     params = cpu.CpuParams("flat" if pat.program.split()[1] == 1 and not pat.program.is_row else "rows", threads="one")
     c = prop.candidate(ctx(problem), pat, params)
     src = c.sources["candidate.py"]
-    assert c.format == "kernelbench" and ("get_submodule('fc')" in src or "torch.matmul(t[0], t[1].T)" in src)
+    assert c.format == "kernelbench" and ("functional.linear(t[0], t[2], t[3])" in src or "torch.matmul(t[0], t[1].T)" in src)
     (v,) = _verify(problem, [c], harness_cache)
     assert v.accepted, v.reasons
 

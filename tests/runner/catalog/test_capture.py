@@ -11,7 +11,7 @@ from runner.catalog.capture import capture_sources
 from runner.catalog.ir import Const, Load, Op, Red, reductions
 from runner.catalog.recognition import recognise
 
-CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"
+CATALOG = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog"
 NAMES = sorted(p.stem for p in CATALOG.glob("*.py"))
 
 UNTRACEABLE = '''

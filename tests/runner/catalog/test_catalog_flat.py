@@ -20,7 +20,7 @@ from runner.catalog.space import strategies
 from runner.harness.procs.abi import KernelLibrary
 from tests.runner import cuda_emulation
 
-CSRC = Path(__file__).resolve().parents[2] / "runner/csrc"
+CSRC = Path(__file__).resolve().parents[3] / "runner/csrc"
 
 
 def _prog(shape: tuple[int, ...], ins: list[tuple[int, ...]], out) -> Program:

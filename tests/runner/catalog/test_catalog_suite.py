@@ -25,7 +25,7 @@ from runner.contract import Timing, Verdict
 from runner.harness.procs.abi import FbTensor, describe
 from runner.proposers.catalog import CatalogProposer, code_key, fits, label_of, remember
 from runner.search.types import Attempt, History, ProblemContext
-from tests.runner.test_catalog import CSRC, one_translation_unit
+from tests.runner.catalog.test_catalog import CSRC, one_translation_unit
 
 
 class Fn(nn.Module):
@@ -456,7 +456,7 @@ def test_a_confirmed_loss_is_not_called_degenerate(harness_cache):
 
     from .conftest import FAST_TIMER
 
-    path = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog/mse_loss.py"
+    path = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog/mse_loss.py"
     ctx = ProblemContext(name="mse_loss", reference_source=path.read_text(), backend="cpu")
     prop = CatalogProposer()
     params = next(p for s in prop.strategies(ctx) for p in s.params if p.threads == "one")

@@ -7,7 +7,7 @@ from runner.catalog.recognition import recognise
 from runner.contract import ProblemSpec
 from runner.pipeline import kernelbench_aliases
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def test_kernelbench_names_only_when_the_target_differs():

@@ -2,7 +2,7 @@
 dim is not whole vectors. Its two kernels have no barriers or shuffles, so the emulated GPU of
 tests/runner/cuda_emulation.py runs them exactly: values against torch on shapes whose period is 4, 2 or 1 rows,
 ties in argmax, several groups per column; the host's fall-back to the scalar columns kernel by name (that kernel
-merges through shared memory at barriers: checked on a GPU, pytest -m gpu tests/runner/test_catalog.py)."""
+merges through shared memory at barriers: checked on a GPU, pytest -m gpu tests/runner/catalog/test_catalog.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from runner.proposers.catalog import CatalogProposer
 from runner.search.types import ProblemContext
 from tests.runner import cuda_emulation
 
-CATALOG = Path(__file__).resolve().parents[1] / "fixtures/problems/catalog"
+CATALOG = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog"
 
 
 def _program(name: str):

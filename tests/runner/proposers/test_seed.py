@@ -11,7 +11,7 @@ from runner.proposers.seed import IDEA_FUSED, SeedProposer
 from runner.search.types import History, ProblemContext
 from tests.runner.conftest import FAST_TIMER
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def ctx(example: str) -> ProblemContext:

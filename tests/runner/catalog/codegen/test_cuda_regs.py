@@ -1,0 +1,160 @@
+"""The CUDA `regs` layout (runner/catalog/codegen/cuda/regs.py): short rows held in registers, several rows a block.
+
+On the CPU its kernels run through tests/runner/cuda_emulation.py in threaded mode (a block's threads at once, warp
+shuffles and block barriers real): values against torch for LayerNorm, RMSNorm, softmax, a row sum and an argmax, in
+fp32 and bf16, groups of 4-32 lanes and a whole block per row, row counts that leave a block's last groups idle, a
+misaligned input (the scalar kernel) and another row count than the captured one (rows come from the call); a call
+with another row length is refused. Every rendered source compiles with nvcc (sm_90)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from runner.catalog.codegen import cuda
+from runner.catalog.codegen.common import NotExpressible
+from runner.catalog.codegen.cuda.regs import regs_refusal, short_row_params
+from runner.harness.procs.abi import AbiError, KernelLibrary
+from tests.runner import cuda_emulation
+from tests.runner.catalog.codegen import programs
+from tests.runner.catalog.codegen.nvcc import compile_together
+
+DT = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def reference(name: str, xs: list[torch.Tensor]) -> torch.Tensor:
+    """The program's value in fp32 from the inputs as stored, rounded to the first input's dtype."""
+    x = xs[0].float()
+    if name == "layernorm":
+        y = torch.nn.functional.layer_norm(x, x.shape[-1:], xs[1].float(), xs[2].float(), 1e-5)
+    elif name == "rmsnorm":
+        y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * xs[1].float()
+    elif name == "softmax":
+        y = torch.softmax(x, -1)
+    elif name == "row_sum":
+        y = x.sum(-1)
+    else:
+        return x.argmax(-1)
+    return y.to(xs[0].dtype)
+
+
+def inputs(name: str, rows: int, n: int, dtype: str, offset: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(rows * 7 + n)
+    x = torch.randn(rows * n + offset, generator=gen).to(DT[dtype])[offset:].view(rows, n)
+    extra = {"layernorm": 2, "rmsnorm": 1}.get(name, 0)
+    return [x] + [torch.randn(n, generator=gen).to(DT[dtype]) for _ in range(extra)]
+
+
+# (program, row length, dtype, params): warp groups, sub-warp groups, a block per row, both modes
+CASES = [
+    ("layernorm", 256, "float32", cuda.CudaParams("regs", vec=4, threads=128, group=32, mode="twopass")),
+    ("layernorm", 256, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=8, mode="online")),
+    ("layernorm", 512, "bfloat16", cuda.CudaParams("regs", vec=8, threads=64, group=16, mode="twopass")),
+    ("rmsnorm", 384, "float32", cuda.CudaParams("regs", vec=4, threads=128, group=0, mode="twopass")),
+    ("rmsnorm", 256, "bfloat16", cuda.CudaParams("regs", vec=8, threads=64, group=4, mode="twopass")),
+    ("softmax", 96, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=16, mode="online")),
+    ("softmax", 160, "bfloat16", cuda.CudaParams("regs", vec=2, threads=64, group=32, mode="twopass")),
+    ("row_sum", 200, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=32)),
+    ("row_argmax", 120, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=8)),
+]
+TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "bfloat16": dict(rtol=1.6e-2, atol=1e-2)}
+
+
+def _program(name: str, rows: int, n: int, dtype: str):
+    return getattr(programs, name)(rows, n, dtype)
+
+
+def _sources() -> dict[str, str]:
+    return {f"case{k}": cuda.render(_program(name, 6, n, dt), params) for k, (name, n, dt, params) in enumerate(CASES)}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_the_regs_kernels_match_torch_on_an_emulated_gpu(tmp_path):
+    srcs = _sources()
+    libs = cuda_emulation.build(srcs, tmp_path, threaded=tuple(srcs))
+    for k, (name, n, dt, params) in enumerate(CASES):
+        lib = KernelLibrary(libs[f"case{k}"])
+        gpb = params.threads // (params.group or params.threads)
+        for rows, offset in ((6, 0), (2 * gpb + 1, 0), (3, 1)):  # captured; other rows, a block's groups idle; misaligned
+            xs = inputs(name, rows, n, dt, offset)
+            ref = reference(name, xs)
+            out = torch.empty_like(ref)
+            lib(xs, [out], None)
+            want = "fb_regs_v1" if offset or params.vec == 1 else f"fb_regs_v{params.vec}"
+            assert cuda_emulation.last_kernel(lib) == want, (k, rows, offset)
+            if ref.dtype == torch.int64:
+                assert torch.equal(out, ref), (k, rows)
+            else:
+                torch.testing.assert_close(out.float(), ref.float(), **TOL[dt], msg=f"case {k}, {rows} rows")
+        with pytest.raises(AbiError, match=f"compiled for rows of {n} elements"):
+            xs = inputs(name, 4, n + params.vec, dt)
+            lib(xs, [torch.empty_like(reference(name, xs))], None)
+
+
+def test_the_source_names_its_fixed_sizes():
+    """`regs` fixes the row length (its registers are sized for it); every other layout takes all sizes from the
+    call, and says so."""
+    ln = programs.layernorm(64, 1024)
+    src = cuda.render(ln, cuda.CudaParams("regs", vec=4, threads=256, group=32, mode="twopass"))
+    assert src.splitlines()[2] == "// fixed sizes: R=1024"
+    assert cuda.fixed_sizes(ln, cuda.CudaParams("regs", vec=4, threads=256, group=32)) == {"R": 1024}
+    rows = cuda.render(ln, cuda.CudaParams("rows", vec=4, threads=256, group=32))
+    assert rows.splitlines()[2] == "// fixed sizes: none"
+
+
+def test_short_row_params_fit_the_row():
+    """16-byte vectors, at most 8 a thread, a warp per row first where 8 vectors a lane cover the row; none past 2048
+    elements or for a middle dim; every set renders."""
+    assert [p.label() for p in short_row_params(programs.layernorm(4096, 1024))][:1] == ["cuda-regs-v4-t256-g32-twopass"]
+    assert {p.vec for p in short_row_params(programs.rmsnorm(4096, 1024, "bfloat16"))} == {8}
+    assert all(p.group in (0, *range(2, 33)) for p in short_row_params(programs.softmax(64, 2048)))
+    assert short_row_params(programs.layernorm(16, 4096)) == []
+    assert {p.vec for p in short_row_params(programs.row_argmax(64, 1024, "bfloat16"))} == {8}  # (an int64 per row)
+    for prog in (programs.layernorm(512, 96), programs.softmax(64, 2048, "bfloat16"), programs.row_sum(8, 40)):
+        sets = short_row_params(prog)
+        assert sets
+        for p in sets:
+            assert regs_refusal(prog, p) is None
+            cuda.render(prog, p)
+
+
+def test_regs_refuses_what_it_cannot_hold():
+    with pytest.raises(NotExpressible, match="whole vectors"):
+        cuda.render(programs.layernorm(8, 1022), cuda.CudaParams("regs", vec=4, threads=128, group=32))
+    with pytest.raises(NotExpressible, match="bytes of registers"):
+        cuda.render(programs.layernorm(8, 1 << 14), cuda.CudaParams("regs", vec=4, threads=128, group=32))
+    with pytest.raises(NotExpressible, match="power of two"):
+        cuda.render(programs.layernorm(8, 1024), cuda.CudaParams("regs", vec=4, threads=128, group=64))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_every_short_row_set_compiles(tmp_path):
+    sources = [src for src in _sources().values()]
+    for make in (programs.layernorm, programs.rmsnorm, programs.softmax, programs.row_argmax):
+        for n, dt in ((1024, "float32"), (1024, "bfloat16"), (2048, "float16"), (128, "float32")):
+            prog = make(64, n, dt)
+            sources += [cuda.render(prog, p) for p in short_row_params(prog)]
+    rc, log = compile_together(sources, tmp_path)
+    assert rc == 0, log[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_row_is_read_from_memory_once(tmp_path):
+    """The held row is loaded before the first pass and never again: one 16-byte load of x per vector position in
+    the vector kernel's PTX (LayerNorm over rows of 1024: 8 positions a lane), whatever the number of passes."""
+    src = cuda.render(programs.layernorm(64, 1024), cuda.CudaParams("regs", vec=4, threads=256, group=32,
+                                                                     mode="twopass"))
+    (tmp_path / "k.cu").write_text(src)
+    p = subprocess.run(["nvcc", "-O3", "-std=c++17", "-ptx", "-arch=sm_90", "-I", str(cuda_emulation.CSRC), "k.cu",
+                        "-o", "k.ptx"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ptx = (tmp_path / "k.ptx").read_text()
+    body = next(b for b in ptx.split(".entry ")[1:] if b.startswith("_Z10fb_regs_v4"))
+    loads = [ln for ln in body.splitlines() if "ld.global.nc.v4" in ln]
+    assert len(loads) == 8 + 2 * 8, len(loads)  # x's 8 vectors, and the weight's and bias's at each output position

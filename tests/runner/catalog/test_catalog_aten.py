@@ -1,0 +1,99 @@
+"""The core-ATen op set on modules as their users write them: each problem is captured (torch.export, decomposed by
+torch's tables), lowered, rendered by the C++ templates and verified by the real harness on the CPU: bf16 loads,
+stores and the reference's own rounding points, two outputs of one program, a causal mask from a buffer read as
+index arithmetic, slices and a concatenation read in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.catalog.capture import capture_sources
+from runner.catalog.codegen import cpu
+from runner.catalog.ir import Input, Iota, Op, walk
+from runner.catalog.recognition import recognise
+from runner.contract import Candidate
+from runner.harness.evaluator import Evaluator, HarnessConfig
+from runner.pipeline import problem_from_file
+from runner.proposers.catalog import CatalogProposer, label_of, remember
+from runner.search.types import ProblemContext
+from tests.runner.conftest import FAST_TIMER
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog_aten"
+NAMES = sorted(p.stem for p in FIXTURES.glob("*.py"))
+
+# name -> (family, a phrase the notes must contain, CPU parameter sets to verify); None: not understood, with the
+# phrase its reason must contain
+EXPECTED = {
+    "llama_rmsnorm_bf16": ("row", "rounded to bfloat16", [cpu.CpuParams("rows", "online", "one")]),
+    "softmax_fp32_cast_bf16": ("row", "rounded to bfloat16", [cpu.CpuParams("rows", "twopass", "one")]),
+    "prenorm_residual": ("row", "2 outputs from one program", [cpu.CpuParams("rows", "online", "one")]),
+    "causal_softmax": ("row", "causal (lower-triangular) mask", [cpu.CpuParams("rows", "online", "one")]),
+    "rope_rotate_half": ("elementwise", "concatenation read in place", [cpu.CpuParams("flat", threads="one")]),
+    "channels_first_layernorm": (None, "a view of a value that holds a reduction", []),
+}
+
+
+@pytest.fixture(scope="module")
+def patterns():
+    sources = [(FIXTURES / f"{n}.py").read_text() for n in NAMES]
+    pats = {n: recognise(g) for n, g in zip(NAMES, capture_sources(sources), strict=True)}
+    for src, n in zip(sources, NAMES, strict=True):
+        remember(src, pats[n])
+    return pats
+
+
+def test_every_fixture_has_an_expectation():
+    assert sorted(EXPECTED) == NAMES
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recognised_through_core_aten(patterns, name):
+    family, phrase, _ = EXPECTED[name]
+    pat = patterns[name]
+    if family is None:
+        assert pat.family == "unsupported" and phrase in pat.reason, pat.reason
+        assert ".py:" in pat.reason  # the source line that made the op
+        return
+    assert pat.family == family, pat.reason
+    assert phrase in " ".join(pat.notes), pat.notes
+
+
+def test_bf16_rmsnorm_rounds_where_the_reference_does(patterns):
+    prog = patterns["llama_rmsnorm_bf16"].program
+    rounds = [e for e in walk(prog.out) if isinstance(e, Op) and e.name == "round_bf16"]
+    assert rounds and prog.out_dtype == "bfloat16"
+    assert {i.dtype for i in prog.inputs} == {"bfloat16"}
+
+
+def test_causal_mask_is_index_arithmetic_not_a_load(patterns):
+    prog = patterns["causal_softmax"].program
+    assert all(i.abi == 0 for i in prog.inputs)  # the buffer is never read
+    assert {Iota(0), Iota(1)} <= set(walk(prog.out))
+
+
+def test_rotate_half_reads_strided_views_of_q(patterns):
+    prog = patterns["rope_rotate_half"].program
+    views = [i for i in prog.inputs if i.strides is not None]
+    assert {i.abi for i in views} >= {0} and any(i.shift and any(i.shift) for i in views)
+    assert all(isinstance(i, Input) for i in prog.inputs)
+
+
+def test_cpu_candidates_are_verified_by_the_harness(patterns, harness_cache):
+    """One Evaluator per problem, every listed parameter set through it."""
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
+    prop = CatalogProposer()
+    for name in sorted(EXPECTED):
+        params = EXPECTED[name][2]
+        if not params:
+            continue
+        ctx = ProblemContext(name=name, reference_source=(FIXTURES / f"{name}.py").read_text(), backend="cpu")
+        cands: list[Candidate] = [prop.candidate(ctx, patterns[name], p) for p in params]
+        with Evaluator(problem_from_file(FIXTURES / f"{name}.py"), backend="cpu", config=cfg) as ev:
+            verdicts = ev.evaluate_many(cands)
+            for k, (c, v) in enumerate(zip(cands, verdicts, strict=True)):
+                if v.reasons and all(r.startswith("timer-escape") for r in v.reasons):
+                    verdicts[k] = ev.evaluate(c)
+        for c, v in zip(cands, verdicts, strict=True):
+            assert v.accepted, (name, label_of(c), v.reasons)
