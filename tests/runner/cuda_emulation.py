@@ -1,11 +1,17 @@
-"""Run a catalog CUDA source's flat kernels on the CPU: the source compiled by g++ against stub CUDA headers, each
-`kernel<<<blocks, threads, 0, s>>>(args)` turned into a loop calling the kernel once per (block, thread).
+"""Run a catalog CUDA source's kernels on the CPU: the source compiled by g++ against stub CUDA headers, each
+`kernel<<<blocks, threads, 0, s>>>(args)` turned into a call of the emulator.
 
-Exact for kernels without shared memory, barriers or warp shuffles (the `flat` and `bcast` layouts): each thread's
-work does not depend on any other's. It checks what a CPU-only machine cannot otherwise run: the host code that picks
-a kernel and sizes its grid, the kernels' index arithmetic, vector paths, tails and fall-backs, all on CPU tensors
-through the same C ABI. A small emulated GPU (3 SMs, 2 resident blocks each) makes grid-stride loops take several
-steps."""
+Two modes. Sequential (the default): the kernel called once per (block, thread), exact for kernels without shared
+memory, barriers or warp shuffles (the `flat` and `bcast` layouts): each thread's work does not depend on any other's.
+Threaded (`build(..., threaded=names)`): a block's threads run as OS threads, `__syncthreads()` a barrier of the
+block, `__shfl_xor_sync` an exchange through a barrier of the warp, `__shared__` variables shared by the block (blocks
+run one after another): exact for kernels whose warps merge by shuffles and shared memory (the `regs` and `rows`
+layouts), given that every lane of a warp reaches each shuffle, as on the GPU. Neither emulates cp.async, clusters or
+cooperative launches.
+
+It checks what a CPU-only machine cannot otherwise run: the host code that picks a kernel and sizes its grid, the
+kernels' index arithmetic, vector paths, tails and fall-backs, all on CPU tensors through the same C ABI. A small
+emulated GPU (3 SMs, 2 resident blocks each) makes grid-stride loops take several steps."""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ CUDA_RUNTIME = r"""#pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#define __CUDACC__ 1  /* a CUDA source (device code without __CUDA_ARCH__: the host's paths) */
 #define __global__
 #define __device__
 #define __host__
@@ -32,7 +39,12 @@ CUDA_RUNTIME = r"""#pragma once
 #include <stdlib.h>
 struct dim3 { unsigned x = 1, y = 1, z = 1;
   dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {} };
-static dim3 threadIdx, blockIdx, blockDim, gridDim;
+#ifdef FB_EMU_THREADED
+static thread_local dim3 threadIdx, blockIdx;
+#else
+static dim3 threadIdx, blockIdx;
+#endif
+static dim3 blockDim, gridDim;
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
 template <typename T> static inline T __ldg(const T* p) { return *p; }
@@ -47,42 +59,96 @@ static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaDeviceGetAttribute(int* v, int, int) { *v = FB_EMU_SMS; return cudaSuccess; }
 template <typename K> static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, K, int, size_t) {
   *n = FB_EMU_BLOCKS_PER_SM; return cudaSuccess; }
+#ifdef FB_EMU_THREADED
+#include <barrier>
+#include <memory>
+#include <thread>
+#include <vector>
+static std::barrier<>* fb_emu_block_bar = nullptr;
+static std::vector<std::unique_ptr<std::barrier<>>> fb_emu_warp_bar;
+static int fb_emu_slots[32][32];  // a word per lane of each of up to 32 warps
+static inline unsigned fb_emu_tid() { return threadIdx.x + threadIdx.y * blockDim.x; }
+static inline void __syncthreads() { fb_emu_block_bar->arrive_and_wait(); }
+static inline int __shfl_xor_sync(unsigned, int v, int off) {
+  const unsigned w = fb_emu_tid() / 32, l = fb_emu_tid() % 32;
+  fb_emu_slots[w][l] = v;
+  fb_emu_warp_bar[w]->arrive_and_wait();
+  const int r = fb_emu_slots[w][l ^ (unsigned)off];
+  fb_emu_warp_bar[w]->arrive_and_wait();
+  return r;
+}
+// one block: its threads at once; a thread that returns leaves every barrier (the others no longer wait for it)
+template <typename K, typename... A> static void fb_emu_block(K kernel, unsigned b, dim3 threads, A... args) {
+  const unsigned n = threads.x * threads.y;
+  std::barrier<> bar((std::ptrdiff_t)n);
+  fb_emu_block_bar = &bar;
+  fb_emu_warp_bar.clear();
+  for (unsigned w = 0; w * 32 < n; ++w)
+    fb_emu_warp_bar.emplace_back(new std::barrier<>((std::ptrdiff_t)(n - w * 32 < 32 ? n - w * 32 : 32)));
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < n; ++t)
+    ts.emplace_back([=] {
+      blockIdx.x = b; threadIdx.x = t % threads.x; threadIdx.y = t / threads.x;
+      kernel(args...);
+      fb_emu_warp_bar[t / 32]->arrive_and_drop();
+      fb_emu_block_bar->arrive_and_drop();
+    });
+  for (auto& t : ts) t.join();
+}
+#else
 static inline void __syncthreads() {}
 static inline int __shfl_xor_sync(unsigned, int v, int) { return v; }
+#endif
 #define __expf(x) expf(x)  /* (glibc declares these two without exporting them) */
 #define __logf(x) logf(x)
 static inline float __fdividef(float x, float y) { return x / y; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static const char* fb_emu_kernel = "";  // the last kernel launched, by name
 extern "C" __attribute__((visibility("default"))) const char* fb_emu_last_kernel(void) { return fb_emu_kernel; }
 template <typename K, typename... A> static void fb_emu_launch(const char* name, K kernel, unsigned blocks, int threads,
                                                              int, cudaStream_t, A... args) {
   fb_emu_kernel = name;
   gridDim.x = blocks; blockDim.x = (unsigned)threads; blockDim.y = 1; threadIdx.y = 0;
+#ifdef FB_EMU_THREADED
+  for (unsigned b = 0; b < blocks; ++b) fb_emu_block(kernel, b, dim3((unsigned)threads), args...);
+#else
   for (unsigned b = 0; b < blocks; ++b)
     for (int t = 0; t < threads; ++t) { blockIdx.x = b; threadIdx.x = (unsigned)t; kernel(args...); }
+#endif
 }
-// a 2-D block: recorded and run thread by thread, which is exact only for kernels whose threads never wait on each
-// other (a block that merges through shared memory at a barrier is named here but not emulated faithfully)
+// a 2-D block: run thread by thread (exact only for kernels whose threads never wait on each other), or threaded
 template <typename K, typename... A> static void fb_emu_launch(const char* name, K kernel, unsigned blocks, dim3 threads,
                                                              int, cudaStream_t, A... args) {
   fb_emu_kernel = name;
   gridDim.x = blocks; blockDim = threads;
+#ifdef FB_EMU_THREADED
+  for (unsigned b = 0; b < blocks; ++b) fb_emu_block(kernel, b, threads, args...);
+#else
   for (unsigned b = 0; b < blocks; ++b)
     for (unsigned y = 0; y < threads.y; ++y)
       for (unsigned t = 0; t < threads.x; ++t) { blockIdx.x = b; threadIdx.x = t; threadIdx.y = y; kernel(args...); }
+#endif
 }
 """.replace("FB_EMU_SMS", str(SMS)).replace("FB_EMU_BLOCKS_PER_SM", str(BLOCKS_PER_SM))
 
 HALF = r"""#pragma once
-struct __half { float f; };
-static inline float __half2float(__half h) { return h.f; }
-static inline __half __float2half_rn(float f) { return __half{f}; }
+// the GPU's 2-byte layout, so that fp16 tensors pass through the ABI as they are; conversions round to nearest even
+struct __half { unsigned short x; };
+static inline float __half2float(__half h) { _Float16 f; memcpy(&f, &h.x, 2); return (float)f; }
+static inline __half __float2half_rn(float f) { const _Float16 g = (_Float16)f; __half h; memcpy(&h.x, &g, 2); return h; }
 """
 
 BF16 = r"""#pragma once
-struct __nv_bfloat16 { float f; };
-static inline float __bfloat162float(__nv_bfloat16 h) { return h.f; }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{f}; }
+struct __nv_bfloat16 { unsigned short x; };
+static inline float __bfloat162float(__nv_bfloat16 h) {
+  const unsigned u = (unsigned)h.x << 16; float f; memcpy(&f, &u, 4); return f;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{(unsigned short)((u >> 16) | 0x40u)};  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __nv_bfloat16{(unsigned short)(u >> 16)};
+}
 """
 
 HEADERS = {"cuda_runtime.h": CUDA_RUNTIME, "cuda_fp16.h": HALF, "cuda_bf16.h": BF16,
@@ -94,7 +160,7 @@ _LAUNCH = re.compile(r"(\w+)<<<([^;]*?)>>>\(([^;]*?)\);")
 
 def emulated(src: str, wide_index: bool = False) -> str:
     """The CUDA source with its launches turned into calls of the emulator, which records the last kernel's name for
-    `fb_emu_last_kernel()` (fp32 programs: the half types are stand-ins that only have to compile). `wide_index`: the
+    `fb_emu_last_kernel()` (fp16 and bf16 in their 2-byte layouts, converted as on the GPU). `wide_index`: the
     64-bit index paths even for small tensors (those of more than 2^31 elements)."""
     if wide_index:
         assert "a.small = a.N < 0x7fffffffLL;" in src
@@ -102,9 +168,10 @@ def emulated(src: str, wide_index: bool = False) -> str:
     return _LAUNCH.sub(lambda m: f'fb_emu_launch("{m.group(1)}", {m.group(1)}, {m.group(2)}, {m.group(3)});', src)
 
 
-def build(sources: dict[str, str], where: Path, wide_index: tuple[str, ...] = ()) -> dict[str, Path]:
+def build(sources: dict[str, str], where: Path, wide_index: tuple[str, ...] = (),
+          threaded: tuple[str, ...] = ()) -> dict[str, Path]:
     """One shared library per source (name -> path), compiled in one g++ run each, in parallel; the sources named in
-    `wide_index` take their 64-bit index paths."""
+    `wide_index` take their 64-bit index paths, those named in `threaded` run a block's threads at once."""
     inc = where / "emu_include"
     inc.mkdir(parents=True, exist_ok=True)
     for name, text in HEADERS.items():
@@ -114,8 +181,9 @@ def build(sources: dict[str, str], where: Path, wide_index: tuple[str, ...] = ()
         (where / f"{name}.cpp").write_text(emulated(src, name in wide_index))
         out[name] = where / f"{name}.so"
         procs.append(subprocess.Popen(
-            ["g++", "-O0", "-std=c++17", "-shared", "-fPIC", "-w", "-I", str(inc), "-I", str(CSRC), f"{name}.cpp",
-             "-o", out[name].name], cwd=where, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            ["g++", "-O0", "-std=c++20" if name in threaded else "-std=c++17", "-shared", "-fPIC", "-w",
+             *(["-pthread", "-DFB_EMU_THREADED"] if name in threaded else []), "-I", str(inc), "-I", str(CSRC),
+             f"{name}.cpp", "-o", out[name].name], cwd=where, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for (name, _), p in zip(sources.items(), procs, strict=True):
         log, _ = p.communicate(timeout=300)
         if p.returncode != 0:

@@ -1,0 +1,211 @@
+"""CUDA template `regs`: short rows held in registers, several rows per block.
+
+A group of G threads owns a row (G = 2-32 lanes of one warp, merged by shuffles within the group; or G = the whole
+block, merged through shared memory), each thread K = ceil(R / (G * V)) vectors of V elements at positions
+(q * G + lane) * V. The row length R is fixed when the source is rendered (K is a compile-time constant, so the
+vectors live in registers): the row is read from global memory once, every pass of the program (a mean, then the
+squared deviations; a max, then the sum of exponentials) runs over the registers, and the output is written once.
+The number of rows comes from the call's shapes. The host refuses another row length (the source says so in its
+`// fixed sizes:` line), and takes the scalar kernel, which reads the row from memory in every pass, where a pointer
+does not align to V elements.
+"""
+
+from __future__ import annotations
+
+from runner.catalog.codegen.common import Emitter, NotExpressible, full_output, plan_passes, red_kinds, row_result
+from runner.catalog.codegen.cuda.common import Loads, align_check, ctype_of, forward, row_bases, value_decls, vec_inputs
+from runner.catalog.codegen.cuda.params import CudaParams
+from runner.catalog.ir import Program
+
+# per-thread registers a row may take: vectors of the held inputs (K * V elements each, stored in their own dtype)
+MAX_HELD_BYTES = 256
+# vector positions per thread of the scalar kernel's loops beyond which they are not unrolled
+MAX_UNROLL = 32
+
+SUPPORT = r"""
+// a merge across the G lanes of a group (G a power of two <= 32, groups aligned in their warp): every lane of the warp
+// takes part, rows past the last included, so the full-mask shuffles never diverge
+template <int G, typename A> __device__ __forceinline__ void fb_group_reduce(A& acc) {
+#pragma unroll
+  for (int off = G / 2; off > 0; off >>= 1) { A o = fb_shfl_xor(acc, off); acc.merge(o); }
+}
+"""
+
+
+class RegLoads(Loads):
+    """Loads of the `regs` kernels: a held input's element is lane j of register vector q (x{k}[q]); the rest as
+    `Loads` reads them (row vectors V-wide at the vector's in-row position, others by index)."""
+
+    def __init__(self, p: Program, held: set[int], vec_in: set[int]):
+        super().__init__(p, vec_in)
+        self.held = held
+
+    def __call__(self, k: int) -> str:
+        if k in self.held:
+            return f"fb_f(x{k}[q].v[j])"
+        return super().__call__(k)
+
+
+def row_length(p: Program) -> int:
+    """R, the captured row length a `regs` source is specialised on."""
+    return p.split()[1]
+
+
+def regs_refusal(p: Program, params: CudaParams) -> str | None:
+    """Why `regs` cannot express the program with these parameters (None when it can)."""
+    if not p.is_row:
+        return "regs is for row programs"
+    _, R, inner = p.split()
+    if inner != 1:
+        return "regs needs the reduced dims innermost"
+    V, T, G = params.vec, params.threads, params.group or params.threads
+    if G not in (2, 4, 8, 16, 32) and G != T:
+        return f"a row's group of {G} threads is not a power of two up to a warp, nor the block"
+    if T % G:
+        return f"{T} threads do not hold whole groups of {G}"
+    if R % V:
+        return f"rows of {R} are not whole vectors of {V}"
+    held = vec_inputs(p, ("full",))
+    K = -(-R // (G * V))
+    size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+    held_bytes = K * V * sum(size.get(p.inputs[k].dtype, 4) for k in held)
+    if held_bytes > MAX_HELD_BYTES:
+        return f"{held_bytes} bytes of registers a thread for its share of the row (at most {MAX_HELD_BYTES})"
+    return None
+
+
+def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
+    why = regs_refusal(p, params)
+    if why:
+        raise NotExpressible(why)
+    V, T = params.vec, params.threads
+    G = params.group or T
+    R = row_length(p)
+    plan = plan_passes(p, params.mode)
+    held = vec_inputs(p, ("full",))
+    vec_in = vec_inputs(p, ("rowvec", "rowper"))
+    kernels = [SUPPORT]
+    for v in sorted({1, V}):
+        kernels.append(_kernel(p, plan, out_t, v, T, G, R, held if v > 1 else set(), vec_in if v > 1 else set()))
+    ok = align_check(p, held | vec_in, out_t, V, "")
+    gpb = T // G
+    launch = f"""  if (a.I != 1 || a.R != {R}LL) {{
+    snprintf(fb_err, sizeof fb_err, "compiled for rows of {R} elements, called with %lld x %lld", a.R, a.I);
+    return 1;
+  }}
+  if (a.O == 0) return 0;
+  long long blocks = (a.O + {gpb - 1}) / {gpb};
+  if (blocks > 0x7fffffffLL) blocks = 0x7fffffffLL;
+  const bool wide = {V} > 1 && ({ok});
+  if (wide) fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a);
+  else fb_regs_v1<<<(unsigned)blocks, {T}, 0, s>>>(a);"""
+    return "".join(kernels) + forward(launch)
+
+
+def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: set[int], vec_in: set[int]) -> str:
+    """fb_regs_v{v}: `held` inputs loaded into registers once (none in the scalar kernel: every pass reads memory)."""
+    K = -(-R // (G * v))
+    unroll = "#pragma unroll" if held or K <= MAX_UNROLL else "#pragma unroll 4"
+    loads = RegLoads(p, held, vec_in)
+    pos = f"const long long r0 = ((long long)q * {G} + lane) * {v};"
+
+    def walk(body: str) -> str:
+        """`body` at each of the thread's vector positions r0 of its row."""
+        return f"""{unroll}
+    for (int q = 0; q < {K}; ++q) {{
+      {pos}
+      if (live && r0 < {R}LL) {{
+        {body}
+      }}
+    }}"""
+
+    fills = " ".join(f"x{k}[q] = fb_ldv<{ctype_of(p.inputs[k].dtype)}, {v}>((const {ctype_of(p.inputs[k].dtype)}*)"
+                     f"a.in[{k}] + o * {R}LL + r0);" for k in sorted(held))
+    regs = " ".join(f"FbVec<{ctype_of(p.inputs[k].dtype)}, {v}> x{k}[{K}];" for k in sorted(held))
+    parts = [f"    {regs}\n{walk(fills)}"] if held else []
+    for pno in range(1, plan.passes + 1):
+        accs = [x for x in plan.accs if x.pass_no == pno]
+        loads.used.clear()
+        em = Emitter(loads)
+        adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
+        body = "\n          ".join(em.lines + adds)
+        decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
+        red = "\n    ".join(f"fb_group_reduce<{G}>({x.name});" if G <= 32 else f"fb_block_reduce<{x.kind}, {T}>({x.name});"
+                             for x in accs)
+        parts.append(f"""    {decl}
+{walk(f'''{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * {R}LL + r; (void)flat;
+          {body}
+        }}''')}
+    {red}
+    {value_decls(plan, pno)}""")
+    loads.used.clear()
+    em = Emitter(loads)
+    assert plan.out is not None
+    if full_output(p):
+        res = em(plan.out)
+        lines = "\n          ".join(em.lines)
+        out = walk(f"""{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
+        FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) {{
+          const long long r = r0 + j, flat = o * {R}LL + r; (void)flat;
+          {lines}
+          ov.v[j] = fb_to<{out_t}>({res});
+        }}
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * {R}LL + r0, ov);""")
+    else:
+        em = Emitter(Loads(p, set()))
+        res = row_result(p, plan, em)
+        lines = "\n      ".join(em.lines)
+        out = f"""    if (live && lane == 0) {{
+      const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
+      {lines}
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+    }}"""
+    passes = "\n".join(parts)
+    return f"""
+// {G} threads a row, {T // G} rows a block; thread `lane` of a group holds the row's vectors at ((q * {G} + lane) * {v})
+__global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a) {{
+  const int lane = threadIdx.x % {G};
+  for (long long base = (long long)blockIdx.x * {T // G}; base < a.O; base += (long long)gridDim.x * {T // G}) {{
+    const long long row = base + threadIdx.x / {G}, o = row, i = 0; (void)i;
+    const bool live = row < a.O;
+    {row_bases(p)}
+{passes}
+{out}
+  }}
+}}
+"""
+
+
+def short_row_params(p: Program, max_len: int = 2048) -> list[CudaParams]:
+    """The `regs` parameter sets worth trying for a row program whose rows (innermost, at most max_len elements) are
+    short, best guess first: 16-byte vectors (8-byte, then single elements, where R is not whole 16-byte vectors), a
+    warp per row with up to 8 vectors a thread, then smaller groups (several rows a warp: rows of a few hundred
+    elements) and a whole block per row (long rows: fewer vectors a thread); the exact two-pass mode first (each pass
+    over registers costs no memory traffic), online where it changes the code. Empty where `regs` does not apply."""
+    if not p.is_row or p.split()[2] != 1:
+        return []
+    n = row_length(p)
+    if n > max_len:
+        return []
+    size = {"float16": 2, "bfloat16": 2, "float64": 8}
+    stored = [size.get(p.out_dtype, 4)] if full_output(p) else []  # (a per-row output is written one value a row)
+    widest = max([size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))] + stored)
+    V = next(v for v in (16 // widest, 8 // widest, 1) if v >= 1 and n % v == 0)
+    shapes = []  # (group, threads): a vector each for every lane, at most 8 a thread
+    for G in (32, 16, 8, 4):
+        if n >= G * V and -(-n // (G * V)) <= 8:
+            shapes += [(G, 256), (G, 128)]
+    for T in (128, 256, 512):
+        if n >= T * V and -(-n // (T * V)) <= 8:
+            shapes.append((0, T))
+    if not shapes:  # rows shorter than a vector per lane of the smallest group
+        shapes = [(4, 128)]
+    modes = ["twopass", "online"] if red_kinds(p) & {"var", "lse"} else ["twopass"]
+    out = [CudaParams("regs", vec=V, threads=T, group=G, mode=m) for G, T in shapes[:4] for m in modes[:1]]
+    out += [CudaParams("regs", vec=V, threads=T, group=G, mode=m) for G, T in shapes[:1] for m in modes[1:]]
+    return [q for q in out if regs_refusal(p, q) is None]
