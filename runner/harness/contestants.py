@@ -77,11 +77,34 @@ class Contestants:
             return None, [f"{died_label(exc)} while loading: {exc}{tail(exc.log_tail)}"], {}
         if not reply.get("ok"):
             worker.close()
-            raise MachineError(f"candidate process failed to start: {reply.get('error')}\n{reply.get('traceback', '')}")
+            return None, [self.fault("loading", reply)], {}
         return worker, list(reply.get("reasons", [])), reply.get("confinement", {})
 
     def start(self, candidate: Candidate, library: Path | None, tag: str) -> tuple[Worker | None, list[str], dict]:
         return self.await_load(self.spawn(candidate, library, tag))
+
+    def probe(self, failure: str) -> None:
+        """Run a known-good computation in a fresh process; raise MachineError if it fails too (the machine is
+        broken, not the candidate that met `failure`)."""
+        wd = self.workdir / f"probe-{self.seeds.next_number()}"
+        worker = Worker("runner.harness.procs.probe", wd, worker_env(wd, self.cache_dir),
+                        Limits(self.config.memory_bytes))
+        try:
+            reply = worker.request({"cmd": "probe", "device": self.device}, self.config.trial_timeout_s)
+        except WorkerDied as exc:
+            raise MachineError(f"{failure}; and a known-good probe died too: {exc}\n{exc.log_tail}") from None
+        finally:
+            worker.close()
+        if not reply.get("ok"):
+            raise MachineError(f"{failure}; and a known-good probe failed too: {reply.get('error')}")
+
+    def fault(self, stage: str, reply: dict) -> str:
+        """The crash reason for a candidate's process that failed outside the candidate's call (an error escaped
+        the harness's own code there: the candidate exited, ran out of file descriptors, left a sticky CUDA error),
+        after a probe has shown that the machine works."""
+        error = str(reply.get("error") or "no reply")
+        self.probe(f"a candidate's process failed during {stage}: {error}")
+        return f"crash: the candidate's process failed during {stage}: {error[-1500:]}"
 
     def ask(self, worker: Worker, msg: dict, timeout_s: float) -> dict:
         """A request to a candidate's process; other live candidates' memory caps are enforced while it runs."""

@@ -42,7 +42,7 @@ def measure(contestants: Contestants, worker: Worker, ref: Reference) -> tuple[T
     except WorkerDied as exc:
         return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
     if not rep.get("ok"):
-        return None, [f"runtime: while timing: {rep.get('error')}"]
+        return None, [contestants.fault("timing", rep)]
     if rep.get("reasons"):
         return None, rep["reasons"]
     timing = Timing(**rep["timing"])

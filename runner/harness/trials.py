@@ -15,6 +15,19 @@ from runner.harness.reference import Reference
 log = logging.getLogger(__name__)
 
 
+def judged(ref: Reference, contestants: Contestants, msg: dict, timeout_s: float, stage: str) -> dict | str:
+    """The judge's reply to a request made while a candidate's process is alive, or, where the judge failed (a
+    candidate can kill it, or hand it outputs that break it), a crash reason for the candidate: the judge is
+    restarted for the next one, and a probe in a fresh process first shows that the machine itself works."""
+    try:
+        return ref.prepare(msg) if stage == "prepare" else ref.ask(msg, timeout_s, stage)
+    except MachineError as exc:
+        ref.close()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        contestants.probe(f"the judge failed during {stage} while a candidate's process was alive: {first}")
+        return f"crash: the judge failed during {stage} while this candidate's process was alive: {first[-600:]}"
+
+
 def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: Candidate,
            plan: list[dict]) -> tuple[list[TrialResult], list[str]]:
     """(each trial's result, the reasons of the first failed one: none if every trial passed)."""
@@ -23,7 +36,11 @@ def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: 
     profiled: set[int] = set()
     digests = []
     for k, p in enumerate(plan):
-        prep = ref.prepare(p)
+        prep = judged(ref, contestants, p, timeout_s, "prepare")
+        if isinstance(prep, str):
+            results.append(TrialResult(index=k, shape_set=p["shape_set"], distribution="", passed=False,
+                                       reasons=[prep]))
+            return results, [prep]
         digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
         profile = p["shape_set"] not in profiled
         profiled.add(p["shape_set"])
@@ -38,13 +55,17 @@ def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: 
             result.reasons.append(f"{died_label(exc)}: {exc}{tail(exc.log_tail)}")
             return results, result.reasons
         if not rep.get("ok"):
-            raise MachineError(f"candidate process failed: {rep.get('error')}\n{rep.get('traceback', '')}")
+            result.reasons.append(contestants.fault(f"trial {k}", rep))
+            return results, result.reasons
         result.reasons += rep.get("reasons", [])
         if "outputs" in rep:
-            check = ref.ask({"cmd": "check", "trial": p["trial"], "outputs": rep["outputs"],
+            check = judged(ref, contestants, {"cmd": "check", "trial": p["trial"], "outputs": rep["outputs"],
                              "dir": str(worker.workdir), "structure": rep["structure"],
                              "expected_structure": prep["structure"], "second_run": rep.get("second_run")},
                             timeout_s, "check")
+            if isinstance(check, str):
+                result.reasons.append(check)
+                return results, result.reasons
             discard_outputs(worker.workdir, rep)
             log.info("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
                      prep.get("seconds", 0.0), rep.get("seconds"), rep.get("handoff"), check.get("seconds", 0.0))

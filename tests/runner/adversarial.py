@@ -187,3 +187,62 @@ HANG = fast("for (volatile int64_t i = 0; ; ++i) {}\n  " + _LOOP)
 MEMORY_HOG = fast("""size_t n = (size_t)3 << 30; char* p = (char*)malloc(n);
   if (p) { for (size_t i = 0; i < n; i += 4096) p[i] = 1; }
   """ + _LOOP)
+
+# ---- reduced precision: tests/fixtures/problems/swiglu_bf16.py (y = silu(a) * b), in bf16 or (cast) fp16 ---------
+
+_HALF = r'''
+#include "fusebot.h"
+#include <math.h>
+#include <string.h>
+
+static inline float bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t float_to_bf16(float f) {  /* round to nearest even, as torch does */
+  uint32_t u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float coarse(float f) {  /* keep 3 bits of mantissa: an 8-bit float's precision */
+  uint32_t u; memcpy(&u, &f, 4); u &= 0xfff00000u; memcpy(&f, &u, 4); return f;
+}
+
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  (void)stream;
+  if (n_in != 2 || n_out != 1 || in[0].dtype != {CODE} || out[0].dtype != {CODE}) return 1;
+  int64_t n = 1;
+  for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
+  const {T}* a = (const {T}*)in[0].data;
+  const {T}* b = (const {T}*)in[1].data;
+  {T}* y = ({T}*)out[0].data;
+  for (int64_t i = 0; i < n; ++i) {
+    float x = {LOAD}(a[i]);
+    float v = x / (1.0f + expf(-x)) * {LOAD}(b[i]);  /* in float: one rounding, at the store */
+    y[i] = {STORE}({VALUE});
+  }
+  return 0;
+}
+'''
+
+
+def half_kernel(dtype: str, value: str = "v") -> dict[str, str]:
+    """A fused SwiGLU for bf16 or fp16 outputs, computing in float and rounding once (`value`: what is stored)."""
+    if dtype == "bfloat16":
+        sub = {"{CODE}": "FB_BFLOAT16", "{T}": "uint16_t", "{LOAD}": "bf16_to_float", "{STORE}": "float_to_bf16"}
+    else:
+        sub = {"{CODE}": "FB_FLOAT16", "{T}": "_Float16", "{LOAD}": "(float)", "{STORE}": "(_Float16)"}
+    src = _HALF.replace("{VALUE}", value)
+    for k, v in sub.items():
+        src = src.replace(k, v)
+    return {"kernel.cpp": src}
+
+
+HONEST_BF16 = half_kernel("bfloat16")
+HONEST_FP16 = half_kernel("float16")
+DOWNGRADED_BF16 = half_kernel("bfloat16", "coarse(v)")  # a bf16 problem answered at an 8-bit float's precision
+DOWNGRADED_FP16 = half_kernel("float16", "coarse(v)")
+
+# scale_relu (fp32) computed in bf16 inside: the output is fp32, its values carry bf16's 8 bits
+FAST_HACKS["bf16_inside_fp32"] = (fast(_LOOP.replace(
+    "y[r * cols + c] = v > 0.0f ? v : 0.0f;",
+    "uint32_t u; memcpy(&u, &v, 4); u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; memcpy(&v, &u, 4);\n"
+    "      y[r * cols + c] = v > 0.0f ? v : 0.0f;")), "mismatch")

@@ -21,7 +21,7 @@ from runner.harness import timing, verify
 from runner.harness.guards import Guard
 from runner.harness.problem import ProblemError, build_model, load, make_inputs, strict_fp32
 from runner.harness.procs import ipc
-from runner.harness.procs.abi import AbiError, KernelLibrary, as_tensor_args
+from runner.harness.procs.abi import KernelLibrary, as_tensor_args
 from runner.harness.procs.process import serve
 from runner.harness.sandbox import confine
 
@@ -103,8 +103,8 @@ def init(st: State, msg: dict) -> dict:
             st.lib = KernelLibrary(Path(msg["library"]))
             ref = build_model(st.problem, st.problem.model_cls, msg["init_seed"], st.device)
             st.params = list(ref.state_dict().values()) if isinstance(ref, torch.nn.Module) else []
-    except (AbiError, Exception) as exc:  # noqa: BLE001 - a candidate that fails to load is a verdict
-        return {"ok": True, "reasons": [f"load: {type(exc).__name__}: {str(exc)[-2000:]}"]}
+    except BaseException as exc:  # noqa: BLE001 - a candidate that fails to load (or exits) is a verdict
+        return {"ok": True, "reasons": [failure("load", exc, st.device)]}
     reasons += st.guard.violations()
     st.guard.restore_flags()
     if st.lib is not None and not reasons and isinstance(st.problem.model_cls, type) \
@@ -294,8 +294,8 @@ def trial(st: State, msg: dict) -> dict:
                 out = _call(st, inputs, poison=True)
             if cuda:
                 _sync()
-    except Exception as exc:  # noqa: BLE001 - the candidate's failure is data
-        return {"ok": True, "reasons": [f"runtime: {type(exc).__name__}: {str(exc)[-2000:]}"], "fatal": cuda}
+    except BaseException as exc:  # noqa: BLE001 - the candidate's failure is data (SystemExit included)
+        return {"ok": True, "reasons": [failure("runtime", exc, st.device)], "fatal": cuda}
     clock.lap("run")
     reasons += st.guard.violations()
     st.guard.restore_flags()
@@ -318,9 +318,8 @@ def trial(st: State, msg: dict) -> dict:
                 out2 = _call(st, inputs, poison=True)
                 if cuda:
                     _sync()
-        except Exception as exc:  # noqa: BLE001
-            return {"ok": True, "reasons": [f"runtime: second run: {type(exc).__name__}: {str(exc)[-2000:]}"],
-                    "fatal": cuda}
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": True, "reasons": [failure("runtime", exc, st.device, "second run: ")], "fatal": cuda}
         reply["second_run"], _ = _write_outputs(st, out2, f"{msg['trial']}_b")
         clock.lap("second_run")
     return reply
@@ -334,7 +333,10 @@ def time_(st: State, msg: dict) -> dict:
     st.inputs = inputs
     timer = timing.Timer(st.device, st.timer_cfg)
     call, fn = _timed_call(st, inputs)
-    result = timer.measure(fn)
+    try:
+        result = timer.measure(fn)
+    except BaseException as exc:  # noqa: BLE001 - the candidate's failure is data
+        return {"reasons": [failure("runtime", exc, st.device, "while timing: ")]}
     result.call = call
     reasons = st.guard.violations()
     return {"timing": result.model_dump(), "reasons": reasons}
@@ -360,13 +362,28 @@ def wall(st: State, msg: dict) -> dict:
 
 def _trial_releasing(st: State, msg: dict) -> dict:
     """A trial, then its freed blocks given back to the device (the next trial poisons the allocator afresh): a 7 GB
-    problem's trial leaves tens of GB cached in this process otherwise, beside the judge's on the same GPU."""
+    problem's trial leaves tens of GB cached in this process otherwise, beside the judge's on the same GPU. A
+    sticky CUDA error the candidate left (an out-of-bounds write) surfaces here at the latest: a crash verdict."""
     st.exported.clear()  # the judge has copied the previous trial's outputs before this request was sent
-    try:
-        return trial(st, msg)
-    finally:
-        if torch.cuda.is_initialized():
+    reply = trial(st, msg)
+    if torch.cuda.is_initialized():
+        try:
             torch.cuda.empty_cache()
+            _sync()
+        except BaseException as exc:  # noqa: BLE001 - the candidate's kernel broke this process's CUDA context
+            return {"ok": True, "reasons": [failure("runtime", exc, st.device, "after the call: ")], "fatal": True}
+    return reply
+
+
+def failure(name: str, exc: BaseException, device: str, where: str = "") -> str:
+    """A reason for an exception raised by (or because of) the candidate's code: a CUDA error that poisons the
+    process's context is a crash, whatever step it surfaced in; the rest keep `name` (load, runtime)."""
+    text = f"{type(exc).__name__}: {str(exc)[-2000:]}"
+    if device.startswith("cuda") and ("CUDA error" in text or type(exc).__name__ == "AcceleratorError"):
+        return f"crash: {where}{text} (a CUDA error that poisons the process's context: the kernel broke it)"
+    if isinstance(exc, SystemExit):
+        return f"crash: {where}the candidate called exit ({text})"
+    return f"{name}: {where}{text}"
 
 
 HANDLERS = {"init": init, "trial": _trial_releasing, "time": time_, "wall": wall}

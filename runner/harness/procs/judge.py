@@ -16,6 +16,7 @@ import torch  # imported before anything untrusted
 
 from runner.contract import ProblemSpec
 from runner.harness import timing, verify
+from runner.harness.oracle import oracle_model, oracle_outputs
 from runner.harness.problem import ProblemError, build_model, bytes_of, load, locate, make_inputs, strict_fp32
 from runner.harness.procs.ipc import IpcUnavailable
 from runner.harness.procs.process import serve
@@ -27,7 +28,10 @@ class State:
     model = None
     device = "cpu"
     refs: dict[int, list] = {}
-    atols: dict[int, list[float]] = {}  # per trial, per output: the absolute tolerance its check uses
+    oracle = None  # the reference module in float64 (runner.harness.oracle), None where it cannot be
+    oracle_note: str | None = None  # why there is no oracle
+    oracles: dict[int, list] = {}  # per trial, per output: the oracle's output, or None
+    tols: dict[int, list[tuple[float, float]]] = {}  # per trial, per output: the (atol, rtol) its check uses
     prev_ref: list | None = None  # verify.sample() of each output of the previous trial
     timer_cfg = timing.TimerConfig()
 
@@ -53,6 +57,7 @@ def init(st: State, msg: dict) -> dict:
     except BaseException as exc:  # noqa: BLE001 - the constructor is the user's code
         return _problem_error(ProblemError("init", locate(exc, str(st.problem.file) if st.problem else None),
                                            f"{type(exc).__name__}: {exc}"))
+    st.oracle, st.oracle_note = oracle_model(st.model)
     atol, rtol = st.problem.tolerance
     return {"confinement": confinement.as_dict(), "source": st.problem.source(), "file": str(st.problem.file),
             "atol": atol, "rtol": rtol, "shape_sets": st.problem.shape_sets(),
@@ -121,16 +126,23 @@ def prepare(st: State, msg: dict) -> dict:
     except ProblemError as exc:
         return _problem_error(exc)
     specs, digest = [], hashlib.sha256()
-    near_constant, atols, notes = True, [], []
+    near_constant, atols, tols, notes = True, [], [], []
     lo, hi = float("inf"), float("-inf")  # over every output: a scalar (a loss) has no range of its own
-    atol = st.problem.tolerance[0]
+    oracles, why_not = oracle_outputs(st.oracle, inputs, flat) if msg["trial"] >= 0 else ([None] * len(flat), None)
+    why_not = why_not or st.oracle_note
     for i, t in enumerate(flat):
         if not isinstance(t, torch.Tensor):
             return _problem_error(ProblemError("reference", str(st.problem.file),
                                                f"forward returned a {type(t).__name__}, not tensors"))
         specs.append({"shape": list(t.shape), "dtype": str(t.dtype)})
         digest.update(_fingerprint(t))
+        # the problem's dtype is its outputs': a bf16 output is judged as bf16 whatever the problem declared
+        atol, rtol = verify.tolerance_for(t.dtype, st.problem.spec.atol, st.problem.spec.rtol)
         atols.append(verify.effective_atol(atol, verify.magnitude(t)))
+        tols.append((atols[-1], rtol))
+        if t.is_floating_point() and oracles[i] is None and msg["trial"] >= 0:
+            notes.append(f"output {i}: no float64 oracle ({why_not or 'none'}): compared with the reference in "
+                         f"{t.dtype} at atol={atol:g} rtol={rtol:g}")
         if atols[-1] < atol:
             notes.append(f"output {i}: every value is below atol={atol:g} (largest {atols[-1] / atol:.3g}), so an "
                          f"all-zeros output would pass: checked with atol={atols[-1]:.3g} (atol x that magnitude)")
@@ -149,9 +161,11 @@ def prepare(st: State, msg: dict) -> dict:
     if st.refs:  # the previous trial's outputs, kept as evenly spaced samples (not a second copy of 7 GB)
         st.prev_ref = [verify.sample(t) for t in st.refs.pop(max(st.refs))]
     st.refs = {msg["trial"]: flat}
-    st.atols = {msg["trial"]: atols}
+    st.oracles = {msg["trial"]: oracles}
+    st.tols = {msg["trial"]: tols}
     return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(),
-            "near_constant": near_constant, "tolerance_notes": notes, "atol_min": min(atols, default=atol),
+            "near_constant": near_constant, "tolerance_notes": notes,
+            "atol_min": min(atols, default=st.problem.tolerance[0]),
             "value_span": [lo, hi] if lo <= hi else None,
             "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat),
             "seconds": round(time.perf_counter() - t0, 4)}
@@ -176,8 +190,7 @@ def _read(meta: dict, directory: str, device: str) -> torch.Tensor:
 def check(st: State, msg: dict) -> dict:
     """Compare the candidate's outputs for `trial` (files + metadata its process wrote) with the reference."""
     t0 = time.perf_counter()
-    ref = st.refs[msg["trial"]]
-    atol, rtol = st.problem.tolerance
+    ref, oracles, tols = st.refs[msg["trial"]], st.oracles[msg["trial"]], st.tols[msg["trial"]]
     reasons: list[str] = []
     if msg["structure"] != msg["expected_structure"]:
         reasons.append(f"output-type: the candidate returned {msg['structure']}, the reference {msg['expected_structure']}")
@@ -197,8 +210,11 @@ def check(st: State, msg: dict) -> dict:
             reasons.append(f"output-type: output {i} could not be read: {exc}")
             continue
         outs.append(o)
-        atol = st.atols[msg["trial"]][i]
-        cmp = verify.compare_values(r, o, atol, rtol, i)
+        atol, rtol = tols[i]
+        if oracles[i] is not None:
+            cmp = verify.compare_to_oracle(r, oracles[i], o, atol, rtol, i)
+        else:
+            cmp = verify.compare_values(r, o, atol, rtol, i)
         reasons += cmp.reasons
         worst_abs = max(worst_abs, cmp.max_abs_err or 0.0)
         worst_rel = max(worst_rel, cmp.max_rel_err or 0.0)
@@ -215,7 +231,7 @@ def check(st: State, msg: dict) -> dict:
             except (OSError, ValueError, KeyError, IpcUnavailable) as exc:
                 reasons.append(f"nondeterministic: second run's output {j} unreadable: {exc}")
                 continue
-            if not verify.matches(outs[j], o2, st.atols[msg["trial"]][j], rtol):
+            if not verify.matches(outs[j], o2, *tols[j]):
                 diff = float((outs[j].double() - o2.double()).abs().nan_to_num(0).max())
                 reasons.append(f"nondeterministic: a second run on the same inputs gave a different output {j} "
                                f"(max abs difference {diff:.3g})")
