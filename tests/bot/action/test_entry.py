@@ -243,6 +243,34 @@ def test_a_config_error_is_annotated_at_its_line_and_fails_the_step(world: Actio
     assert w.jobs == [] and "configuration error" in w.summary.read_text()
 
 
+def test_a_config_target_naming_a_missing_class_is_a_configuration_error_at_its_line(world: ActionWorld):
+    w = world
+    config = "targets:\n  - file: models/attn.py\n    class: Atention\n"
+    w.shas["main"] = w.repo.commit({".github/fusebot.yml": config}, "configure fusebot")
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("schedule", schedule_payload()))
+    assert res.exit_code == 1 and w.jobs == []
+    assert "::error file=.github/fusebot.yml,line=3::targets.0.class: models/attn.py defines no class Atention" \
+        in res.output
+
+
+def test_a_marked_file_with_a_syntax_error_is_annotated_at_its_line_not_nothing_to_do(world: ActionWorld):
+    w = world
+    w.checkout(w.shas["main"])
+    text = (w.workspace / "models" / "attn.py").read_text()
+    broken = text.replace("def get_inputs():", "def get_inputs(:")
+    w.shas["main"] = w.repo.commit({"models/attn.py": broken, "models/mlp.py": broken.replace("Attention", "MLP")},
+                                   "typo")
+    w.checkout(w.shas["main"])
+    res = run_action(w, w.event("schedule", schedule_payload()))
+    line = broken.splitlines().index("def get_inputs(:") + 1
+    assert res.exit_code == 1 and w.jobs == []
+    assert f"::error file=models/attn.py,line={line}::syntax error" in res.output
+    summary = w.summary.read_text()
+    assert "marked files need fixing" in summary and "No marked targets" not in summary
+    assert str(w.workspace) not in summary
+
+
 def test_missing_settings_refuse_to_start_naming_the_variable(world: ActionWorld):
     w = world
     env = w.event("schedule", schedule_payload())

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from bot.features.commands import HELP, STATUS_MARKER, parse_command
-from tests.bot.helpers import INSTALLATION, MODULE, REPO, comment_payload, example, pr_payload
+from tests.bot.helpers import INSTALLATION, MODULE, REPO, comment_payload, example, initial_files, pr_payload
 from tests.fakes.github_server import Pull
 
 LABEL = "optimize-kernels"
@@ -132,6 +132,36 @@ def test_config_error_is_a_failing_check_run_with_an_annotation(world):
     assert run["conclusion"] == "failure" and run["head_sha"] == sha
     [ann] = run["output"]["annotations"]
     assert ann["path"] == ".github/fusebot.yml" and ann["start_line"] == 4 and "class name" in ann["message"]
+
+
+def test_a_config_target_naming_a_missing_class_fails_at_the_configs_line_before_any_job(world):
+    config = "version: 1\ntargets:\n  - file: models/attn.py\n    class: Atention\n"
+    sha = world.repo.commit({".github/fusebot.yml": config}, "config", branch="feature")
+    world.fake.pulls[(REPO, 2)].head_sha = sha
+    world.post("pull_request", label_event(world, sha=sha))
+    world.drain()
+    assert world.jobs() == []
+    [run] = check_runs(world, "fusebot config")
+    assert run["conclusion"] == "failure" and check_runs(world) == []
+    [ann] = run["output"]["annotations"]
+    assert (ann["path"], ann["start_line"]) == (".github/fusebot.yml", 4)
+    assert ann["message"] == "targets.0.class: models/attn.py defines no class Atention"
+
+
+def test_a_marked_file_with_a_syntax_error_is_reported_at_its_line(world):
+    broken = initial_files()["models/attn.py"].replace("def get_inputs():", "def get_inputs(:")
+    sha = world.repo.commit({"models/attn.py": broken}, "typo", branch="feature")
+    world.fake.pulls[(REPO, 2)].head_sha = sha
+    world.post("pull_request", label_event(world, sha=sha))
+    world.drain()
+    assert world.jobs() == []
+    [run] = check_runs(world)
+    assert run["conclusion"] == "failure" and run["output"]["title"] == "Marked files need fixing"
+    assert "No marked targets" not in run["output"]["summary"]
+    [ann] = run["output"]["annotations"]
+    line = broken.splitlines().index("def get_inputs(:") + 1
+    assert (ann["path"], ann["start_line"]) == ("models/attn.py", line) and ann["message"].startswith("syntax error")
+    assert "/tmp" not in run["output"]["summary"] and str(world.settings.data_dir) not in run["output"]["summary"]
 
 
 @pytest.mark.parametrize("text, conclusion", [("schedule:\n  cron: '0 4 * * *'\n", "success"),
