@@ -217,7 +217,7 @@ class FakeGitHub:
             ("POST", "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions"): self._create_reaction,
             ("POST", "/repos/{owner}/{repo}/check-runs"): self._create_check_run,
             ("PATCH", "/repos/{owner}/{repo}/check-runs/{check_run_id}"): self._update_check_run,
-            # what the PR publisher uses (issue 6): git data, pulls, comments found again and edited
+            # what the PR publisher uses: git data, pulls, comments found again and edited
             ("GET", "/repos/{owner}/{repo}/git/ref/{ref}"): self._get_ref,
             ("POST", "/repos/{owner}/{repo}/git/refs"): self._create_ref,
             ("PATCH", "/repos/{owner}/{repo}/git/refs/{ref}"): self._update_ref,
@@ -556,7 +556,7 @@ class FakeGitHub:
             run["status"] = "completed"
         return 200, self._check_run_json(run)
 
-    # ---- git data, pulls and comments (the PR publisher, issue 6) -----------------------------------------------
+    # ---- git data, pulls and comments (the PR publisher) ------------------------------------------------------
 
     def _ref_json(self, repo: Repo, ref: str, sha: str) -> dict[str, Any]:
         url = f"{self.base_url}/repos/{repo.full_name}"

@@ -134,7 +134,7 @@ def test_label_comment_and_nightly_each_become_one_completed_job(live, caplog):
     runs = [r for r in w.fake.check_runs.values() if r["name"] == "fusebot"]
     assert len(runs) == 3 and {r["conclusion"] for r in runs} == {"success"}
     assert {r["head_sha"] for r in runs} == {sha["feature"], sha["main"]}
-    # PRs (issue 6): one per base branch and target, the label's and the comment's job on PR 2 updating the same ones
+    # PRs: one per base branch and target, the label's and the comment's job on PR 2 updating the same ones
     bot_pulls = [pr for pr in w.fake.pulls.values() if pr.user == "fusebot[bot]"]
     targets = sorted(t.name for t in nightly.spec.targets)
     assert sorted((pr.base_ref, pr.head_ref) for pr in bot_pulls) == sorted(
