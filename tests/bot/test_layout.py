@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests" / "bot"
 PROBE = """
 import importlib, json, sys
 for m in sys.argv[1:]:
@@ -58,6 +60,20 @@ def test_imports_point_down(package: str):
                 if target != package and target not in MAY_IMPORT[package]:
                     wrong.append(f"{path.relative_to(ROOT)}: {node.module}")
     assert wrong == []
+
+
+def test_every_module_has_a_test_or_a_line_naming_the_one_that_covers_it():
+    missing = []
+    for module in bot_modules():
+        parts = module.split(".")[1:]
+        folder = TESTS.joinpath(*parts[:-1])
+        covered = (folder / f"test_{parts[-1]}.py").is_file() or any(
+            parts[-1] in re.split(r"[\s,:]+", line.split(":")[0])
+            for line in ((folder / "__init__.py").read_text() if (folder / "__init__.py").is_file() else "").splitlines()
+            if ":" in line)
+        if not covered:
+            missing.append(module)
+    assert missing == []
 
 
 def test_worker_never_imports_github_or_fastapi():

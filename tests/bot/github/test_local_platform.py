@@ -11,7 +11,7 @@ import git
 import pytest
 
 from bot.github.local_platform import LocalPlatform
-from bot.github.platform import PlatformError, find_marker
+from bot.github.platform import Annotation, CheckOutput, PlatformError, can_write, find_marker
 from bot.publish import pr
 from bot.publish.publish import branch_files, publish
 from tests.bot.results import improved_result, plan_of, slow_result
@@ -109,3 +109,31 @@ def test_refuses_to_move_a_checked_out_branch(tmp_path):
         platform.commit_files("main", platform.head_sha("main"), {"x.txt": "x"}, "m")
     with pytest.raises(PlatformError, match="not a git repository"):
         LocalPlatform(tmp_path / "nowhere")
+
+
+def test_the_local_platform_answers_what_the_apps_features_ask(tmp_path):
+    """The seam's other half on the local platform: a PR's head, files and body, comments, reactions, check runs with
+    annotations and buttons, and the owner's permission."""
+    repo = make_repo(tmp_path)
+    platform = LocalPlatform(Path(repo.working_tree_dir))
+    base = platform.head_sha("main")
+    update = platform.commit_files("feature", base, {"models/new.py": "x = 1\n"}, "new module")
+    ref = platform.upsert_pull_request(branch="feature", base="main", title="t", body=pr.marker("pr", "k"), key="k")
+    pull = platform.pull(ref.number)
+    assert (pull.head_sha, pull.head_ref, pull.base_ref, pull.state, pull.is_fork) == (
+        update.sha, "feature", "main", "open", False)
+    assert platform.pull_files(ref.number) == ["models/new.py"]
+    assert find_marker(platform.pull_body(ref.number), "pr") == "k"
+    first = platform.post_comment(ref.number, "hello")
+    assert platform.post_comment(ref.number, "again") == first + 1  # a plain comment is never found again
+    platform.react_to_comment(ref.number, first, "+1")
+    assert [c.body for c in platform.comments(ref.number)] == ["hello", "again"]
+    out = CheckOutput("completed", "Marked files need fixing", "s", "failure",
+                      annotations=(Annotation("models/new.py", 1, "syntax error: x"),), actions=({"label": "x"},))
+    run = platform.create_check_run(update.sha, "fusebot", out, external_id="job-1")
+    [stored] = platform.check_runs()
+    assert (stored.id, stored.external_id, stored.conclusion) == (run, "job-1", "failure")
+    assert stored.annotations == [Annotation("models/new.py", 1, "syntax error: x").as_api()]
+    assert can_write(platform, "anyone")
+    with pytest.raises(PlatformError):
+        platform.pull(99)
