@@ -81,20 +81,11 @@ INNER_ALLOWED: set[str] = {
     "bot/demo.py: runner.results.outcome",
     "runner/catalog/capture.py: runner.harness.problem",
     "runner/catalog/capture.py: runner.harness.sandbox",
-    "runner/cli/bench.py: runner.errors",
-    "runner/cli/bench.py: runner.harness.evaluator",
-    "runner/cli/bench.py: runner.pipeline",
-    "runner/cli/eval.py: runner.errors",
-    "runner/cli/eval.py: runner.harness.evaluator",
-    "runner/cli/optimize.py: runner.harness.evaluator",
     "runner/harness/procs/contestant.py: runner.harness.procs.profile",
     "runner/harness/procs/contestant.py: runner.results",
     "runner/harness/procs/judge.py: runner.harness.build",
     "runner/harness/procs/judge.py: runner.harness.procs.profile",
     "runner/harness/verify.py: runner.harness.procs",
-    "runner/results/files.py: runner.harness.sandbox",
-    "runner/results/remeasure.py: runner.results.files",
-    "runner/results/reverify.py: runner.harness.evaluator",
 }
 
 
