@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bot.repo.discovery import marked_targets as discover
@@ -89,6 +90,7 @@ def run_target(t, repo: Path, backend: str) -> dict:
                       "compile_ms": v.baselines.compile.median_ms if v.baselines and v.baselines.compile else None,
                       "trials_passed": sum(tr.passed for tr in v.trials), "trials": len(v.trials),
                       "device": (v.environment.gpu or v.environment.cpu) if v.environment else None}
+    row["environment"] = v.environment.model_dump(include={"gpu", "cpu", "driver", "cuda", "torch"}) if v.environment else {}
     write_files(repo / KERNELS, target_files(spec, cand, v, Provenance.for_verdict(t.name, v, "examples")))
     check = check_dropin(repo, KERNELS, t.name)
     row["check"] = check.model_dump(exclude={"output_tail"}) | {"tail": check.output_tail[-1500:]}
@@ -97,6 +99,12 @@ def run_target(t, repo: Path, backend: str) -> dict:
                            cwd=repo, capture_output=True, text=True, timeout=900)
     row["probe"] = {"ok": probe.returncode == 0, "output": (probe.stdout + probe.stderr)[-1500:]}
     return row
+
+
+def git_commit() -> str:
+    """The checkout's commit, named in the results: the code that produced them."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
 
 
 def main() -> int:
@@ -110,7 +118,11 @@ def main() -> int:
         repo = Path(tmp)
         shutil.copytree(ROOT / "examples", repo / "examples")
         rows = [run_target(t, repo, args.backend) for t in discover(repo)]
-    (args.out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    env = next((r["environment"] for r in rows if r.get("environment")), {})
+    table = {"suite": "dropin", "date": time.strftime("%Y-%m-%d"), "gpu": env.get("gpu"), "driver": env.get("driver"),
+             "cuda": env.get("cuda"), "torch": env.get("torch"), "commit": git_commit(), "backend": args.backend,
+             "rows": rows}
+    (args.out / "results.json").write_text(json.dumps(table, indent=1) + "\n")
     lines = ["| target | fusebot ms | eager ms | compile ms | trials | drop-in test | compile/graph probe |",
              "| --- | ---: | ---: | ---: | --- | --- | --- |"]
     failed = False
