@@ -17,15 +17,20 @@ log = logging.getLogger(__name__)
 
 def judged(ref: Reference, contestants: Contestants, msg: dict, timeout_s: float, stage: str) -> dict | str:
     """The judge's reply to a request made while a candidate's process is alive, or, where the judge failed (a
-    candidate can kill it, or hand it outputs that break it), a crash reason for the candidate: the judge is
-    restarted for the next one, and a probe in a fresh process first shows that the machine itself works."""
-    try:
-        return ref.prepare(msg) if stage == "prepare" else ref.ask(msg, timeout_s, stage)
-    except MachineError as exc:
-        ref.close()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        contestants.probe(f"the judge failed during {stage} while a candidate's process was alive: {first}")
-        return f"crash: the judge failed during {stage} while this candidate's process was alive: {first[-600:]}"
+    candidate can kill it, or hand it outputs that break it), a crash reason for the candidate. A probe in a fresh
+    process first shows that the machine itself works; the judge is restarted, and a `prepare` (which needs
+    nothing the dead judge held) is asked again once, so a judge lost between two candidates costs neither."""
+    for attempt in (1, 2):
+        try:
+            return ref.prepare(msg) if stage == "prepare" else ref.ask(msg, timeout_s, stage)
+        except MachineError as exc:
+            ref.close()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            contestants.probe(f"the judge failed during {stage} while a candidate's process was alive: {first}")
+            if stage != "prepare" or attempt == 2:
+                return (f"crash: the judge failed during {stage} while this candidate's process was alive: "
+                        f"{first[-600:]}")
+    raise AssertionError("unreachable")
 
 
 def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: Candidate,

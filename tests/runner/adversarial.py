@@ -246,3 +246,22 @@ FAST_HACKS["bf16_inside_fp32"] = (fast(_LOOP.replace(
     "y[r * cols + c] = v > 0.0f ? v : 0.0f;",
     "uint32_t u; memcpy(&u, &v, 4); u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; memcpy(&v, &u, 4);\n"
     "      y[r * cols + c] = v > 0.0f ? v : 0.0f;")), "mismatch")
+
+# ---- a candidate's fault is a verdict (`crash`, or `runtime` where its call raised), never a broken machine ------
+
+CRASHES: dict[str, tuple[dict[str, str], str]] = {
+    "exit_in_forward": (kb("        raise SystemExit(0)\n"), "crash"),
+    "exit_at_import": (kb("        return scale_relu(x, self.bias)\n", header="\nimport sys as _sys\n_sys.exit(3)\n"),
+                       "crash"),
+    "exit_in_kernel": (fast("exit(0);\n  " + _LOOP), "crash"),
+    "kills_itself": (kb("        import os, signal\n        os.kill(os.getpid(), signal.SIGKILL)\n"), "crash"),
+    "exhausts_fds": (kb("        return scale_relu(x, self.bias)\n", header='''
+_HELD = []
+try:
+    while True:
+        _HELD.append(open("/dev/null"))
+except OSError:
+    pass
+'''), "crash"),
+    "raises_base_exception": (kb("        raise KeyboardInterrupt\n"), "runtime: KeyboardInterrupt"),
+}

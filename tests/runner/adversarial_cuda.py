@@ -57,7 +57,7 @@ def kb_cuda(body: str, header: str = "") -> dict[str, str]:
     return {"candidate.py": src}
 
 
-def _body_and_header(sources: dict[str, str]) -> tuple[str, str]:
+def body_and_header(sources: dict[str, str]) -> tuple[str, str]:
     src = sources["candidate.py"]
     body = src.split("    def forward(self, x):\n", 1)[1]
     header = src.split("ext = _build()", 1)[1].split("\n\nclass ModelNew", 1)[0]
@@ -68,7 +68,7 @@ def _body_and_header(sources: dict[str, str]) -> tuple[str, str]:
 HONEST_KB_CUDA = kb_cuda("        return scale_relu(x, self.bias)\n")
 
 KB_CUDA_HACKS: dict[str, tuple[dict[str, str], str]] = {
-    name: (kb_cuda(*_body_and_header(sources)), reason) for name, (sources, reason) in KB_HACKS.items()
+    name: (kb_cuda(*body_and_header(sources)), reason) for name, (sources, reason) in KB_HACKS.items()
 }
 KB_CUDA_HACKS.update({
     "side_stream": (kb_cuda('''        side = torch.cuda.Stream()
@@ -116,3 +116,59 @@ FAST_CU_HACKS: dict[str, tuple[dict[str, str], str]] = {
     "partial_computation": (fast_cu(store="if (i < n / 2) y[i] = v > 0.0f ? v : 0.0f;"), "uninitialized-output"),
     "illegal_address": (fast_cu(store="y[i + (1LL << 40)] = v;"), ""),
 }
+
+# An out-of-bounds write from a KernelBench candidate whose call does not synchronise: the sticky CUDA error surfaces
+# later in the harness's own code (the trial's sync, or torch.cuda.empty_cache() after it). It must be a `crash`.
+OOB_KB_CUDA = kb_cuda('''        y = scale_relu(x, self.bias)
+        lib.launch(x.data_ptr(), self.bias.data_ptr(), y.data_ptr() + (1 << 40), x.shape[0], x.shape[1],
+                   torch.cuda.current_stream().cuda_stream)
+        return y
+''')
+
+_HALF_CU = r'''
+#include "fusebot.h"
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+__device__ __forceinline__ float coarse(float f) { return __uint_as_float(__float_as_uint(f) & 0xfff00000u); }
+
+__global__ void swiglu_half(const {T}* __restrict__ a, const {T}* __restrict__ b, {T}* __restrict__ y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) {
+    float x = {LOAD}(a[i]);
+    float v = x / (1.0f + __expf(-x)) * {LOAD}(b[i]);  // in float: one rounding, at the store
+    y[i] = {STORE}({VALUE});
+  }
+}
+
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  if (n_in != 2 || n_out != 1 || in[0].dtype != {CODE}) return 1;
+  long long n = 1;
+  for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
+  swiglu_half<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+      (const {T}*)in[0].data, (const {T}*)in[1].data, ({T}*)out[0].data, n);
+  return (int)cudaGetLastError();
+}
+'''
+
+
+def half_cu(dtype: str, value: str = "v") -> dict[str, str]:
+    """tests/fixtures/problems/swiglu_bf16.py's fused CUDA kernel for bf16 or fp16."""
+    if dtype == "bfloat16":
+        sub = {"{CODE}": "FB_BFLOAT16", "{T}": "__nv_bfloat16", "{LOAD}": "__bfloat162float",
+               "{STORE}": "__float2bfloat16"}
+    else:
+        sub = {"{CODE}": "FB_FLOAT16", "{T}": "__half", "{LOAD}": "__half2float", "{STORE}": "__float2half"}
+    src = _HALF_CU.replace("{VALUE}", value)
+    for k, v in sub.items():
+        src = src.replace(k, v)
+    return {"kernel.cu": src}
+
+
+HONEST_BF16_CU = half_cu("bfloat16")
+HONEST_FP16_CU = half_cu("float16")
+DOWNGRADED_BF16_CU = half_cu("bfloat16", "coarse(v)")
+# scale_relu (fp32) with a bf16 round trip inside: fp32 outputs carrying bf16's precision
+BF16_INSIDE_FP32_CU = {"kernel.cu": "#include <cuda_bf16.h>\n" + fast_cu(
+    store="float w = __bfloat162float(__float2bfloat16(v)); y[i] = w > 0.0f ? w : 0.0f;")["kernel.cu"]}

@@ -8,6 +8,7 @@ Commands (JSON): init, trial, time, wall, exit.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import os
 import sys
@@ -383,6 +384,8 @@ def failure(name: str, exc: BaseException, device: str, where: str = "") -> str:
         return f"crash: {where}{text} (a CUDA error that poisons the process's context: the kernel broke it)"
     if isinstance(exc, SystemExit):
         return f"crash: {where}the candidate called exit ({text})"
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return f"crash: {where}the process ran out of file descriptors ({text})"
     return f"{name}: {where}{text}"
 
 
