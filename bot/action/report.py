@@ -82,7 +82,7 @@ def summary_markdown(report: RunReport) -> str:
     if report.attachment:
         lines += ["<details><summary>Results and patch for the pull request</summary>", "", report.attachment, "",
                   "</details>", ""]
-    return "\n".join(lines)
+    return pr.scrub("\n".join(lines))  # the run's page is as public as the repository: no credential, no path
 
 
 def output_block(name: str, value: str) -> str:

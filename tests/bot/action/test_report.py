@@ -72,3 +72,11 @@ def test_progress_without_a_check_run_or_with_github_down_never_stops_the_search
     failing = Recorder(fail=True)
     _Progress(failing, 7, rounds=1, interval=0)(Progress(round=1))  # type: ignore[arg-type]
     assert failing.updates == []
+
+
+def test_the_job_summary_holds_no_credential_and_no_path(tmp_path):
+    token = "ghp_" + "Z9y8X7w6" * 5
+    report = RunReport("the search failed", f"RuntimeError: /tmp/fusebot-job-77/src/models/mlp.py: token={token}")
+    write_report(report, tmp_path / "summary.md", None)
+    summary = (tmp_path / "summary.md").read_text()
+    assert token not in summary and "/tmp/fusebot-job-77" not in summary and "…/mlp.py" in summary
