@@ -60,7 +60,7 @@ class CGraph(BaseModel):
 # Ops that stay whole: the heavy ops run on torch (cuBLAS/cuDNN), and diag stays a diag so that diag(a) @ B can be
 # recognised as a broadcast multiply. Everything else is decomposed to core ATen by torch's own tables.
 _KEEP = ("linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-         "conv_transpose2d", "conv_transpose3d", "einsum", "diag", "scaled_dot_product_attention")
+         "conv_transpose2d", "conv_transpose3d", "einsum", "diag", "scaled_dot_product_attention", "instance_norm")
 TRIL = "tril"  # a buffer's checked structure: ones on and below the diagonal of its last two dims, zeros above
 ARANGE = "arange"  # 0, 1, 2, ... along its last dim, every leading dim of size 1 (BERT's position_ids)
 
@@ -209,11 +209,15 @@ def capture_file(path: Path) -> CGraph:
             g = capture_model(model, args, (path.name,))
         if g.unsupported is None:
             return g
-        log.info("capture with fake tensors failed (%s); trying real ones", g.unsupported)
+        first = g.unsupported
     except Exception as exc:  # noqa: BLE001
-        log.info("fake-tensor capture failed: %s", exc)
+        first = f"{type(exc).__name__}: {exc}"
+    log.info("capture with fake tensors failed (%s); trying real ones", first)
     args = list(mod.get_inputs())
-    return capture_model(model, args, (path.name,))
+    g = capture_model(model, args, (path.name,))
+    if g.unsupported is not None:  # both reasons: the first is usually the one that matters
+        g.unsupported = f"with fake tensors: {first[:600]}; with real ones: {g.unsupported}"
+    return g
 
 
 def capture_source(source: str, *, timeout_s: float = 120.0) -> CGraph:

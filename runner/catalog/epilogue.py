@@ -12,17 +12,21 @@ The fast C ABI cannot call torch, so the candidate is a Python file:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from runner.catalog.ir import Program
-from runner.catalog.recognition import Heavy
+from runner.catalog.recognition import Heavy, Pattern
+from runner.catalog.schedule import Plan, stage_of, view_calls
 from runner.harness.build import CPU_FLAGS
 
 HEADER = (Path(__file__).resolve().parents[1] / "csrc" / "fusebot.h").read_text()
 
 _TORCH_FN = {"linear": "torch.nn.functional.linear", "matmul": "torch.matmul", "conv1d": "torch.nn.functional.conv1d",
              "conv2d": "torch.nn.functional.conv2d", "conv3d": "torch.nn.functional.conv3d", "addmm": "torch.addmm",
-             "einsum": "torch.einsum"}
+             "einsum": "torch.einsum", "conv_transpose1d": "torch.nn.functional.conv_transpose1d",
+             "conv_transpose2d": "torch.nn.functional.conv_transpose2d",
+             "conv_transpose3d": "torch.nn.functional.conv_transpose3d"}
 
 _CPU_WRAPPER = r"""
 #define PY_SSIZE_T_CLEAN
@@ -205,3 +209,157 @@ def render(p: Program, heavy: Heavy, kernel_source: str, backend: str, reference
     head = _COMMON.format(reference=reference_source, kernel=kernel)
     model = _MODEL.format(op=heavy.op, heavy=_heavy_call(heavy), out_shape=_out_shape(p), dtype=dtype)
     return f'"""fusebot catalog: {heavy.op} on torch + one fused epilogue kernel ({backend})."""\n' + head + build + model
+
+
+# ---- several stages: heavy ops on torch, fused programs between them ------------------------------------------------
+
+_GRAPH_MODEL = r'''
+
+class ModelNew(nn.Module):
+    """The reference's heavy ops on torch, the work between them as fused kernels ({n} stages)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.ref = _Reference(*args, **kwargs)
+
+    def forward(self, *xs):
+        params = list(self.ref.state_dict().values())
+        t = [*xs, *params]
+        dev = t[0].device
+        r = []
+{body}
+'''
+
+
+def stage_program(p: Program) -> tuple[Program, list[tuple[int, int]]]:
+    """The program with its inputs renumbered for a stage's call: earlier stages' results first (positions 0..m-1,
+    in the returned order of (stage, output)), then the ABI tensors shifted by m."""
+    refs = list(dict.fromkeys(stage_of(i.abi) for i in p.inputs if i.abi < 0))
+    m = len(refs)
+    inputs = [replace(i, abi=refs.index(stage_of(i.abi)) if i.abi < 0 else i.abi + m) for i in p.inputs]
+    return replace(p, inputs=inputs), refs
+
+
+def _operand(g, a, done: dict[str, str]) -> str:
+    if not (isinstance(a, dict) and "ref" in a):
+        return repr(a)
+    src, calls = view_calls(g, a["ref"])
+    return done[src] + "".join(calls)
+
+
+def render_graph(pat: Pattern, kernels: dict[int, str], backend: str, reference_source: str,
+                 extra_flags: list[str] | None = None) -> str:
+    """candidate.py of a scheduled graph; `kernels[j]` is fused stage j's source, rendered from stage_program()."""
+    plan: Plan = pat.plan
+    graph = plan.graph
+    done: dict[str, str] = {}
+    for n in graph.nodes:
+        if n.op in ("input", "param"):
+            done[n.name] = f"t[{int(n.index)}]"
+    lines = []
+    for j, st in enumerate(plan.stages):
+        if st.kind == "heavy":
+            n = st.node
+            fn = _TORCH_FN.get(n.op)
+            if fn is None:
+                raise ValueError(f"no torch function for {n.op}")
+            args = [_operand(graph, a, done) for a in n.args]
+            kw = [f"{k}={v!r}" for k, v in n.kwargs.items()]
+            lines.append(f"r.append([{fn}({', '.join(args + kw)})])")
+        else:
+            prog, refs = stage_program(st.pattern.program)
+            ins = [f"r[{s}][{o}]" for s, o in refs] + ["*t"]
+            outs = [f"torch.empty({tuple(o.shape)!r}, dtype=torch.{o.dtype}, device=dev)" for o in prog.outputs]
+            lines.append(f"o = [{', '.join(outs)}]")
+            lines.append(f"_run({j}, [{', '.join(ins)}], o)")
+            lines.append("r.append(o)")
+        for m, name in enumerate(st.outputs):
+            done[name] = f"r[{j}][{m}]"
+    res = []
+    for o in plan.outputs:
+        base = f"t[{o['abi']}]" if "abi" in o else f"r[{o['stage']}][{o['out']}]"
+        res.append(base + "".join(o["views"]))
+    lines.append(f"return {res[0]}" if len(res) == 1 else f"return ({', '.join(res)})")
+    body = "\n".join("        " + x for x in lines)
+    flags = "".join(f"{f!r}, " for f in (extra_flags or []))
+    if backend == "cpu":
+        build = _STAGED_CPU.replace("{flags}", "".join(f"{f!r}, " for f in CPU_FLAGS) + flags)
+    else:
+        build = _STAGED_CUDA.replace("{flags}", flags)
+    srcs = {j: k.replace('#include "fusebot.h"', HEADER) + (_CPU_WRAPPER.replace("fb_epilogue", f"fb_s{j}")
+                                                           if backend == "cpu" else "")
+            for j, k in kernels.items()}
+    head = _COMMON.format(reference=reference_source, kernel=srcs)
+    model = _GRAPH_MODEL.format(n=len(plan.stages), body=body)
+    return f'"""fusebot catalog: heavy ops on torch + fused kernels between them ({backend})."""\n' + head + build + model
+
+
+_STAGED_CPU = r'''
+
+def _build(j):
+    name = f"fb_s{j}"
+    so = os.path.join(os.getcwd(), name + sysconfig.get_config_var("EXT_SUFFIX"))
+    if not os.path.exists(so):
+        src = os.path.join(os.getcwd(), name + ".cpp")
+        with open(src, "w") as f:
+            f.write(_KERNEL[j])
+        subprocess.run(["g++", {flags}
+                        "-I", sysconfig.get_paths()["include"], src, "-o", so], check=True)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_ext = {j: _build(j) for j in _KERNEL}
+
+
+def _desc(t):
+    return (t.data_ptr(), _CODES[t.dtype], tuple(t.shape), tuple(t.stride()))
+
+
+def _run(j, ins, outs):
+    _ext[j].call([_desc(x) for x in ins], [_desc(o) for o in outs])
+'''
+
+_STAGED_CUDA = r'''
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 8), ("strides", ctypes.c_int64 * 8)]
+
+
+def _build(j):
+    so = os.path.join(os.getcwd(), f"libfb_s{j}.so")
+    if not os.path.exists(so):
+        src = os.path.join(os.getcwd(), f"fb_s{j}.cu")
+        with open(src, "w") as f:
+            f.write(_KERNEL[j])
+        major, minor = torch.cuda.get_device_capability()
+        subprocess.run(["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", {flags}
+                        f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}", src, "-o", so], check=True)
+    lib = ctypes.CDLL(so)
+    lib.fusebot_forward.restype = ctypes.c_int
+    lib.fusebot_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+_lib = {j: _build(j) for j in _KERNEL}
+
+
+def _desc(t):
+    s = _Tensor()
+    s.data, s.dtype, s.ndim = t.data_ptr(), _CODES[t.dtype], t.dim()
+    for d in range(t.dim()):
+        s.shape[d], s.strides[d] = t.shape[d], t.stride(d)
+    return s
+
+
+def _run(j, ins, outs):
+    tin = (_Tensor * len(ins))(*[_desc(x) for x in ins])
+    tout = (_Tensor * len(outs))(*[_desc(o) for o in outs])
+    rc = _lib[j].fusebot_forward(tin, len(ins), tout, len(outs), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    if rc:
+        raise RuntimeError(_lib[j].fusebot_last_error().decode())
+'''

@@ -20,6 +20,12 @@ Nodes a template must render (each raises NotExpressible where it cannot):
   (`col <= row` is `le(Iota(0), Iota(1))`). An Iota along a reduced dim is full-level (it varies along the row);
   along any other dim, row-level. Rendered as fb_iota(a, d, flat) (common.general_index_fn).
 - Red(kind, arg): a reduction over the reduced dims (a per-row value).
+- Gather(base, index, stride): input base.k read at the current position (its view has size 1 along the gathered
+  dim) plus (long long)index * stride elements: embedding, index_select, gather (a target's logit in
+  cross-entropy). Its level is its base's or its index's.
+- Total(kind, arg): 'sum' or 'max' over every row of a per-row value (a mean of per-row losses): the program's
+  output is then one scalar. Rendered after all rows: the per-row values of arg, then their reduction in a fixed
+  order.
 A program may have several outputs (`Program.more`: a residual sum and its norm), all of one level (full or per
 row), written by the same pass: output 0 is `out`, the others follow in order, each with its dtype.
 """
@@ -60,6 +66,23 @@ class Iota(Expr):
 
 
 @dataclass(frozen=True)
+class Gather(Expr):
+    """Input base.k at the current position plus index * stride elements (index: an integer-valued expression)."""
+
+    base: Load
+    index: Expr
+    stride: int
+
+
+@dataclass(frozen=True)
+class Total(Expr):
+    """A reduction ('sum', 'max', 'min') of a per-row value over every row: a scalar."""
+
+    kind: str
+    arg: Expr
+
+
+@dataclass(frozen=True)
 class Op(Expr):
     name: str
     args: tuple[Expr, ...]
@@ -82,7 +105,7 @@ UNARY = ("neg", "relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", 
          "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign", "selu")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge")
 TERNARY = ("where",)
-CASTS = ("round_bf16", "round_fp16", "trunc", "not")
+CASTS = ("round_bf16", "round_fp16", "trunc", "not", "isnan", "isinf")
 
 
 @dataclass
@@ -121,6 +144,11 @@ class Program:
     out_shape: tuple[int, ...] = ()
     notes: list[str] = field(default_factory=list)  # recognised patterns, in plain words
     more: list[Output] = field(default_factory=list)  # outputs 1, 2, ... (output 0 is `out`)
+    # skipping (runner.catalog.skipping): each row reads only its first `limit` elements (a row-level expression,
+    # clamped to [0, R]); past it every reduction's argument is the reduction's identity and every output is `beyond`.
+    # A template may ignore both (the full computation gives the same values); None when nothing is provably skipped
+    limit: Expr | None = None
+    beyond: float = 0.0
 
     @property
     def outputs(self) -> list[Output]:
@@ -215,6 +243,11 @@ class Program:
         iotas = frozenset(Iota(self.ndim - 1 - d) for d in self.axes)
         return level(e, frozenset(k for k in range(len(self.inputs)) if self.load_is_full(k)), iotas)
 
+    @property
+    def has_totals(self) -> bool:
+        """Is the output a scalar over every row (a Total)?"""
+        return bool(totals(self.out))
+
     def out_is_row(self) -> bool:
         return self.is_row and self.level(self.out) == "row"
 
@@ -243,9 +276,34 @@ def walk(e: Expr):
 def children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Op):
         return e.args
-    if isinstance(e, Red):
+    if isinstance(e, Red | Total):
         return (e.arg,)
+    if isinstance(e, Gather):
+        return (e.base, e.index)
     return ()
+
+
+def totals(e: Expr) -> list[Total]:
+    out: list[Total] = []
+    for n in walk(e):
+        if isinstance(n, Total) and n not in out:
+            out.append(n)
+    return out
+
+
+def rebuild(e: Expr, f) -> Expr:
+    """e with every child c replaced by f(c) (a node of the same kind)."""
+    if isinstance(e, Op):
+        return Op(e.name, tuple(f(a) for a in e.args), e.attrs)
+    if isinstance(e, Red):
+        return Red(e.kind, f(e.arg))
+    if isinstance(e, Total):
+        return Total(e.kind, f(e.arg))
+    if isinstance(e, Gather):
+        base = f(e.base)
+        assert isinstance(base, Load)
+        return Gather(base, f(e.index), e.stride)
+    return e
 
 
 def reductions(e: Expr) -> list[Red]:
@@ -265,7 +323,7 @@ def level(e: Expr, full_loads: frozenset[int] | None = None, full_iotas: frozens
             return full_loads is None or x.k in full_loads
         if isinstance(x, Iota):
             return full_iotas is None or x in full_iotas
-        if isinstance(x, Red):
+        if isinstance(x, Red | Total):
             return False
         return any(rec(c) for c in children(x))
 
@@ -324,7 +382,10 @@ def _fold(name: str, v: list[float], attrs: tuple[float, ...]) -> float | None:
              "leaky_relu": lambda: v[0] if v[0] > 0 else v[0] * attrs[0],
              "where": lambda: v[1] if v[0] != 0 else v[2], "eq": lambda: float(v[0] == v[1]),
              "ne": lambda: float(v[0] != v[1]), "lt": lambda: float(v[0] < v[1]), "le": lambda: float(v[0] <= v[1]),
-             "gt": lambda: float(v[0] > v[1]), "ge": lambda: float(v[0] >= v[1]), "not": lambda: float(v[0] == 0)}
+             "gt": lambda: float(v[0] > v[1]), "ge": lambda: float(v[0] >= v[1]), "not": lambda: float(v[0] == 0),
+             # rounding keeps 0 and the infinities (all a fold needs to prove a skipped element's value)
+             "round_bf16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) else None,
+             "round_fp16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) else None}
     fn = table.get(name)
     try:
         return fn() if fn else None

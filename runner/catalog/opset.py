@@ -34,7 +34,8 @@ SAME_ARGS = {
     "gather": "gather", "index_select": "index_select", "embedding": "embedding", "select.int": "select",
     "eq.Scalar": "eq", "eq.Tensor": "eq", "ne.Scalar": "ne", "ne.Tensor": "ne", "lt.Scalar": "lt", "lt.Tensor": "lt",
     "le.Scalar": "le", "le.Tensor": "le", "gt.Scalar": "gt", "gt.Tensor": "gt", "ge.Scalar": "ge", "ge.Tensor": "ge",
-    "logical_not": "not", "bitwise_not": "not", "logical_and": "mul", "bitwise_and.Tensor": "mul",
+    "logical_not": "not", "isnan": "isnan", "isinf": "isinf",
+    "bitwise_not": "not", "logical_and": "mul", "bitwise_and.Tensor": "mul",
     "logical_or": "maximum", "bitwise_or.Tensor": "maximum", "scalar_tensor": "const", "full": "full",
     "full_like": "full_like", "ones_like": "ones_like", "zeros_like": "zeros_like", "arange.start_step": "arange",
     "arange": "arange", "split_with_sizes": "split", "split.Tensor": "split", "arange.start": "arange", "iota": "arange",
@@ -57,6 +58,13 @@ def translate(n: CNode) -> CNode:
     if o == "_native_batch_norm_legit_no_training":  # (x, w, b, running_mean, running_var, momentum, eps)
         x, w, b, rm, rv, mom, eps = n.args
         return n.model_copy(update={"op": "batch_norm_t", "args": [x, rm, rv, w, b, False, mom, eps]})
+    if o == "instance_norm":  # (x, w, b, running_mean, running_var, use_input_stats, momentum, eps, cudnn)
+        x, w, b, rm, rv, use_stats, mom, eps = (n.args + [None] * 9)[:8]
+        return n.model_copy(update={"op": "instance_norm", "args": [x, rm, rv, w, b, use_stats, mom, eps]})
+    if o in ("_native_batch_norm_legit_functional", "_native_batch_norm_legit", "native_batch_norm"):
+        return n.model_copy(update={"op": "refuse", "kwargs": {"why": "batch norm in training mode (batch statistics)"}})
+    if o.startswith(("_linalg_svd", "linalg_svd", "_linalg_eigh", "linalg_matrix_norm")):
+        return n.model_copy(update={"op": "refuse", "kwargs": {"why": "a matrix norm (singular values)"}})
     if o == "_native_batch_norm_legit.no_stats":  # (x, w, b, training, momentum, eps): the input's own statistics
         return n.model_copy(update={"op": "batch_stats_norm_t"})
     if o in ("sum.dim_IntList", "mean.dim", "amax", "amin") and len(n.args) > 1 and n.args[1] == []:

@@ -15,14 +15,33 @@ reduction over dims of size 1 is the identity (so softmax over them is the const
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
 
+from runner.catalog import schedule, skipping
 from runner.catalog.capture import ARANGE, TRIL, CGraph, CNode
-from runner.catalog.ir import Const, Dim, Expr, Input, Iota, Load, Op, Output, Program, Red, level, op, reductions, walk
+from runner.catalog.ir import (
+    Const,
+    Dim,
+    Expr,
+    Gather,
+    Input,
+    Iota,
+    Load,
+    Op,
+    Output,
+    Program,
+    Red,
+    Total,
+    level,
+    op,
+    rebuild,
+    reductions,
+    walk,
+)
 from runner.catalog.opset import translate
-from runner.catalog.views import ViewError, Views, has_views
+from runner.catalog.views import ViewError, Views, as_strided, has_views
 
 HEAVY = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "convtranspose2d", "convtranspose3d", "addmm", "einsum"}
 IDENTITY = {"identity", "contiguous", "clone", "dropout", "detach", "float", "type_as"}
@@ -48,11 +67,12 @@ class Heavy:
 
 @dataclass
 class Pattern:
-    family: str  # elementwise | row | epilogue | unsupported
-    program: Program | None = None
+    family: str  # elementwise | row | epilogue | graph | unsupported
+    program: Program | None = None  # graph: the largest fused program (the one the search's parameters tune)
     heavy: Heavy | None = None
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    plan: Any = None  # graph: runner.catalog.schedule.Plan, each fused stage with its pattern
 
 
 @dataclass
@@ -141,11 +161,44 @@ class _Lower:
             return _Val(self.reshape_loads(x.expr, out_shape), out_shape)
         if self.F is None:
             self.F, self.axes = shape, dims
+        elif (self.F, self.axes) != (shape, dims) and self.is_row_space(shape) and \
+                all(shape[d] == 1 or d in dims for d in range(len(shape))):
+            return self.total(kind, x, out_shape)
         elif (self.F, self.axes) != (shape, dims):
             raise Unsupported(f"reductions over different spaces: {self.F} along {self.axes} and {shape} along {dims}")
         self.row_shapes.add(out_shape)
         self.notes.append(f"{kind} over dims {list(dims)}")
         return _Val(Red(kind, x.expr), out_shape)
+
+    def is_row_space(self, shape: tuple[int, ...]) -> bool:
+        """Is a shape the program's space of rows: F without its reduced dims, or with them as 1?"""
+        assert self.F is not None and self.axes is not None
+        rows = tuple(s for d, s in enumerate(self.F) if d not in self.axes)
+        kept = tuple(1 if d in self.axes else s for d, s in enumerate(self.F))
+        strip = lambda t: tuple(x for x in t if x != 1)  # noqa: E731
+        return strip(shape) == strip(rows) and len(shape) in (len(rows), len(kept))
+
+    def total(self, kind: str, x: _Val, out_shape: tuple[int, ...]) -> _Val:
+        """A reduction of a per-row value over every row (a mean of per-row losses): one scalar."""
+        assert self.F is not None and self.axes is not None
+        if kind not in ("sum", "mean", "max", "min"):
+            raise Unsupported(f"{kind} over the rows of a row reduction")
+        rows = tuple(s for d, s in enumerate(self.F) if d not in self.axes)
+        v = self.to_row_space(x, len(rows)) if len(x.shape) == len(rows) else x
+        full = frozenset(k for k in range(len(self.inputs)) if any(self._varies(k, d) for d in self.axes))
+        if level(v.expr, full, frozenset(Iota(len(self.F) - 1 - d) for d in self.axes)) == "full":
+            raise Unsupported("a reduction over rows of a value that varies inside the row")
+        e = Total("sum" if kind == "mean" else kind, v.expr)
+        if kind == "mean":
+            e = op("div", e, Const(float(prod(rows))))
+        self.notes.append(f"{kind} over every row of a per-row value (a reduction of reductions)")
+        return _Val(e, out_shape)
+
+    def _varies(self, k: int, d: int) -> bool:
+        s = self.inputs[k].shape
+        assert self.F is not None
+        padded = (1,) * (len(self.F) - len(s)) + tuple(s)
+        return padded[d] != 1
 
     # ---- ops ---------------------------------------------------------------------------------------------------
     def pointwise(self, n: CNode, name: str, *vals: _Val, attrs: tuple[float, ...] = ()) -> _Val:
@@ -164,9 +217,14 @@ class _Lower:
 
     def to_row_space(self, v: _Val, reduced_rank: int) -> _Val:
         """Loads of a value in the reduced (keepdim=False) space, re-viewed into F-space (1 along the axes)."""
-        if reductions(v.expr) or not isinstance(v.expr, Load | Op):
-            return v
         assert self.F is not None and self.axes is not None
+        if reductions(v.expr) or not isinstance(v.expr, Load | Op | Gather):
+            return v
+        if has_views(v.expr, self.inputs) or any(isinstance(x, Gather) for x in walk(v.expr)):
+            a0 = self.axes[0]
+            s = (1,) * (reduced_rank - len(v.shape)) + tuple(v.shape)
+            view = s[:a0] + (1,) * len(self.axes) + s[a0:]
+            return _Val(self.viewed(lambda: self.views.resize_ones(v.expr, v.shape, view)), v.shape)
         mapping: dict[Expr, Expr] = {}
         for x in walk(v.expr):
             if isinstance(x, Load):
@@ -308,7 +366,9 @@ class _Lower:
                                   self.val(a(2, "other")))
         if o in ("eq", "ne", "lt", "le", "gt", "ge"):
             return self.pointwise(n, o, self.val(a(0, "self")), self.val(a(1, "other")))
-        if o in ("not", "expm1", "trunc"):
+        if o == "refuse":
+            raise Unsupported(n.kwargs["why"])
+        if o in ("not", "expm1", "trunc", "isnan", "isinf"):
             return self.pointwise(n, o, self.val(a(0, "self")))
         if o == "const":
             return _Val(Const(float(a(0, "s"))), shape)
@@ -328,6 +388,8 @@ class _Lower:
             return (var, mean)
         if o == "constant_tensor":
             raise Unsupported(f"a constant tensor ({n.kwargs.get('target')}) that no input of the ABI carries")
+        if o in ("embedding", "index_select", "gather"):
+            return self.lower_gather(n, o)
         if o == "slice":
             return self.lower_slice(n)
         if o == "cat":
@@ -370,6 +432,47 @@ class _Lower:
             return x
         self.notes.append("a slice read in place (index arithmetic in the load)")
         return self.viewed(lambda: _Val(self.views.slice(x.expr, x.shape, dim, start, step, shape[dim]), shape))
+
+    def gather_view(self, ld: Load, ndim: int, dim: int) -> Gather | Load:
+        """Load ld (a tensor padded to ndim dims) read with its coordinate along dim taken from an index later:
+        a view of size 1 along dim, and that dim's stride."""
+        v = as_strided(self.inputs[ld.k], ndim)
+        if v.shape[dim] == 1:
+            return ld
+        stride = v.strides[dim]
+        sh, st = list(v.shape), list(v.strides)
+        sh[dim], st[dim] = 1, 0
+        return Gather(self.intern(replace(v, shape=tuple(sh), strides=tuple(st))), Const(0.0), stride)
+
+    def lower_gather(self, n: CNode, o: str) -> _Val:
+        """embedding(W, ids), index_select(x, d, idx), gather(x, d, idx): loads with an index read from a tensor."""
+        shape = tuple(n.shape or ())
+        nd = len(shape)
+        if o == "embedding":
+            src, idx, dim = self.val(n.args[0]), self.val(n.args[1]), nd - 2
+            index = self.to_space(idx, idx.shape + (1,))
+        elif o == "index_select":
+            src, dim, idx = self.val(n.args[0]), int(n.args[1]) % nd, self.val(n.args[2])
+            index = self.to_space(idx, idx.shape + (1,) * (nd - 1 - dim))
+        else:
+            src, dim, idx = self.val(n.args[0]), int(n.args[1]) % nd, self.val(n.args[2])
+            index = idx.expr
+        if o != "gather" and not isinstance(src.expr, Load):
+            raise Unsupported(f"{o} of a computed tensor")
+        if o == "gather" and reductions(src.expr) and (self.axes != (dim,) or src.shape != self.F):
+            raise Unsupported("a gather across a reduction's rows")
+        mapping: dict[Expr, Expr] = {}
+        for ld in {x for x in walk(src.expr) if isinstance(x, Load)}:  # (substitute leaves a Red's own loads)
+            g = self.gather_view(ld, max(nd, len(src.shape)), dim + max(nd, len(src.shape)) - nd)
+            mapping[ld] = g if isinstance(g, Load) else Gather(g.base, index, g.stride)
+        self.notes.append(f"{o}: loads indexed by a tensor's values")
+        return _Val(substitute(src.expr, mapping), shape)
+
+    def to_space(self, v: _Val, shape: tuple[int, ...]) -> Expr:
+        """v's expression re-viewed to a shape that only adds or drops size-1 dims."""
+        if has_views(v.expr, self.inputs):
+            return self.viewed(lambda: self.views.resize_ones(v.expr, v.shape, shape))
+        return self.reshape_loads(v.expr, shape)
 
     def lower_cat(self, n: CNode) -> _Val:
         vals = [self.val(r) for r in n.args[0]]
@@ -438,6 +541,8 @@ class _Lower:
             raise Unsupported(f"{n.op} changes the number of elements")
         if shape == x.shape:
             return x
+        if reductions(x.expr) and self.F is not None and self.is_row_space(x.shape) and self.is_row_space(shape):
+            return _Val(x.expr, shape)  # a per-row value: its loads already index the program's space
         if has_views(x.expr, self.inputs):
             return self.viewed(lambda: _Val(self.views.resize_ones(x.expr, x.shape, shape), shape))
         if isinstance(x.expr, Load):
@@ -795,6 +900,11 @@ class _Lower:
         prog = Program(inputs=inputs, out=expr, shape=tuple(F), axes=tuple(axes), out_dtype=out_dtype,
                        out_shape=out_shape, notes=list(dict.fromkeys(notes)), more=extra)
         check_program(prog, self)
+        skip = skipping.find(prog)
+        if skip is not None:
+            prog.limit, prog.beyond = skip
+            prog.notes.append(f"a causal mask: each row reads only its first elements up to its own index; past them "
+                              f"the output is {skip[1]:g} without a read")
         if self.heavy is not None and all(i.abi != -1 for i in inputs):
             prog.notes.append(f"the {self.heavy.op}'s result does not reach the output: no {self.heavy.op} needed")
             return Pattern("row" if prog.is_row and reductions(expr) else "elementwise", program=prog,
@@ -884,11 +994,7 @@ def prune_all(es: list[Expr], inputs: list[Input]) -> tuple[list[Expr], list[Inp
 def _subst_all(e: Expr, mapping: dict) -> Expr:
     if e in mapping:
         return mapping[e]
-    if isinstance(e, Op):
-        return Op(e.name, tuple(_subst_all(a, mapping) for a in e.args), e.attrs)
-    if isinstance(e, Red):
-        return Red(e.kind, _subst_all(e.arg, mapping))
-    return e
+    return rebuild(e, lambda c: _subst_all(c, mapping))
 
 
 def describe(e: Expr) -> list[str]:
@@ -924,8 +1030,8 @@ def in_red(root: Expr, x: Expr) -> bool:
 def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
     if e in mapping:
         return mapping[e]
-    if isinstance(e, Op):
-        return Op(e.name, tuple(substitute(a, mapping) for a in e.args), e.attrs)
+    if isinstance(e, Op | Gather):
+        return rebuild(e, lambda c: substitute(c, mapping))
     return e  # a Red keeps its own (full-space) loads
 
 
@@ -944,7 +1050,10 @@ def check_program(p: Program, low: _Lower | None = None) -> None:
     if any(p.level(o.expr) != p.level(p.out) for o in p.more):
         raise Unsupported("outputs of different levels (one per element, another per row)")
     numel = prod(p.out_shape) if p.out_shape else 1
-    if p.is_row:
+    if p.has_totals:
+        if numel != 1 or p.more:
+            raise Unsupported("a reduction over every row with more than one output value")
+    elif p.is_row:
         want = prod(F) if p.level(p.out) == "full" else n_outer * n_inner
         if numel != want:
             raise Unsupported(f"an output of {numel} elements where its level gives {want}")
@@ -955,8 +1064,32 @@ def check_program(p: Program, low: _Lower | None = None) -> None:
 def recognise(g: CGraph) -> Pattern:
     """The pattern family of a captured graph, or `unsupported` with the reason."""
     try:
+        if not g.unsupported and schedule.needs_schedule(g):
+            return recognise_stages(g)
         return _Lower(g).run()
     except Unsupported as e:
         return Pattern("unsupported", reason=str(e))
     except (KeyError, TypeError, ValueError, IndexError) as e:
         return Pattern("unsupported", reason=f"could not lower the graph: {type(e).__name__}: {e}")
+
+
+def recognise_stages(g: CGraph) -> Pattern:
+    """Several heavy ops (or work before one): heavy ops on torch, the programs between them fused (family graph)."""
+    plan = schedule.plan(g)
+    notes = []
+    best: Program | None = None
+    for j, st in enumerate(plan.stages):
+        if st.kind == "heavy":
+            notes.append(f"stage {j}: {st.node.op} on torch")
+            continue
+        pat = _Lower(st.graph).run()
+        if pat.family not in ("elementwise", "row"):
+            why = pat.reason or f"a {pat.family} pattern"
+            return Pattern("unsupported", reason=f"stage {j} (computing {', '.join(st.outputs)}): {why}")
+        st.pattern = pat
+        notes.append(f"stage {j}: one fused program ({'; '.join(pat.notes[:2]) or pat.family})")
+        if best is None or prod(pat.program.shape or (1,)) > prod(best.shape or (1,)):
+            best = pat.program
+    if best is None:
+        return Pattern("unsupported", reason="heavy ops only: nothing between them to fuse")
+    return Pattern("graph", program=best, notes=notes, plan=plan)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from math import prod
 
-from runner.catalog.ir import Const, Expr, Input, Iota, Load, Op, Red, op, walk
+from runner.catalog.ir import Const, Expr, Gather, Input, Iota, Load, Op, Red, op, walk
 
 
 class ViewError(Exception):
@@ -48,15 +48,24 @@ def as_strided(inp: Input, ndim: int) -> Input:
                    shift=(0,) * pad + tuple(inp.shift or (0,) * len(inp.shape)), viewed=True)
 
 
-def rewrite(e: Expr, on_load: Callable[[Load], Expr], on_iota: Callable[[Iota], Expr]) -> Expr:
+def rewrite(e: Expr, on_load: Callable[[Load], Expr], on_iota: Callable[[Iota], Expr], keep_reds: bool = False) -> Expr:
+    """e with its loads and index ranges re-viewed; a reduction (a per-row value in the program's own space) is
+    kept as it is where only size-1 dims change (keep_reds), and refused otherwise."""
     if isinstance(e, Load):
         return on_load(e)
     if isinstance(e, Iota):
         return on_iota(e)
     if isinstance(e, Red):
+        if keep_reds:
+            return e
         raise ViewError("a view of a value that holds a reduction")
     if isinstance(e, Op):
-        return Op(e.name, tuple(rewrite(a, on_load, on_iota) for a in e.args), e.attrs)
+        return Op(e.name, tuple(rewrite(a, on_load, on_iota, keep_reds) for a in e.args), e.attrs)
+    if isinstance(e, Gather):
+        base = on_load(e.base)
+        if not isinstance(base, Load):
+            raise ViewError("a view of a gather")
+        return Gather(base, rewrite(e.index, on_load, on_iota, keep_reds), e.stride)
     return e
 
 
@@ -66,11 +75,12 @@ class Views:
     def __init__(self, inputs: list[Input], intern: Callable[[Input], Load]):
         self.inputs, self.intern = inputs, intern
 
-    def _map(self, e: Expr, ndim: int, fn: Callable[[Input], Input], iota: Callable[[Iota], Expr]) -> Expr:
+    def _map(self, e: Expr, ndim: int, fn: Callable[[Input], Input], iota: Callable[[Iota], Expr],
+             keep_reds: bool = False) -> Expr:
         def on_load(ld: Load) -> Expr:
             return self.intern(fn(as_strided(self.inputs[ld.k], ndim)))
 
-        return rewrite(e, on_load, iota)
+        return rewrite(e, on_load, iota, keep_reds)
 
     def slice(self, e: Expr, shape: tuple[int, ...], dim: int, start: int, step: int, size: int) -> Expr:
         nd = len(shape)
@@ -158,7 +168,7 @@ class Views:
                 return Const(0.0)
             return Iota(len(new) - 1 - n_dims[o_dims.index(d)])
 
-        return self._map(e, len(old), fn, iota)
+        return self._map(e, len(old), fn, iota, keep_reds=True)
 
 
 def has_views(e: Expr, inputs: list[Input]) -> bool:

@@ -302,6 +302,19 @@ class CatalogProposer:
         if isinstance(p, cpu.CpuParams) != (ctx.backend == "cpu"):
             raise NotExpressible("parameters of the other backend")
         label = p.label()
+        if pat.family == "graph":
+            kernels = {}
+            for j, st in enumerate(pat.plan.stages):
+                if st.kind != "fused":
+                    continue
+                prog, _ = epilogue.stage_program(st.pattern.program)
+                try:
+                    kernels[j] = mod.render(prog, p)
+                except NotExpressible:  # another layout than the tuned stage's: that program's own first choice
+                    first = strategies(st.pattern.program, ctx.backend)[0].params[0]
+                    kernels[j] = mod.render(prog, first)
+            src = f"# {MARK}{label}\n" + epilogue.render_graph(pat, kernels, ctx.backend, ctx.reference_source)
+            return Candidate(id=label, format="kernelbench", backend=ctx.backend, sources={"candidate.py": src})
         if pat.family == "epilogue":
             assert pat.heavy is not None
             kernel = mod.render(pat.program, p, abi_offset=1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runner.catalog.ir import Const, Dim, Expr, Iota, Load, Op, Program, Red, reductions, walk
+from runner.catalog.ir import Const, Dim, Expr, Gather, Iota, Load, Op, Program, Red, Total, rebuild, reductions, walk
 
 CTYPE_CUDA = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
               "int64": "long long", "int32": "int", "bool": "bool", "uint8": "unsigned char", "int8": "signed char"}
@@ -132,12 +132,17 @@ def plan_passes(p: Program, mode: str) -> Plan:
 def replace_reds(e: Expr, done: dict[Red, Expr]) -> Expr:
     if isinstance(e, Red):
         return done[e]
-    if isinstance(e, Op):
-        return Op(e.name, tuple(replace_reds(a, done) for a in e.args), e.attrs)
+    if isinstance(e, Op | Gather | Total):
+        return rebuild(e, lambda c: replace_reds(c, done))
     return e
 
 
 # ---- scalar code ---------------------------------------------------------------------------------------------
+
+
+def float_literal(v: float) -> str:
+    """A float as a C literal (NAN, INFINITY spelled out)."""
+    return _f(v)
 
 
 def _f(v: float) -> str:
@@ -170,7 +175,8 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
         "where": f"({x} != 0.0f ? {y} : {a[2] if len(a) > 2 else ''})",
         "eq": f"(float)({x} == {y})", "ne": f"(float)({x} != {y})", "lt": f"(float)({x} < {y})",
         "le": f"(float)({x} <= {y})", "gt": f"(float)({x} > {y})", "ge": f"(float)({x} >= {y})",
-        "not": f"(float)({x} == 0.0f)", "trunc": f"truncf({x})", "expm1": f"expm1f({x})",
+        "not": f"(float)({x} == 0.0f)", "isnan": f"(float)({x} != {x})",
+        "isinf": f"(float)(fabsf({x}) == INFINITY)", "trunc": f"truncf({x})", "expm1": f"expm1f({x})",
         "round_bf16": f"fb_round_bf16({x})", "round_fp16": f"fb_round_fp16({x})",
         # kl_div's xlogy(t, t) - t * y: 0 where t == 0, NaN where t < 0 (torch.xlogy), never 0 for a negative t
         "xlogy_minus": f"(({x} == 0.0f ? 0.0f : {x} * fb_log({x})) - {x} * {y})",
@@ -197,8 +203,10 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
 class Emitter:
     """Emits `const float tN = ...;` lines for an expression; equal sub-trees are computed once."""
 
-    def __init__(self, load, ref=lambda name: name, prefix: str = "t"):
-        self.load, self.ref, self.prefix = load, ref, prefix
+    def __init__(self, load, ref=lambda name: name, prefix: str = "t", gather=None):
+        """load(k): an input's element at the current position; gather(k, extra): the same plus `extra` elements
+        (None: this template cannot render a Gather)."""
+        self.load, self.ref, self.prefix, self.gather = load, ref, prefix, gather
         self.lines: list[str] = []
         self.memo: dict[Expr, str] = {}
 
@@ -214,6 +222,10 @@ class Emitter:
             return code
         if isinstance(e, Load):
             code = self.load(e.k)
+        elif isinstance(e, Gather):
+            if self.gather is None:
+                raise NotExpressible("a load indexed by a tensor (Gather)")
+            code = self.gather(e.base.k, f" + (long long){self(e.index)} * {e.stride}LL")
         elif isinstance(e, Iota):
             code = f"(float)fb_iota(a, FB_ND - 1 - {e.e}, flat)"
         elif isinstance(e, Op):
@@ -312,7 +324,11 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
         lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1; int seen = 0;")
         lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (plain[k] && shp[k][d] != 1) {{ seen = 1; "
                      "if (f != 1 && f != shp[k][d]) return fb_fail(\"inputs do not broadcast\"); f = shp[k][d]; }")
-        lines.append("    a.F[d] = seen ? f : fcap[d]; }")
+        if any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)) or any(i.strides is not None
+                                                                                for i in p.inputs):
+            lines.append("    a.F[d] = seen ? f : fcap[d]; }")
+        else:
+            lines.append("    (void)fcap; a.F[d] = f; }")
     else:
         for d in range(nd):
             lines.append(f"  a.F[{d}] = {p.shape[d]}LL;")
@@ -370,7 +386,7 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
     lines.append("    a.gnd[k] = n;")
     lines.append("  }")
     full_out = not p.is_row or p.level(p.out) == "full"
-    want = "a.N" if full_out else "(a.O * a.I)"
+    want = "1" if p.has_totals else "a.N" if full_out else "(a.O * a.I)"
     for j, o in enumerate(p.outputs):
         lines.append(f"  {{ long long n = 1; for (int d = 0; d < out[{j}].ndim; ++d) n *= out[{j}].shape[d];")
         lines.append(f"    if (n != {want}) return fb_fail(\"output {j}: size differs from the program's\"); }}")

@@ -19,6 +19,7 @@ from runner.catalog.codegen.common import (
     Emitter,
     NotExpressible,
     args_struct,
+    float_literal,
     full_output,
     general_index_fn,
     index_code,
@@ -27,7 +28,7 @@ from runner.catalog.codegen.common import (
     setup_code,
     signature,
 )
-from runner.catalog.ir import Program
+from runner.catalog.ir import Program, rebuild, totals
 
 
 def _extra(p: Program, em: Emitter, exprs: list, index: str) -> list[str]:
@@ -87,10 +88,15 @@ def _ctype(dtype: str) -> str:
 
 
 def _loader(p: Program):
-    def load(k: int) -> str:
-        return f"(float)((const {_ctype(p.inputs[k].dtype)}*)a.in[{k}])[{index_code(p, k)}]"
+    def load(k: int, extra: str = "") -> str:
+        return f"(float)((const {_ctype(p.inputs[k].dtype)}*)a.in[{k}])[{index_code(p, k)}{extra}]"
 
     return load
+
+
+def _em(p: Program, **kw) -> Emitter:
+    load = _loader(p)
+    return Emitter(load, gather=load, **kw)
 
 
 def _omp(params: CpuParams, simd: bool = False) -> str:
@@ -131,7 +137,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 def _flat(p: Program, params: CpuParams, out_t: str) -> str:
     if p.is_row:
         raise NotExpressible("flat is for elementwise programs")
-    em = Emitter(_loader(p))
+    em = _em(p)
     res = em(p.out)
     stores = _extra(p, em, [o.expr for o in p.more], "flat")
     body = "\n      ".join(em.lines + stores)
@@ -153,7 +159,7 @@ static void fb_run(const FbArgs& a) {{
 def _pass_code(p: Program, plan, pno: int, indent: str, ref, acc_ref) -> tuple[str, str]:
     """(declarations, loop body) of one pass: every accumulator of the pass fed from one loop."""
     accs = [a for a in plan.accs if a.pass_no == pno]
-    em = Emitter(_loader(p), ref=ref)
+    em = _em(p, ref=ref)
     adds = []
     for a in accs:
         v = em(a.arg)
@@ -175,22 +181,51 @@ def _rows(p: Program, params: CpuParams, out_t: str) -> str:
         vals = "\n      ".join(f"const {'long long' if v.is_int else 'float'} {v.name} = {v.code};"
                               for v in plan.values if v.pass_no == pno)
         parts.append(f"""      {decl}
-      for (long long r = 0; r < a.R; ++r) {{
+      for (long long r = 0; r < lim; ++r) {{
         const long long flat = (o * a.R + r) * a.I + i; (void)flat;
         {body}
       }}
       {vals}""")
-    em = Emitter(_loader(p))
+    if p.limit is not None:  # a causal mask: the row's limit from its own index (runner.catalog.skipping)
+        le = _em(p, prefix="l")
+        code = le(p.limit)
+        lim_lines = "\n      ".join(le.lines)
+        parts.insert(0, f"""      long long lim;
+      {{ const long long r = 0, flat = o * a.R * a.I + i; (void)r; (void)flat;
+      {lim_lines}
+      lim = (long long){code}; lim = lim < 0 ? 0 : (lim > a.R ? a.R : lim); }}""")
+    else:
+        parts.insert(0, "      const long long lim = a.R;")
+    em = _em(p)
     assert plan.out is not None
-    if full_output(p):
+    pre = post = ""
+    if p.has_totals:  # per-row values into a vector each, then their reductions in row order and the scalar
+        tots = totals(plan.out)
+        args = [em(t.arg) for t in tots]
+        lines = "\n      ".join(em.lines + [f"tot{j}[row] = (double){x};" for j, x in enumerate(args)])
+        out = f"""      {{ const long long r = 0, flat = o * a.R * a.I + i; (void)flat; (void)r;
+      {lines} }}"""
+        pre = "".join(f"  std::vector<double> tot{j}((size_t)rows);\n" for j in range(len(tots)))
+        fin = _em(p)
+        done = {t: AccRef(f"T{j}") for j, t in enumerate(tots)}
+        res = fin(_replace(plan.out, done))
+        red = []
+        for j, t in enumerate(tots):
+            step = {"sum": f"T{j} += tot{j}[k];", "max": f"T{j} = fmax(T{j}, tot{j}[k]);",
+                    "min": f"T{j} = fmin(T{j}, tot{j}[k]);"}[t.kind]
+            red.append(f"  double T{j} = tot{j}[0]; for (long long k = 1; k < rows; ++k) {step}")
+        post = "\n".join(red) + "\n  { const long long flat = 0, o = 0, r = 0, i = 0; (void)flat; (void)o; (void)r; " \
+            "(void)i;\n    " + "\n    ".join(fin.lines) + f"\n    y[0] = ({out_t}){res}; }}\n"
+    elif full_output(p):
         res = em(plan.out)
         stores = _extra(p, em, plan.more, "flat")
         lines = ("\n" + ind).join(em.lines + stores)
-        out = f"""      for (long long r = 0; r < a.R; ++r) {{
+        out = f"""      for (long long r = 0; r < lim; ++r) {{
         const long long flat = (o * a.R + r) * a.I + i;
         {lines}
         y[flat] = ({out_t}){res};
-      }}"""
+      }}
+      for (long long r = lim; r < a.R; ++r) y[(o * a.R + r) * a.I + i] = ({out_t}){float_literal(p.beyond)};"""
     else:
         res = row_result(p, plan, em)
         stores = _extra(p, em, plan.more, "row")
@@ -204,14 +239,21 @@ def _rows(p: Program, params: CpuParams, out_t: str) -> str:
 static void fb_run(const FbArgs& a) {{
   {out_t}* y = ({out_t}*)a.out;
   const long long rows = a.O * a.I;
-  {omp}
+{pre}  {omp}
   for (long long row = 0; row < rows; ++row) {{
       const long long o = row / a.I, i = row % a.I;
 {passes}
 {out}
   }}
-}}
+{post}}}
 """
+
+
+def _replace(e, done: dict):
+    """e with each Total in `done` replaced by its finished value."""
+    if e in done:
+        return done[e]
+    return rebuild(e, lambda c: _replace(c, done))
 
 
 def per_column(code: str) -> str:
@@ -223,6 +265,8 @@ def per_column(code: str) -> str:
 def _columns(p: Program, params: CpuParams, out_t: str) -> str:
     if not p.is_row:
         raise NotExpressible("columns is for row programs")
+    if p.has_totals:
+        raise NotExpressible("a reduction over every row (rows layout)")
     plan = plan_passes(p, params.mode)
     ref = lambda n: f"{n}[i]"  # noqa: E731
     parts = []
@@ -243,7 +287,7 @@ def _columns(p: Program, params: CpuParams, out_t: str) -> str:
         }}
       }}
       {vals}""")
-    em = Emitter(_loader(p), ref=ref)
+    em = _em(p, ref=ref)
     assert plan.out is not None
     if full_output(p):
         res = em(plan.out)

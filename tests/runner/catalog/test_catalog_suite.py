@@ -453,8 +453,7 @@ def test_a_confirmed_loss_is_not_called_degenerate(harness_cache):
     from runner.pipeline import problem_from_file
     from runner.proposers.catalog import CatalogProposer
     from runner.search.types import ProblemContext
-
-    from .conftest import FAST_TIMER
+    from tests.runner.conftest import FAST_TIMER
 
     path = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog/mse_loss.py"
     ctx = ProblemContext(name="mse_loss", reference_source=path.read_text(), backend="cpu")

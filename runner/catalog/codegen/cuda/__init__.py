@@ -48,6 +48,9 @@ LAYOUTS = {"flat": flat.render_flat, "bcast": flat.render_bcast, "rows": rows.re
 
 
 def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
+    if p.has_totals:
+        raise NotExpressible("a reduction over every row (a mean of per-row losses): the CUDA templates write one "
+                             "value per row or per element")
     out_t = ctype_of(p.out_dtype)
     for inp in p.inputs:
         ctype_of(inp.dtype)

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import re
 
-from runner.catalog.codegen.common import Emitter, NotExpressible, full_output, plan_passes, row_result
+from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result
 from runner.catalog.codegen.cuda.common import (
     Loads,
+    More,
     align_check,
     ctype_of,
+    emitter,
     forward,
     pass_feed,
     row_bases,
+    spaced,
     value_decls,
     vec_inputs,
     workspace_code,
@@ -132,40 +135,45 @@ def _columns_kernel(p: Program, plan, params: CudaParams, out_t: str, v: int, ve
       {" ".join(f"{x.name}_v[j] = {x.name};" for x in mine)}
     }}""")
     loads.used.clear()
-    em = Emitter(loads)
+    em = emitter(loads)
     assert plan.out is not None
+    more = More(p)
     if full_output(p):
         res = em(plan.out)
+        more.values(em, plan.more)
         lines = "\n          ".join(em.lines)
+        used = " ".join([lines, res, *more.vals])
         out = f"""    if (ok) {{
 {unroll}      for (long long r = threadIdx.y; r < a.R; r += {RS}) {{
         const long long base = (o * a.R + r) * a.I + i0;
         {_vector_loads(p, loads, v)}
-        FbVec<{out_t}, {v}> ov;
+        FbVec<{out_t}, {v}> ov;{spaced(more.decls(v))}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long i = i0 + j, flat = base + j; (void)i; (void)flat;
-          {_lane_binds(lines + ' ' + res, [], plan.values)}
+          {_lane_binds(used, [], plan.values)}
           {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
+          ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}
         }}
-        fb_stv<{out_t}, {v}>(({out_t}*)a.out + base, ov);
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + base, ov);{spaced(more.stores(v, "base"))}
       }}
     }}"""
     else:
-        em = Emitter(Loads(p, set()))
+        em = emitter(Loads(p, set()))
         res = row_result(p, plan, em)
+        more.values(em, plan.more)
         lines = "\n        ".join(em.lines)
+        used = " ".join([lines, res, *more.vals])
         out = f"""    if (ok && threadIdx.y == 0) {{
-      FbVec<{out_t}, {v}> ov;
+      FbVec<{out_t}, {v}> ov;{spaced(more.decls(v))}
 #pragma unroll
       for (int j = 0; j < {v}; ++j) {{
         const long long i = i0 + j, r = 0, flat = o * a.R * a.I + i; (void)i; (void)r; (void)flat;
-        {_lane_binds(lines + ' ' + res, [], plan.values)}
+        {_lane_binds(used, [], plan.values)}
         {lines}
-        ov.v[j] = fb_to<{out_t}>({res});
+        ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}
       }}
-      fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.I + i0, ov);
+      fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.I + i0, ov);{spaced(more.stores(v, "o * a.I + i0"))}
     }}"""
     passes = "\n".join(parts)
     return f"""
@@ -223,8 +231,10 @@ def render_strided(p: Program, params: CudaParams, out_t: str) -> str:
         views.append(f"const FbVec<{t}, {V}> v{k} = u{k}[u];")
     arrays = " ".join(f"FbVec<{ctype_of(p.inputs[k].dtype)}, {V}> u{k}[{U}];" for k in sorted(loads.vec & loads.used))
     ws = " ".join(f"{x.kind} {x.name};" for x in accs)
-    em = Emitter(Loads(p, set()))
+    em = emitter(Loads(p, set()))
     res = row_result(p, plan, em)
+    more = More(p)
+    more.values(em, plan.more)
     lines = "\n    ".join(em.lines)
     fallback = CudaParams("columns", vec=1, threads=256, col_width=32, slices=8, mode=params.mode, unroll=4)
     kernels = workspace_code(ws) + f"""
@@ -278,7 +288,7 @@ __global__ void __launch_bounds__(256) fb_strd_fin(FbArgs a, const FbWs* ws, lon
     }}
   {value_decls(plan, 1)}
   {lines}
-  (({out_t}*)a.out)[o * a.I + i] = fb_to<{out_t}>({res});
+  (({out_t}*)a.out)[o * a.I + i] = fb_to<{out_t}>({res});{spaced(more.scalar_stores("o * a.I + i"))}
 }}
 """
     conds = " && ".join(f"fb_aligned(a.in[{k}], {V} * (int)sizeof({ctype_of(p.inputs[k].dtype)}))" for k in sorted(vec_in))

@@ -3,7 +3,7 @@ indexing, the host's test for the V-wide kernels, a library workspace and the ex
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import CTYPE_CUDA, Emitter, NotExpressible, index_code
+from runner.catalog.codegen.common import CTYPE_CUDA, AccRef, Emitter, NotExpressible, index_code
 from runner.catalog.ir import Program
 
 
@@ -34,6 +34,10 @@ class Loads:
             return f"fb_f(b{k}.v[j])" if k in self.blk_vec else f"fb_f(b{k})"
         return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}])"
 
+    def gather(self, k: int, extra: str) -> str:
+        """Input k read `extra` elements past its element at the current position (a Gather), one element."""
+        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}{extra}])"
+
     def block_decls(self, r0: str, V: int) -> str:
         """The value of each rowblock input the code read for the vector at in-row position `r0` (rb{k}: its offset
         at the row's start, from row_bases), or its V values there where its runs are single elements."""
@@ -55,6 +59,11 @@ class Loads:
         if self.blk & self.used:
             out.append(self.block_decls(row_base, V))
         return "\n        ".join(out)
+
+
+def emitter(loads) -> Emitter:
+    """An Emitter over `loads` (a Loads, or a layout's own with the same two methods): loads, and Gathers."""
+    return Emitter(loads, gather=loads.gather)
 
 
 def vector_at(p: Program, k: int, base: str, row_base: str) -> str:
@@ -87,7 +96,7 @@ def pass_feed(plan, loads: Loads, pno: int, indent: str) -> tuple[list, str]:
     need and feeds them."""
     accs = [x for x in plan.accs if x.pass_no == pno]
     loads.used.clear()
-    em = Emitter(loads)
+    em = emitter(loads)
     adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
     return accs, indent.join(em.lines + adds)
 
@@ -107,6 +116,7 @@ def align_check(p: Program, vec_inputs: set[int], out_t: str, V: int, extra: str
         else:
             conds.append(f"a.bL[{k}] % {V} == 0")
     conds.append(f"fb_aligned(a.out, {V} * (int)sizeof({out_t}))")
+    conds += [f"fb_aligned(a.more[{j}], {V} * (int)sizeof({ctype_of(o.dtype)}))" for j, o in enumerate(p.more)]
     if extra:
         conds.append(extra)
     return " && ".join(conds)
@@ -144,6 +154,46 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 """
 
 
-def value_decls(plan, pno: int, ref=lambda n: n) -> str:
+def value_decls(plan, pno: int) -> str:
     return "\n    ".join(f"const {'long long' if v.is_int else 'float'} {v.name} = {v.code};"
                            for v in plan.values if v.pass_no == pno)
+
+
+# ---- outputs after the first (Program.more): written beside output 0, by the same threads, in the same pass -----
+
+
+class More:
+    """The code of a program's outputs 1, 2, ... at a template's output point: `values(em, exprs)` first (their
+    temporaries join em.lines before the template joins them), then, in a V-wide body, `decls(v)` before the lane
+    loop, `sets()` inside it (lane j) and `stores(v, at)` after it; or `scalar_stores(at)` for one value each."""
+
+    def __init__(self, p: Program):
+        self.types = [ctype_of(o.dtype) for o in p.more]
+        self.ints = [o.dtype in ("int64", "int32") for o in p.more]
+        self.vals: list[str] = []
+
+    def values(self, em: Emitter, exprs: list) -> None:
+        vals = []
+        for e, is_int in zip(exprs, self.ints, strict=True):
+            if is_int and not isinstance(e, AccRef):
+                raise NotExpressible("an integer output other than a reduction's index")
+            vals.append(e.name if is_int else em(e))
+        self.vals = vals
+
+    def decls(self, v: int) -> str:
+        return " ".join(f"FbVec<{t}, {v}> om{j};" for j, t in enumerate(self.types))
+
+    def sets(self) -> str:
+        return " ".join(f"om{j}.v[j] = fb_to<{t}>({x});" for j, (t, x) in enumerate(zip(self.types, self.vals, strict=True)))
+
+    def stores(self, v: int, at: str) -> str:
+        return " ".join(f"fb_stv<{t}, {v}>(({t}*)a.more[{j}] + {at}, om{j});" for j, t in enumerate(self.types))
+
+    def scalar_stores(self, at: str) -> str:
+        return " ".join(f"(({t}*)a.more[{j}])[{at}] = fb_to<{t}>({x});"
+                        for j, (t, x) in enumerate(zip(self.types, self.vals, strict=True)))
+
+
+def spaced(code: str) -> str:
+    """`code` after a space, or nothing: an optional statement appended to a line of a template."""
+    return f" {code}" if code else ""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.catalog.codegen.common import Emitter, NotExpressible
-from runner.catalog.codegen.cuda.common import Loads, align_check, ctype_of, forward
+from runner.catalog.codegen.common import NotExpressible, index_code
+from runner.catalog.codegen.cuda.common import Loads, More, align_check, ctype_of, emitter, forward, spaced
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.ir import Program
 
@@ -38,9 +38,9 @@ class BroadcastView:
 def broadcast_view(p: Program) -> BroadcastView | None:
     """The [A, B, C] view of an elementwise program with a broadcast input (a per-row `a[:, None]`, a bias
     `b[None, :]`, a per-channel `c[:, None, None]` of an NCHW tensor); None without one, or when more than three runs
-    of dims read differently (those take the general index path)."""
+    of dims read differently, or with a strided view among the inputs (those take the general index path)."""
     used = p.used_inputs()
-    if p.is_row or not any(p.access(k) == "general" for k in used):
+    if p.is_row or not any(p.access(k) == "general" for k in used) or any(p.access(k) == "strided" for k in used):
         return None
     runs: list[tuple[tuple[bool, ...], list[int]]] = []
     for d, f in enumerate(p.shape):
@@ -81,7 +81,10 @@ class _FlatLoads:
             return f"fb_f(w{k}[u])"
         if h == "scalar":
             return f"s{k}"
-        return f"fb_f(fb_ld1((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}] + fb_bidx(a, {k}, flat)))"
+        return f"fb_f(fb_ld1((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}] + {index_code(self.p, k)}))"
+
+    def gather(self, k: int, extra: str) -> str:
+        return f"fb_f(fb_ld1((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}] + {index_code(self.p, k)}{extra}))"
 
 
 def _bc_index(view: BroadcastView, k: int) -> str:
@@ -110,8 +113,10 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
         elif how[k] == "row":
             decls.append(f"{t} w{k}[{U}];")
             loads.append(f"w{k}[u] = fb_ld1({ptr} + {_bc_index(view, k)});")  # type: ignore[arg-type]
-    em = Emitter(_FlatLoads(p, how))
+    em = emitter(_FlatLoads(p, how))
     res = em(p.out)
+    more = More(p)
+    more.values(em, [o.expr for o in p.more])
     body = [f"const long long nv = a.N / {V};", f"const long long t0 = (long long)blockIdx.x * {tu};", *hoist]
     step: list[str] = []
     if view is not None:
@@ -125,10 +130,10 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
                  f"  const long long q = t + u * {T} + threadIdx.x;",
                  "  if (q < nv) {", *_indent("\n".join(loads), 4).split("\n"), "  }", *_indent("\n".join(step), 2).split("\n"),
                  "}"]
-    compute = [f"const long long base = q * {V};", f"FbVec<{out_t}, {V}> ov;", "#pragma unroll",
+    compute = [f"const long long base = q * {V};", f"FbVec<{out_t}, {V}> ov;{spaced(more.decls(V))}", "#pragma unroll",
                f"for (int j = 0; j < {V}; ++j) {{", "  const long long flat = base + j; (void)flat;",
-               *("  " + x for x in em.lines), f"  ov.v[j] = fb_to<{out_t}>({res});", "}",
-               f"fb_stv<{out_t}, {V}>(({out_t}*)a.out + base, ov);"]
+               *("  " + x for x in em.lines), f"  ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}", "}",
+               f"fb_stv<{out_t}, {V}>(({out_t}*)a.out + base, ov);{spaced(more.stores(V, 'base'))}"]
     loop += ["#pragma unroll", f"for (int u = 0; u < {U}; ++u) {{", f"  const long long q = t + u * {T} + threadIdx.x;",
              "  if (q < nv) {", *("    " + x for x in compute), "  }", "}"]
     body += [f"for (long long t = t0; t < nv; t += (long long)gridDim.x * {tu}) {{", *("  " + x for x in loop), "}"]
@@ -289,6 +294,8 @@ def render_bcast(p: Program, params: CudaParams, out_t: str) -> str:
 
 def _scalar_tail(p: Program) -> str:
     out_t = ctype_of(p.out_dtype)
-    em = Emitter(Loads(p, set()))
+    em = emitter(Loads(p, set()))
     res = em(p.out)
-    return "\n".join([*em.lines, f"(({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});"])
+    more = More(p)
+    more.values(em, [o.expr for o in p.more])
+    return "\n".join([*em.lines, f"(({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});{spaced(more.scalar_stores('flat'))}"])

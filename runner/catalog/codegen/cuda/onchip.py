@@ -4,8 +4,8 @@ sizing of its buffers."""
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import Emitter, full_output, row_result
-from runner.catalog.codegen.cuda.common import Loads
+from runner.catalog.codegen.common import full_output, row_result
+from runner.catalog.codegen.cuda.common import Loads, More, emitter, spaced
 from runner.catalog.ir import Program
 
 _SIZES = {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "bool": 1, "uint8": 1, "int8": 1}
@@ -89,7 +89,8 @@ def mid_ok(p: Program, ctype: dict[int, str], cached: list[int], out_t: str) -> 
     """Can the scalar kernel (a row that is not whole vectors) run the middle of its slice 4 wide? Every input read
     along the row is on chip (no row vector or general index read from memory at r0) and 4 bytes, as the output is."""
     kinds = {p.access(k) for k in range(len(p.inputs))}
-    return kinds <= {"full", "scalar", "outer"} and all(ctype[k] == "float" for k in cached) and out_t == "float"
+    return (kinds <= {"full", "scalar", "outer"} and all(ctype[k] == "float" for k in cached) and out_t == "float"
+            and not p.more)
 
 
 def mid_bounds(cached: list[int]) -> str:
@@ -173,7 +174,7 @@ def slice_pass(plan, loads: Loads, pno: int, decls, v: int, T: int, unroll: str,
 
     def loop(adds, parts: int = 1) -> str:
         loads.used.clear()
-        em = Emitter(loads)
+        em = emitter(loads)
         lines = [f"{x.name}.{fn}({em(x.arg)}{', r' if fn == 'add' else ''});" for x, fn in adds]
         body = "\n          ".join(em.lines + lines)
 
@@ -209,23 +210,25 @@ def slice_output(p: Program, plan, loads: Loads, decls, v: int, T: int, unroll: 
     (with a refill): the positions in slice_fill's K parts, a commit group closed after each but the last (the
     caller's commit closes it), so the next row's first pass can take them part by part."""
     loads.used.clear()
-    em = Emitter(loads)
+    em = emitter(loads)
     assert plan.out is not None
+    more = More(p)
     if full_output(p):
         res = em(plan.out)
+        more.values(em, plan.more)
         lines = "\n          ".join(em.lines)
 
         def body(w: int) -> str:
             return f"""{{
         {decls(w)}
-        FbVec<{out_t}, {w}> ov;
+        FbVec<{out_t}, {w}> ov;{spaced(more.decls(w))}
 #pragma unroll
         for (int j = 0; j < {w}; ++j) {{
           const long long r = r0 + j, flat = o * a.R + r; (void)flat;
           {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
+          ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}
         }}
-        fb_stv<{out_t}, {w}>(({out_t}*)a.out + o * a.R + r0, ov);
+        fb_stv<{out_t}, {w}>(({out_t}*)a.out + o * a.R + r0, ov);{spaced(more.stores(w, "o * a.R + r0"))}
         {refill}
     }}"""
         if mid and v == 1 and not refill:
@@ -236,13 +239,14 @@ def slice_output(p: Program, plan, loads: Loads, decls, v: int, T: int, unroll: 
             return (f"    {{ {chunk_steps(v, T)}\n"
                     + "\n".join(loops) + " }")
         return f"{unroll}    for (long long r0 = lo + (long long)threadIdx.x * {v}; r0 < hi; r0 += {T}LL * {v}) {body(v)}"
-    em = Emitter(Loads(p, set()))
+    em = emitter(Loads(p, set()))
     res = row_result(p, plan, em)
+    more.values(em, plan.more)
     lines = "\n      ".join(em.lines)
     return f"""    if ({first} && threadIdx.x == 0) {{
       const long long r = 0, flat = o * a.R; (void)r; (void)flat;
       {lines}
-      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores("row"))}
     }}"""
 
 

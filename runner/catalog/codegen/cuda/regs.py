@@ -12,8 +12,19 @@ does not align to V elements.
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import Emitter, NotExpressible, full_output, plan_passes, red_kinds, row_result
-from runner.catalog.codegen.cuda.common import Loads, align_check, ctype_of, forward, row_bases, value_decls, vec_inputs
+from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, red_kinds, row_result
+from runner.catalog.codegen.cuda.common import (
+    Loads,
+    More,
+    align_check,
+    ctype_of,
+    emitter,
+    forward,
+    row_bases,
+    spaced,
+    value_decls,
+    vec_inputs,
+)
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.ir import Program
 
@@ -126,7 +137,7 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     for pno in range(1, plan.passes + 1):
         accs = [x for x in plan.accs if x.pass_no == pno]
         loads.used.clear()
-        em = Emitter(loads)
+        em = emitter(loads)
         adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
         body = "\n          ".join(em.lines + adds)
         decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
@@ -142,28 +153,31 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     {red}
     {value_decls(plan, pno)}""")
     loads.used.clear()
-    em = Emitter(loads)
+    em = emitter(loads)
     assert plan.out is not None
+    more = More(p)
     if full_output(p):
         res = em(plan.out)
+        more.values(em, plan.more)
         lines = "\n          ".join(em.lines)
         out = walk(f"""{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
-        FbVec<{out_t}, {v}> ov;
+        FbVec<{out_t}, {v}> ov;{spaced(more.decls(v))}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long r = r0 + j, flat = o * {R}LL + r; (void)flat;
           {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
+          ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}
         }}
-        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * {R}LL + r0, ov);""")
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * {R}LL + r0, ov);{spaced(more.stores(v, f"o * {R}LL + r0"))}""")
     else:
-        em = Emitter(Loads(p, set()))
+        em = emitter(Loads(p, set()))
         res = row_result(p, plan, em)
+        more.values(em, plan.more)
         lines = "\n      ".join(em.lines)
         out = f"""    if (live && lane == 0) {{
       const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
       {lines}
-      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores("row"))}
     }}"""
     passes = "\n".join(parts)
     return f"""

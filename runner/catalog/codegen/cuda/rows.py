@@ -3,13 +3,16 @@ per row, vector loads along the row, warp-shuffle then shared-memory merges of t
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import Emitter, NotExpressible, full_output, plan_passes, row_result
+from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result
 from runner.catalog.codegen.cuda.common import (
     Loads,
+    More,
     align_check,
+    emitter,
     forward,
     pass_feed,
     row_bases,
+    spaced,
     value_decls,
     vec_inputs,
 )
@@ -47,31 +50,35 @@ def render_rows(p: Program, params: CudaParams, out_t: str) -> str:
     {red}
     {value_decls(plan, pno)}""")
         loads.used.clear()
-        em = Emitter(loads)
+        em = emitter(loads)
         assert plan.out is not None
+        more = More(p)
+        at = "(o * a.R + r0) * a.I + i" if v == 1 else "o * a.R + r0"  # (the scalar kernel serves I > 1 too)
         if full_output(p):
             res = em(plan.out)
+            more.values(em, plan.more)
             lines = "\n          ".join(em.lines)
             out = f"""    for (long long r0 = (long long)lane * {v}; r0 < a.R; r0 += {G}LL * {v}) {{
         {loads.vector_decls("(o * a.R + r0)", v) if v > 1 else ""}
-        FbVec<{out_t}, {v}> ov;
+        FbVec<{out_t}, {v}> ov;{spaced(more.decls(v))}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long r = r0 + j, flat = (o * a.R + r) * a.I + i; (void)flat;
           {lines}
-          ov.v[j] = fb_to<{out_t}>({res});
+          ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}
         }}
         if ({v} == 1) (({out_t}*)a.out)[(o * a.R + r0) * a.I + i] = ov.v[0];
-        else fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);
+        else fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);{spaced(more.stores(v, at))}
     }}"""
         else:
-            em = Emitter(Loads(p, set()))
+            em = emitter(Loads(p, set()))
             res = row_result(p, plan, em)
+            more.values(em, plan.more)
             lines = "\n      ".join(em.lines)
             out = f"""    if (lane == 0) {{
       const long long r = 0, flat = o * a.R * a.I + i; (void)r; (void)flat;
       {lines}
-      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores("row"))}
     }}"""
         passes = "\n".join(parts)
         kernels.append(f"""

@@ -3,13 +3,16 @@ to a workspace and the next pass (or the output pass) merges them, so all SMs wo
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import Emitter, NotExpressible, full_output, plan_passes, row_result
+from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result
 from runner.catalog.codegen.cuda.common import (
     Loads,
+    More,
     align_check,
     ctype_of,
+    emitter,
     forward,
     row_bases,
+    spaced,
     value_decls,
     vec_inputs,
     vector_at,
@@ -66,10 +69,11 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
             span_code = f"""const long long chunk = ((a.R + {S} - 1) / {S} + {v} - 1) / {v} * {v};
   const long long lo = slice * chunk, hi = lo + chunk < a.R ? lo + chunk : a.R;"""
         loads = Loads(p, vec_in if v > 1 else set())
+        more = More(p)
         for pno in range(1, plan.passes + 2):
             mine = [x for x in accs if x.pass_no == pno]
             loads.used.clear()
-            em = Emitter(loads)
+            em = emitter(loads)
             last = pno == plan.passes + 1
             if not last:
                 adds = [f"{x.name}.add({em(x.arg)}, r);" for x in mine]
@@ -84,7 +88,8 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
             elif full_output(p):
                 assert plan.out is not None
                 res = em(plan.out)
-                body = "\n          ".join(em.lines) + f"\n          ov.v[j] = fb_to<{out_t}>({res});"
+                more.values(em, plan.more)
+                body = "\n          ".join(em.lines) + f"\n          ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}"
                 decl = ""
                 tail = ""
             else:
@@ -93,8 +98,8 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
             if last:
                 store_out = f"""
         if ({v} == 1) (({out_t}*)a.out)[o * a.R + r0] = ov.v[0];
-        else fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);"""
-            step = f"""{f"FbVec<{out_t}, {v}> ov;" if last else ""}
+        else fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * a.R + r0, ov);{spaced(more.stores(v, "o * a.R + r0"))}"""
+            step = f"""{f"FbVec<{out_t}, {v}> ov;{spaced(more.decls(v))}" if last else ""}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long r = r0 + j, flat = o * a.R + r; (void)flat;
@@ -132,9 +137,11 @@ __global__ void __launch_bounds__({T}) fb_split_p{pno}_v{v}(FbArgs a, FbWs* ws) 
 }}
 """)
     if not full_output(p):
-        em = Emitter(Loads(p, set()))
+        em = emitter(Loads(p, set()))
         assert plan.out is not None
         res = row_result(p, plan, em)
+        more = More(p)
+        more.values(em, plan.more)
         lines = "\n    ".join(em.lines)
         kernels.append(f"""
 __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
@@ -143,7 +150,7 @@ __global__ void fb_split_finish(FbArgs a, FbWs* ws) {{
   const long long r = 0, flat = o * a.R; (void)r; (void)flat;
   {gather(plan.passes + 1, by_block=False)}
   {lines}
-  (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});
+  (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores("row"))}
 }}
 """)
     if once:
