@@ -4,14 +4,16 @@ branch) for a fork, the working tree and checked-out branch never touched."""
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 from pathlib import Path
 
 import git
 import pytest
 
+from bot.github.github_platform import GitHubPlatform
 from bot.github.local_platform import LocalPlatform
-from bot.github.platform import Annotation, CheckOutput, PlatformError, can_write, find_marker
+from bot.github.platform import Annotation, CheckOutput, Platform, PlatformError, can_write, find_marker
 from bot.publish import pr
 from bot.publish.publish import branch_files, publish
 from tests.bot.results import improved_result, plan_of, slow_result
@@ -137,3 +139,10 @@ def test_the_local_platform_answers_what_the_apps_features_ask(tmp_path):
     assert can_write(platform, "anyone")
     with pytest.raises(PlatformError):
         platform.pull(99)
+
+
+def test_both_platforms_implement_the_whole_seam_with_its_signatures():
+    seam = {n: inspect.signature(f) for n, f in vars(Platform).items() if callable(f) and not n.startswith("_")}
+    assert "create_check_run" in seam and "pull_files" in seam
+    for impl in (LocalPlatform, GitHubPlatform):
+        assert {n: inspect.signature(getattr(impl, n)) for n in seam} == seam, impl.__name__
