@@ -8,7 +8,7 @@ import torch.nn as nn
 from diffusers.models.activations import GELU
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, TOKENS, DIM, INNER = (2, 8, 32, 64) if SMALL else (8, 1024, 1152, 4608)
 
 

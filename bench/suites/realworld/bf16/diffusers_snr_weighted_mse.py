@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 N, C, H, W = (2, 4, 6, 5) if SMALL else (16, 4, 128, 128)
 
 

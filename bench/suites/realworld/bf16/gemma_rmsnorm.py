@@ -8,7 +8,7 @@ import torch.nn as nn
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HIDDEN = (2, 8, 64) if SMALL else (8, 2048, 2048)
 
 

@@ -9,7 +9,7 @@ import torch.nn as nn
 from transformers import GPT2Config, GPT2Model
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HIDDEN, VOCAB, MAX_POS = (2, 8, 32, 503, 16) if SMALL else (8, 1024, 768, 50257, 1024)
 
 

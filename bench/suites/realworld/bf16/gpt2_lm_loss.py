@@ -9,7 +9,7 @@ import torch.nn as nn
 from torch.nn import CrossEntropyLoss
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, VOCAB = (2, 8, 503) if SMALL else (8, 1024, 50257)
 
 

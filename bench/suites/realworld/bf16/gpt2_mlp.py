@@ -8,7 +8,7 @@ from transformers import GPT2Config
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HIDDEN = (2, 8, 32) if SMALL else (8, 1024, 768)
 
 

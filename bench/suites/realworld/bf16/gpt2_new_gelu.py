@@ -8,7 +8,7 @@ import torch.nn as nn
 from transformers.activations import NewGELUActivation
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, INNER = (2, 8, 96) if SMALL else (8, 1024, 3072)
 
 

@@ -10,7 +10,7 @@ import torch.nn as nn
 from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb, create_sinusoidal_positions
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HEADS, HEAD_DIM, ROTARY_DIM, MAX_POS = (2, 8, 4, 32, 16, 64) if SMALL else (8, 2048, 16, 256, 64, 2048)
 
 

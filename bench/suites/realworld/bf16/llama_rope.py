@@ -9,7 +9,7 @@ import torch.nn as nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HEADS, KV_HEADS, HEAD_DIM = (2, 8, 4, 2, 16) if SMALL else (8, 2048, 32, 8, 128)
 
 

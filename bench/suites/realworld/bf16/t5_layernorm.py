@@ -8,7 +8,7 @@ import torch.nn as nn
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
 DTYPE = torch.bfloat16
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, D_MODEL = (2, 8, 48) if SMALL else (16, 1024, 1024)
 
 

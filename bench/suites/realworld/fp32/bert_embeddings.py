@@ -9,7 +9,7 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertEmbeddings
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HIDDEN, VOCAB = (2, 8, 32, 301) if SMALL else (32, 512, 768, 30522)
 
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, HEADS, T, HEAD_DIM = (2, 2, 12, 16) if SMALL else (32, 12, 512, 64)
 
 

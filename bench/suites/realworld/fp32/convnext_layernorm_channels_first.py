@@ -8,7 +8,7 @@ import torch.nn as nn
 from transformers.models.convnext.modeling_convnext import ConvNextLayerNorm
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 N, C, H, W = (2, 16, 6, 5) if SMALL else (16, 256, 64, 64)
 
 

@@ -8,7 +8,7 @@ import torch.nn as nn
 from diffusers.models.normalization import RMSNorm
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, HEADS, TOKENS, HEAD_DIM = (1, 2, 12, 32) if SMALL else (2, 24, 4608, 128)
 
 

@@ -9,7 +9,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HIDDEN, INTERMEDIATE = (2, 8, 32, 88) if SMALL else (4, 2048, 2048, 5632)
 
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 from transformers.activations import ACT2FN
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, INTERMEDIATE = (2, 8, 96) if SMALL else (4, 2048, 11008)
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HIDDEN = (3, 10, 48) if SMALL else (32, 512, 768)
 
 

@@ -9,7 +9,7 @@ import torch.nn as nn
 from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, T, HEADS, HEAD_DIM = (2, 8, 4, 32) if SMALL else (8, 2048, 32, 128)
 ROTARY_DIM = HEAD_DIM // 4
 

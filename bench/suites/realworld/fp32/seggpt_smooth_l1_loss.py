@@ -11,7 +11,7 @@ from transformers import SegGptConfig
 from transformers.models.seggpt.modeling_seggpt import SegGptLoss
 
 DTYPE = torch.float32
-SMALL = os.environ.get("FUSEBOT_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
+SMALL = os.environ.get("REALWORLD_SUITE_SMALL") == "1"  # CI's sizes (bench/suites/realworld/README.md)
 B, SIZE, PATCH = (2, 8, 4) if SMALL else (8, 448, 16)
 
 
