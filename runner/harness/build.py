@@ -1,17 +1,20 @@
 """Building fast-format candidates: pure CUDA-C (nvcc) or C++ (the system compiler) into a shared library.
 
 No torch headers, so a build takes about a second instead of a minute. Builds run in parallel on all cores, each
-compiler inside the sandbox (writes confined to its own temporary directory), and are cached by a hash of the
-sources, the flags, the compiler's version and the target architecture.
+compiler under bubblewrap (runner.harness.bwrap: it sees the toolchain and its own temporary directory, writes only
+there, and its whole tree is killed on timeout); its log is scrubbed of credentials and outside paths. Builds are
+cached by a hash of the sources, the flags, the compiler's version and the target architecture.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +25,9 @@ from pathlib import Path
 
 from runner.contract import BuildInfo, Candidate
 from runner.errors import MachineError
+from runner.harness import bwrap
+from runner.harness.sandbox import confined_env
+from runner.harness.scrub import scrub
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +129,7 @@ def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path
     final = cache / key / LIB_NAME
     if final.exists():
         return BuildOutput(BuildInfo(ok=True, seconds=time.monotonic() - start, cached=True, compiler=tc.compiler), final)
-    cache.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"build-{key[:8]}-", dir=cache))
     try:
         for name, text in candidate.sources.items():
@@ -131,26 +137,42 @@ def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path
         shutil.copy(CSRC / "fusebot.h", work / "fusebot.h")
         srcs = [n for n in candidate.sources if n.endswith((".cu", ".cpp", ".c"))]
         cmd = [tc.compiler, *tc.flags, *candidate.extra_cflags, "-I", str(work), "-o", LIB_NAME, *srcs]
-        sandboxed = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work), "--", *cmd]
-        env = {k: v for k, v in os.environ.items() if not any(s in k.upper() for s in ("TOKEN", "SECRET", "KEY"))}
-        env["TMPDIR"] = str(work)
+        env = confined_env(work)
         try:
-            proc = subprocess.run(sandboxed, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
+            done, text = _run_confined(cmd, work, env, timeout_s)
         except subprocess.TimeoutExpired:
             return BuildOutput(BuildInfo(ok=False, seconds=time.monotonic() - start,
                                          log=f"build timed out after {timeout_s:.0f} s", compiler=tc.compiler), None)
-        text = (proc.stdout + proc.stderr).replace(str(work) + "/", "")
-        if proc.returncode != 0 or not (work / LIB_NAME).exists():
-            return BuildOutput(BuildInfo(ok=False, seconds=time.monotonic() - start, log=text[-8000:],
+        if done.returncode != 0 or not (work / LIB_NAME).exists():
+            return BuildOutput(BuildInfo(ok=False, seconds=time.monotonic() - start,
+                                         log=scrub(text, job_dirs=[work], limit_chars=8000, keep="head"),
                                          compiler=tc.compiler), None)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp_final = final.parent / f".{LIB_NAME}.{os.getpid()}"
         shutil.copy(work / LIB_NAME, tmp_final)
         os.replace(tmp_final, final)  # atomic: a concurrent build of the same key lands the same bytes
-        return BuildOutput(BuildInfo(ok=True, seconds=time.monotonic() - start, log=text[-4000:],
-                                     compiler=tc.compiler), final)
+        return BuildOutput(BuildInfo(ok=True, seconds=time.monotonic() - start,
+                                     log=scrub(text, job_dirs=[work], limit_chars=4000), compiler=tc.compiler), final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_confined(cmd: list[str], work: Path, env: dict[str, str],
+                  timeout_s: float) -> tuple[subprocess.CompletedProcess, str]:
+    """Run a compiler under bubblewrap (writes only in `work`). On timeout its whole tree dies (cc1plus, ptxas...):
+    the sandbox's PID namespace with bwrap, or the process group where the user opted out of the sandbox."""
+    inner = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work), "--", *cmd]
+    proc = subprocess.Popen(bwrap.wrap(inner, work), cwd=work, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode), out.decode(errors="replace")
 
 
 def build_many(candidates: list[Candidate], *, cuda_arch: str | None = None, cache_dir: Path | None = None,

@@ -1,6 +1,8 @@
 """Confinement for every process that runs code fusebot does not trust: candidates, the user's reference, compilers.
 
-A confined process gets, where the OS allows each:
+The outer wall is bubblewrap (runner.harness.bwrap): namespaces, a read-only view of only what the process needs, a
+private /tmp and /dev/shm, its whole process tree killed with it. Inside it, as defence in depth, a confined process
+gets, where the OS allows each:
 - its own empty network namespace (no interface but a down loopback) and Landlock's TCP rules with no grant;
 - Landlock filesystem rules: it may read anything but write only below its working directory (and device files);
 - an audit hook that refuses Python-level sockets and writes outside the working directory (a second wall for the
@@ -9,8 +11,9 @@ A confined process gets, where the OS allows each:
 - an address-space limit on the CPU backend (CUDA reserves far more virtual memory than it uses, so on the GPU the
   parent's watchdog enforces the cap on resident memory instead).
 
-`confine()` is called by the worker processes first thing; `python -m runner.harness.sandbox --write DIR -- CMD...` confines
-and then execs a command (the compilers). What was achieved is returned so that a verdict can state it.
+`confine()` is called by the worker processes first thing; `python -m runner.harness.sandbox --write DIR [--read PATH]
+-- CMD...` starts CMD under bubblewrap (writes only below each DIR, reads of PATH besides the system view) and confines
+it again from inside. What was achieved is returned so that a verdict can state it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import resource
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from runner.harness import bwrap
+from runner.harness.scrub import looks_secret, secret_name
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,8 @@ class Confinement:
     audit_hook: bool = False
     non_dumpable: bool = False
     address_space_limit: bool = False
+    bwrap: bool = False  # inside bubblewrap's namespaces (its own PID 1, no host process visible)
+    unsafe_no_sandbox: bool = False  # the user opted out of bubblewrap (FUSEBOT_UNSAFE_NO_SANDBOX=1)
 
     def as_dict(self) -> dict[str, bool]:
         return asdict(self)
@@ -149,16 +157,37 @@ def confine(workdir: Path, *, extra_write: list[Path] = (), address_space_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
         limited = True
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return Confinement(netns, landlock_fs, landlock_net, True, non_dumpable, limited)
+    return Confinement(netns, landlock_fs, landlock_net, True, non_dumpable, limited, inside_bwrap(),
+                       os.environ.get(bwrap.UNSAFE_ENV) == "1")
+
+
+def inside_bwrap() -> bool:
+    """True in a process that bubblewrap started: PID 1 of its PID namespace is bwrap (no host process is)."""
+    try:
+        return os.environ.get(_MARK) == "bwrap" and Path("/proc/1/comm").read_text().strip() == "bwrap"
+    except OSError:
+        return False
+
+
+_MARK = "FUSEBOT_SANDBOX"
+_KEPT_FUSEBOT = (bwrap.UNSAFE_ENV, "FUSEBOT_DROPIN_CACHE")
+
+
+def secret_variable(name: str, value: str) -> bool:
+    """Whether an environment variable must not travel into a sandbox: a name that says credential (*TOKEN*, *KEY*,
+    *SECRET*, ...), any of fusebot's own settings (FUSEBOT_*: the bot's and the LLM's keys live there), the CI's
+    runtime variables (GITHUB_*, ACTIONS_*), or a value that looks like a credential whatever its name."""
+    upper = name.upper()
+    if upper.startswith("FUSEBOT_"):
+        return upper not in _KEPT_FUSEBOT
+    if upper.startswith(("GITHUB_", "ACTIONS_", "RUNNER_", "AWS_", "GOOGLE_", "AZURE_")):
+        return True
+    return secret_name(name) or looks_secret(value)
 
 
 def confined_env(workdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a confined process: every cache and temporary path points into its working directory."""
-    env = dict(os.environ if base is None else base)
-    for key in list(env):
-        # No credentials travel into a sandbox.
-        if any(s in key.upper() for s in ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "PRIVATE_KEY")):
-            del env[key]
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not secret_variable(k, v)}
     wd = str(workdir)
     # Workers import the same fusebot as the parent (not whichever one is installed for their directory).
     here = str(Path(__file__).resolve().parents[2])
@@ -176,17 +205,34 @@ def confined_env(workdir: Path, base: dict[str, str] | None = None) -> dict[str,
     return env
 
 
+_USAGE = "usage: python -m runner.harness.sandbox --write DIR [--write DIR] [--read PATH] -- CMD ..."
+
+
 def main(argv: list[str]) -> int:
-    """python -m runner.harness.sandbox --write DIR [--write DIR ...] -- CMD ARGS...: confine, then exec CMD."""
+    """python -m runner.harness.sandbox --write DIR [--write DIR ...] [--read PATH ...] -- CMD ARGS...
+
+    Outside bubblewrap: re-executes itself under bwrap (DIRs writable, PATHs readable, working directory the first
+    DIR). Inside (or where the user opted out): confines this process in-process, then execs CMD."""
     if "--" not in argv:
-        print("usage: python -m runner.harness.sandbox --write DIR -- CMD ...", file=sys.stderr)  # noqa: T201
+        print(_USAGE, file=sys.stderr)  # noqa: T201
         return 2
     split = argv.index("--")
     opts, cmd = argv[:split], argv[split + 1 :]
-    dirs = [Path(opts[i + 1]) for i, a in enumerate(opts) if a == "--write"]
+    dirs = [Path(opts[i + 1]) for i, a in enumerate(opts[:-1]) if a == "--write"]
+    reads = [Path(opts[i + 1]) for i, a in enumerate(opts[:-1]) if a == "--read"]
     if not dirs or not cmd:
-        print("usage: python -m runner.harness.sandbox --write DIR -- CMD ...", file=sys.stderr)  # noqa: T201
+        print(_USAGE, file=sys.stderr)  # noqa: T201
         return 2
+    if os.environ.get(_MARK) != "bwrap":
+        try:
+            mode = bwrap.require()
+        except bwrap.SandboxUnavailable as exc:
+            print(f"fusebot sandbox: {exc}", file=sys.stderr)  # noqa: T201
+            return 126
+        if mode.bwrap is not None:
+            outer = bwrap.wrap([sys.executable, "-m", "runner.harness.sandbox", *opts, "--", *cmd], dirs[0],
+                               write=dirs[1:], read=reads)
+            os.execvp(outer[0], outer)
     confine(dirs[0], extra_write=dirs[1:])
     os.execvp(cmd[0], cmd)
     return 127  # not reached

@@ -126,14 +126,13 @@ def _compile():
         if not shutil.which(compiler):
             raise BuildError(f"no C++ compiler ({compiler}) on PATH to build {KERNEL}; set CXX or install g++")
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    h = hashlib.sha256()
+    h = hashlib.sha256()  # -march=native builds for this CPU: its model is part of the key
     for part in ((_HERE / KERNEL).read_bytes(), (_HERE / "fusebot.h").read_bytes(), " ".join(flags).encode(),
-                 version.encode()):
+                 version.encode(), arch.encode(), os.uname().machine.encode(), _cpu_model().encode()):
         h.update(part + b"\\0")
-    root = Path(os.environ.get("FUSEBOT_DROPIN_CACHE") or Path(tempfile.gettempdir()) / "fusebot-dropin")
-    lib = root / h.hexdigest()[:32] / "kernel.so"
-    if not lib.exists():
-        lib.parent.mkdir(parents=True, exist_ok=True)
+    lib = _cache_root() / h.hexdigest() / "kernel.so"
+    if not _intact(lib):
+        lib.parent.mkdir(mode=0o700, exist_ok=True)
         tmp = lib.parent / f".kernel.{os.getpid()}.so"
         cmd = [compiler, *flags, "-I", str(_HERE), "-o", str(tmp), str(_HERE / KERNEL)]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -143,8 +142,54 @@ def _compile():
                 raise BuildError(f"this nvcc cannot build for {arch} (this GPU); the kernel was verified on "
                                  f"{BUILT_FOR}: install a CUDA toolkit that supports {arch}\\n{text}")
             raise BuildError(f"building {KERNEL} for {arch} failed:\\n{text}")
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        (lib.parent / f".sha256.{os.getpid()}").write_text(digest)
+        os.replace(lib.parent / f".sha256.{os.getpid()}", lib.parent / "kernel.so.sha256")
         os.replace(tmp, lib)
+        if not _intact(lib):
+            raise BuildError(f"the kernel library just built at {lib} changed before it was loaded")
     return lib
+
+
+def _cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                return line  # the first "model name" (and, on machines without one, the features)
+    except OSError:
+        pass
+    return ""
+
+
+def _private(path):
+    """Whether `path` is a real directory or file of this user that nobody else may write to."""
+    st = os.lstat(path)
+    return not stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _cache_root():
+    """The per-user build cache: $FUSEBOT_DROPIN_CACHE, else $XDG_CACHE_HOME/fusebot/dropin (~/.cache/...), created
+    0700; refused when another user owns it or others may write to it (they could plant a library run here)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    root = Path(os.environ.get("FUSEBOT_DROPIN_CACHE") or Path(base) / "fusebot" / "dropin")
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not _private(root):
+        raise BuildError(f"the kernel cache {root} is not private to this user (a symlink, owned by another user, "
+                         "or writable by others): remove it, or set FUSEBOT_DROPIN_CACHE to a directory only you "
+                         "can write to")
+    return root
+
+
+def _intact(lib):
+    """A cached library is loaded only when it, its folder and its recorded sha256 are this user's alone and the
+    library's bytes still have that sha256."""
+    record = lib.parent / "kernel.so.sha256"
+    try:
+        if not (_private(lib.parent) and _private(lib) and _private(record)):
+            return False
+        return hashlib.sha256(lib.read_bytes()).hexdigest() == record.read_text().strip()
+    except OSError:
+        return False
 
 
 def _bind(path):
@@ -340,7 +385,7 @@ def dropin_source(problem: ProblemSpec, backend: str, extra_cflags: list[str] | 
         f"Use `{problem.class_name}` from this module where the original class was used; load the original's\n"
         'state_dict into it unchanged.\n"""\n\n'
         "import ctypes\nimport hashlib\nimport importlib\nimport importlib.util\nimport itertools\nimport logging\n"
-        "import os\nimport shutil\nimport struct\nimport subprocess\nimport sys\nimport tempfile\nimport threading\n"
+        "import os\nimport shutil\nimport stat\nimport struct\nimport subprocess\nimport sys\nimport threading\n"
         "import weakref\n"
         "from pathlib import Path\n\nimport torch\n\n"
         "_HERE = Path(__file__).resolve().parent\n"

@@ -1,4 +1,5 @@
-"""A worker process the harness talks to: JSON lines over two private pipes, with a timeout and a memory cap.
+"""A worker process the harness talks to: JSON lines over two private pipes, with a timeout and a memory cap, run
+under bubblewrap (runner.harness.bwrap): its whole process tree dies when it is killed or closed.
 
 The parent never unpickles anything a worker sends (a candidate could make pickle run code in the parent): requests
 and replies are JSON; bulk tensors travel as raw files in the worker's working directory. The worker's stdout and
@@ -7,22 +8,26 @@ stderr go to a log file, so nothing a candidate prints can be taken for a reply.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from runner.harness import bwrap
+from runner.harness.scrub import scrub
+
 log = logging.getLogger(__name__)
-
-
 
 class WorkerDied(Exception):
     """The worker exited, was killed, or stopped answering. `kind` is 'crash', 'timeout' or 'memory'."""
@@ -35,8 +40,41 @@ class WorkerDied(Exception):
 
 @dataclass
 class Limits:
-    memory_bytes: int = 32 << 30  # resident memory of the worker and its children
+    memory_bytes: int = 32 << 30  # resident memory of the worker and its children, and its private tmpfs files
     poll_seconds: float = 0.05
+    tmpfs_bytes: int | None = None  # size of each of its private /tmp and /dev/shm; None: memory_bytes
+
+
+# Caches a worker may be pointed at outside its own directory (torch.compile's, say): granted read-write.
+_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
+_JUDGE = "runner.harness.procs.judge"
+
+
+def _default_read(module: str, workdir: Path) -> list[Path]:
+    # The judge reads each candidate's output files from the candidate's directory, a sibling of its own.
+    return [Path(workdir).parent] if module == _JUDGE else []
+
+
+def read_tail(source: int | str | Path, n_bytes: int) -> str:
+    """At most the last `n_bytes` of a regular file, never blocking and never following a symlink: a FIFO, a device,
+    a symlink or a directory reads as "", a 2 GiB sparse file costs one `n_bytes` read. `source` is an open
+    descriptor (read with pread, its offset untouched) or a path (opened O_NOFOLLOW | O_NONBLOCK)."""
+    own = not isinstance(source, int)
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC) if own else source
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or n_bytes <= 0:
+            return ""
+        start = max(0, st.st_size - n_bytes)
+        return os.pread(fd, min(n_bytes, st.st_size), start).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        if own:
+            os.close(fd)
 
 
 def _signal_name(code: int) -> str:
@@ -47,46 +85,97 @@ def _signal_name(code: int) -> str:
 
 
 class Worker:
-    """`Worker(module, workdir, env)` starts `python -m module` with a request pipe and a reply pipe."""
+    """`Worker(module, workdir, env)` runs `python -m module` under bubblewrap with a request pipe and a reply pipe.
 
-    def __init__(self, module: str, workdir: Path, env: dict[str, str], limits: Limits | None = None):
+    The process starts with the first request (its `init`), whose paths it is granted: `extra_write` read-write, the
+    `library` and the problem's file or root read-only, besides `read` and `write` given here. The judge (which reads
+    the candidates' output files) also reads its working directory's parent."""
+
+    def __init__(self, module: str, workdir: Path, env: dict[str, str], limits: Limits | None = None, *,
+                 read: Sequence[str | Path] | None = None, write: Sequence[str | Path] = ()):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.limits = limits or Limits()
+        self.mode = bwrap.require()  # SandboxUnavailable (naming the fix) before anything untrusted starts
+        self.module = module
         self.log_path = self.workdir / "worker.log"
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed in close())
-        env = {**env, "FUSEBOT_REQUEST_FD": str(req_r), "FUSEBOT_REPLY_FD": str(rep_w)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module],
-            cwd=self.workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            pass_fds=(req_r, rep_w),
-            start_new_session=True,
-        )
-        for fd in (req_r, rep_w):
-            os.close(fd)
-        self._req = os.fdopen(req_w, "w", buffering=1)
-        self._rep_fd = rep_r
+        # The parent keeps its own descriptor of the log: whatever the candidate later puts at this path (a FIFO, a
+        # symlink to a secret, a sparse file), the tail is read from the file the worker was given, from its end.
+        fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self._log_file = os.fdopen(fd, "ab")
+        self._env = dict(env)
+        self._read = [Path(p) for p in (read if read is not None else _default_read(module, self.workdir))]
+        self._write = [Path(p) for p in write]
+        self.proc: subprocess.Popen | None = None
+        self._req = None
+        self._rep_fd = -1
         self._buf = b""
         self.peak_rss_bytes = 0
         self._memory_error: WorkerDied | None = None
+        self._inner_pid: int | None = None
+
+    def _start(self, first: dict) -> None:
+        read, write = list(self._read), list(self._write)
+        write += [Path(p) for p in first.get("extra_write") or []]
+        if first.get("library"):
+            read.append(Path(first["library"]))
+        problem = first.get("problem") or {}
+        for key in ("path", "root"):
+            if problem.get(key):
+                read.append(Path(problem[key]).absolute())
+        wd = self.workdir.resolve()
+        for key in _CACHE_VARIABLES:
+            value = self._env.get(key)
+            if value and not Path(value).resolve().is_relative_to(wd):
+                write.append(Path(value))
+        for entry in self._env.get("PYTHONPATH", "").split(os.pathsep):
+            if entry and not bwrap.RUNNER_PACKAGE.is_relative_to(Path(entry).resolve()):
+                read.append(Path(entry))  # (fusebot's own checkout: only its runner package is visible)
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = {**self._env, "FUSEBOT_REQUEST_FD": str(req_r), "FUSEBOT_REPLY_FD": str(rep_w)}
+        tmpfs = self.limits.tmpfs_bytes or self.limits.memory_bytes
+        cmd = bwrap.wrap([sys.executable, "-m", self.module], self.workdir, write=write, read=read, tmpfs_bytes=tmpfs)
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=self._log_file, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
+                                         start_new_session=True)
+        finally:
+            for fd in (req_r, rep_w):
+                os.close(fd)
+        self._req = os.fdopen(req_w, "w", buffering=1)
+        self._rep_fd = rep_r
 
     def log_tail(self, n_bytes: int = 4000) -> str:
-        try:
-            data = self.log_path.read_bytes()
-        except OSError:
-            return ""
-        return data[-n_bytes:].decode(errors="replace")
+        """The last `n_bytes` of the worker's output, scrubbed of credentials and of paths outside its directory."""
+        return scrub(read_tail(self._log_file.fileno(), n_bytes), job_dirs=[self.workdir], limit_chars=n_bytes)
+
+    def _sandbox_pids(self) -> list[psutil.Process]:
+        p = psutil.Process(self.proc.pid)
+        return [p, *p.children(recursive=True)]  # in a PID namespace: every process of the sandbox
+
+    def _tmpfs_bytes(self, procs: list[psutil.Process]) -> int:
+        """What the sandbox's private /tmp and /dev/shm hold (memory, like its resident pages)."""
+        if self.mode.bwrap is None or len(procs) < 2:
+            return 0
+        root = f"/proc/{procs[1].pid}/root"  # bwrap's child: PID 1 of the sandbox, its root the sandbox's
+        used = 0
+        for mount in ("tmp", "dev/shm"):
+            try:
+                st = os.statvfs(f"{root}/{mount}")
+            except OSError:
+                continue
+            used += (st.f_blocks - st.f_bfree) * st.f_frsize
+        return used
 
     def _rss(self) -> int:
         try:
-            p = psutil.Process(self.proc.pid)
-            return sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
+            procs = self._sandbox_pids()
+            rss = 0
+            for q in procs:
+                with contextlib.suppress(psutil.Error):
+                    rss += q.memory_info().rss
+            return rss + self._tmpfs_bytes(procs)
         except psutil.Error:
             return 0
 
@@ -97,6 +186,8 @@ class Worker:
 
     def send(self, payload: dict) -> None:
         """Send a request without waiting: several workers can work on theirs at once (see `receive`)."""
+        if self.proc is None:
+            self._start(payload)
         try:
             self._req.write(json.dumps(payload) + "\n")
             self._req.flush()
@@ -105,7 +196,7 @@ class Worker:
 
     def check_memory(self) -> None:
         """Kill the worker if it is over its memory cap; the next receive() then reports why."""
-        if self._memory_error is not None or self.proc.poll() is not None:
+        if self._memory_error is not None or self.proc is None or self.proc.poll() is not None:
             return
         rss = self._rss()
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
@@ -113,7 +204,8 @@ class Worker:
             self.kill()
             self._memory_error = WorkerDied(
                 "memory",
-                f"resident memory {rss / 2**30:.1f} GiB over the cap of {self.limits.memory_bytes / 2**30:.1f} GiB",
+                f"resident memory and private tmpfs files {rss / 2**30:.1f} GiB over the cap of "
+                f"{self.limits.memory_bytes / 2**30:.1f} GiB",
                 self.log_tail(),
             )
 
@@ -157,19 +249,25 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.proc.returncode
+        if code is not None and self.mode.bwrap is not None and 128 < code < 128 + 65:
+            code = 128 - code  # bwrap exits 128+N when its command was killed by signal N
         how = _signal_name(code) if code is not None and code < 0 else f"exit code {code}"
         raise WorkerDied("crash", f"worker died during {cmd!r} ({how})", self.log_tail())
 
     def kill(self) -> None:
+        """Kill the worker's whole process tree: bwrap dies, its PID namespace's init with it (--die-with-parent),
+        and the kernel kills every process left in the namespace (setsid daemons, double-forked orphans)."""
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
             self.proc.wait()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 self._req.write(json.dumps({"cmd": "exit"}) + "\n")
                 self._req.flush()
@@ -177,15 +275,13 @@ class Worker:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
-        for f in (self._req,):
-            try:
-                f.close()
-            except OSError:
-                pass
-        try:
-            os.close(self._rep_fd)
-        except OSError:
-            pass
+        if self._req is not None:
+            with contextlib.suppress(OSError):
+                self._req.close()
+        if self._rep_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._rep_fd)
+            self._rep_fd = -1
         self._log_file.close()
 
     def __enter__(self) -> Worker:

@@ -83,23 +83,24 @@ def test_no_other_process_environ_is_readable(hostile, bystander):
 
 
 def test_other_processes_are_neither_visible_nor_signalable(hostile, bystander):
+    """The bystander stands for the evaluator and the judge (stopping either hung the evaluation, or inflated the
+    baseline it was timing); signalling the test process itself would stop this test, not fail it."""
     outcome = hostile.run(f"""
         import os, signal
         seen = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
         errors = []
-        for pid in ({bystander.pid}, {os.getpid()}):
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
             try:
-                os.kill(pid, signal.SIGSTOP)
+                os.kill({bystander.pid}, sig)
                 errors.append('sent')
             except OSError as exc:
                 errors.append(type(exc).__name__)
-        result = [seen, errors]
+        result = [seen, errors, os.getppid()]
     """)
-    seen, errors = outcome
-    assert bystander.pid not in seen and os.getpid() not in seen and max(seen) < 50
+    seen, errors, ppid = outcome
+    assert bystander.pid not in seen and os.getpid() not in seen and max(seen) < 50 and ppid < 50
     time.sleep(0.2)
-    assert psutil.Process(bystander.pid).status() != psutil.STATUS_STOPPED
-    assert psutil.Process(os.getpid()).status() != psutil.STATUS_STOPPED
+    assert bystander.poll() is None and psutil.Process(bystander.pid).status() != psutil.STATUS_STOPPED, errors
 
 
 def test_files_outside_its_view_do_not_exist_for_it(hostile, tmp_path):
@@ -121,17 +122,29 @@ def test_files_outside_its_view_do_not_exist_for_it(hostile, tmp_path):
     assert SECRET not in str(result) and "honest" not in str(result), result
 
 
-def test_writes_reach_neither_another_evaluation_nor_the_hosts_dev_shm(hostile, tmp_path):
-    other = tmp_path / "eval" / "other-candidate"
-    other.mkdir(parents=True)
+@pytest.fixture
+def other_evaluation():
+    """Another evaluation's output file where evaluations live (/dev/shm), as an honest candidate left it."""
+    folder = Path("/dev/shm") / f"fusebot-eval-test-{os.getpid()}-{time.monotonic_ns()}" / "cand-honest"
+    folder.mkdir(parents=True)
+    (folder / "out_0.bin").write_text("honest")
+    yield folder / "out_0.bin"
+    shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+def test_writes_reach_neither_another_evaluation_nor_the_hosts_dev_shm(hostile, tmp_path, other_evaluation):
+    sibling = tmp_path / "eval" / "other-candidate"
+    sibling.mkdir(parents=True)
+    (sibling / "out_0.bin").write_text("honest")
     marker = f"fusebot-test-{os.getpid()}-{time.monotonic_ns()}"
     result = hostile.run(f"""
         import subprocess
         # a shell, not Python: nothing in-process (the audit hook) stands in the way
-        cmd = 'echo x > {other}/out_0.bin; echo x > /dev/shm/{marker}; echo x > /tmp/{marker}; echo x > ../escaped'
+        cmd = ('echo x > {other_evaluation}; echo x > {sibling}/out_0.bin; echo x > /dev/shm/{marker}; '
+               'echo x > /tmp/{marker}; echo x > ../escaped')
         result = subprocess.run(['sh', '-c', cmd], capture_output=True, text=True).returncode
     """)
-    assert not (other / "out_0.bin").exists()
+    assert other_evaluation.read_text() == "honest" and (sibling / "out_0.bin").read_text() == "honest"
     assert not Path("/dev/shm", marker).exists() and not Path("/tmp", marker).exists()
     assert not (tmp_path / "eval" / "escaped").exists(), result
 
