@@ -29,6 +29,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
 from runner.contract import Job, JobResult, Progress
+from runner.errors import UsageError
+from runner.harness import bwrap
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +339,11 @@ def worker(
         for err in e.errors():
             log.error("invalid worker settings: %s: %s", ".".join(map(str, err["loc"])), err["msg"])
         raise typer.Exit(2) from None
+    try:  # the sandbox every job's untrusted code will run in, or the user's explicit opt-out
+        bwrap.require()
+    except (bwrap.SandboxUnavailable, UsageError) as e:
+        log.error("%s", e)
+        raise typer.Exit(2 if isinstance(e, UsageError) else 3) from None
     if settings.gpu_index is not None:  # before anything imports torch
         os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
     w = Worker(settings)

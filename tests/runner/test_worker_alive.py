@@ -1,7 +1,10 @@
 import os
 import time
 
-from runner.cli.worker import Worker, WorkerSettings
+from typer.testing import CliRunner
+
+from runner.cli.worker import Worker, WorkerSettings, app
+from runner.harness import bwrap
 
 
 def test_the_poll_loop_touches_the_alive_file_even_when_the_bot_is_down(tmp_path):
@@ -37,3 +40,19 @@ def test_a_job_this_runner_cannot_read_is_failed_with_the_reason_not_run(tmp_pat
     [fail] = [c for c in calls if c[1] == "/runner/v1/jobs/j9/fail"]
     assert fail[2] == "lease-1" and "could not read this job" in json.loads(fail[3])["error"]
     assert "teleport" in json.loads(fail[3])["error"]
+
+
+def test_the_worker_refuses_to_start_without_a_sandbox_unless_told_to(tmp_path, monkeypatch, caplog):
+    """No job is leased where untrusted code could not be confined; a misspelt opt-out is a usage error."""
+    monkeypatch.setenv("FUSEBOT_WORKER_TOKEN", "t" * 32)
+    monkeypatch.setenv("FUSEBOT_WORKER_BOT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    bwrap._mode.cache_clear()
+    try:
+        monkeypatch.delenv(bwrap.UNSAFE_ENV, raising=False)
+        result = CliRunner().invoke(app, ["--once"])
+        assert result.exit_code == 3 and "apt-get install bubblewrap" in caplog.text
+        monkeypatch.setenv(bwrap.UNSAFE_ENV, "true")
+        assert CliRunner().invoke(app, ["--once"]).exit_code == 2
+    finally:
+        bwrap._mode.cache_clear()
