@@ -54,7 +54,9 @@ GENERATED = (dropin.DROPIN_FILE, dropin.TEST_FILE, dropin.REFERENCE_FILE, dropin
 # ---- proposers -------------------------------------------------------------------------------------------------
 
 def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
-    """LLM proposers when an endpoint is configured (FUSEBOT_LLM_* or --model), else the builtin catalog."""
+    """The builtin catalog, and beside it every configured model when an endpoint is configured (FUSEBOT_LLM_* or
+    --model): one population, the catalog's kernels the first beam the models refine (runner/search/loop.py)."""
+    pool: list[tuple[Proposer, float]] = [(p, 1.0) for p in catalog_proposers()]
     if models or os.environ.get("FUSEBOT_LLM_BASE_URL"):
         try:
             settings = LLMSettings(**({"models": ",".join(models)} if models else {}))
@@ -62,8 +64,8 @@ def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
             problems = "; ".join(f"FUSEBOT_LLM_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}"
                                  for err in e.errors())
             raise UsageError(f"LLM settings are invalid: {problems}") from None
-        return list(llm_proposers(settings))
-    return list(catalog_proposers())
+        pool += llm_proposers(settings)
+    return pool
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------

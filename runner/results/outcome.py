@@ -11,6 +11,7 @@ from typing import Any
 
 from runner.contract import SCHEMA_VERSION, Baselines, Roofline, Timing, Verdict
 from runner.search.loop import SearchResult
+from runner.search.pool import Credit, credit_markdown
 from runner.search.types import Attempt, Idea, best_baseline_ms
 
 
@@ -31,6 +32,7 @@ class Outcome:
     wall_seconds: float = 0.0
     attempts: list[Attempt] = field(default_factory=list)
     ideas: list[Idea] = field(default_factory=list)
+    credit: list[Credit] = field(default_factory=list)  # per proposer
 
     @property
     def verdict(self) -> Verdict | None:
@@ -63,7 +65,8 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
                    candidates=result.candidates,
                    tokens_used=result.tokens_used, cost_usd=result.cost_usd, gpu_seconds=result.gpu_seconds,
                    wall_seconds=result.wall_seconds, attempts=list(result.history.attempts),
-                   ideas=list(result.history.ideas))
+                   ideas=list(result.history.ideas),
+                   credit=list(result.credit))
 
 
 def _confirmed_outcome(problem: str, result: SearchResult, best: Attempt, v: Verdict,
@@ -95,7 +98,8 @@ def _confirmed_outcome(problem: str, result: SearchResult, best: Attempt, v: Ver
                    roofline=roofline or v.roofline, stop_reason=result.stop_reason, rounds=result.rounds,
                    candidates=result.candidates, tokens_used=result.tokens_used, cost_usd=result.cost_usd,
                    gpu_seconds=result.gpu_seconds, wall_seconds=result.wall_seconds,
-                   attempts=list(result.history.attempts), ideas=list(result.history.ideas))
+                   attempts=list(result.history.attempts), ideas=list(result.history.ideas),
+                   credit=list(result.credit))
 
 
 def _cell(text: str, limit: int = 160) -> str:
@@ -174,7 +178,7 @@ def report_markdown(o: Outcome) -> str:
     head += ["## Search", "",
              f"{o.rounds} round(s), {o.candidates} candidate(s) evaluated, {o.tokens_used} tokens{cost}, "
              f"{o.gpu_seconds:.1f} s in the harness, {o.wall_seconds:.1f} s in all; stopped: {o.stop_reason}.", "",
-             trace_markdown(o), ""]
+             *([credit_markdown(o.credit), ""] if o.credit else []), trace_markdown(o), ""]
     return "\n".join(head)
 
 
@@ -197,5 +201,6 @@ def result_json(o: Outcome, files: list[str] | None = None) -> dict[str, Any]:
             "ideas": len(o.ideas), "tokens_used": o.tokens_used, "cost_usd": o.cost_usd,
             "gpu_seconds": o.gpu_seconds, "wall_seconds": o.wall_seconds,
             "best": o.best.candidate.id if o.best and o.best.candidate else None,
+            "credit": [c.as_dict() for c in o.credit],
         },
     }

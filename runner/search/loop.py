@@ -1,12 +1,20 @@
 """The search loop: rounds x ideas x implementations, repairs, a beam of the best verified kernels.
 
     for each round:
-        each proposer gives its share of ideas (conditioned on the history), then implementations of each idea
-        the harness builds, verifies and times the round's candidates (builds in parallel)
-        a rejected candidate goes back to its proposer for repair, up to `max_repairs` times
+        the round's branches are shared among the proposers (rotating: runner/search/pool.py)
+        in the first round, builtin proposers (the catalog) go first: their verified kernels are the first beam
+        every proposer gives its share of ideas, then implementations of each idea, each call on the proposer's own
+        worker threads (as many at once as it declares), all of them concurrently
+        candidates queue as they arrive; the harness evaluates them (this thread) while calls are still in flight
+        a rejected candidate goes back to its proposer for repair as soon as its verdict is in, up to
+        `max_repairs` times
         the beam keeps the fastest verified kernels; they are what the next round's prompts show
     stop on budget (wall seconds, harness seconds, tokens, candidates), after the last round, or when a round
     (from the second on) does not improve the best time.
+
+Every call of a round sees the same snapshot of the history, taken when the round (or its builtin phase) starts and
+put in a canonical order, so prompts do not depend on which answer came first and a resumed search rebuilds them
+byte for byte.
 
 Every step is written to the trace as it happens. A search started again on the same trace replays it: proposer
 answers come from the trace's answer cache (no new tokens), verdicts from its evaluated records (no new builds), and
@@ -18,12 +26,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from runner.contract import Candidate, Progress, SearchBudget, Verdict
+from runner.search.pool import Credit, Workers, concurrency, is_remote, shares
 from runner.search.trace import Replay, Trace, candidate_key
 from runner.search.types import (
     Answer,
@@ -59,32 +70,42 @@ class SearchResult:
     wall_seconds: float
     candidates: int
     progress: Progress = field(default_factory=Progress)
+    credit: list[Credit] = field(default_factory=list)
 
     @property
     def best(self) -> Attempt | None:
         return self.beam[0] if self.beam else None
 
 
-def shares(total: int, weights: Sequence[float]) -> list[int]:
-    """Split `total` branches by weight (largest remainder), deterministically."""
-    if not weights or total <= 0:
-        return [0] * len(weights)
-    s = sum(weights)
-    exact = [total * w / s for w in weights]
-    out = [int(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: (out[i] - exact[i], i))[: total - sum(out)]:
-        out[i] += 1
-    return out
-
-
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:40]
 
 
+def _order(a: Attempt) -> tuple:
+    return a.round, a.proposer, a.candidate.id if a.candidate else "", a.idea, a.failure
+
+
+def snapshot(history: History) -> History:
+    """A copy of the history in a canonical order (not the order answers and verdicts happened to arrive in)."""
+    return History(attempts=sorted(list(history.attempts), key=_order),
+                   ideas=sorted(list(history.ideas), key=lambda i: (i.round, i.proposer, i.index)),
+                   beam=list(history.beam))
+
+
+@dataclass
+class _Ready:
+    proposer: Proposer
+    idea: Idea
+    candidate: Candidate
+    parent: str | None
+    depth: int  # repairs so far in this candidate's chain
+
+
 class _Search:
-    def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk):
+    def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s):
         self.ctx, self.evaluator, self.budget, self.min_gain = ctx, evaluator, budget, min_gain
         self.chunk = max(1, chunk or os.cpu_count() or 1)
+        self.gather_s = gather_s
         self._eval_seconds = 0.0  # spent in the evaluator on fresh candidates, and how many
         self._eval_count = 0
         self.proposers: list[tuple[Proposer, float]] = [p if isinstance(p, tuple) else (p, 1.0) for p in proposers]
@@ -102,13 +123,24 @@ class _Search:
             tokens_used=sum(a.tokens for a in replay.answers.values()),
             cost_usd=sum(a.cost_usd for a in replay.answers.values()),
             failed=self._record_failure,
+            max_repairs=budget.max_repairs,
         )
+        for a in replay.answers.values():
+            self.session.count(a)
         self.history = History()
         self.counted: set[str] = set()  # candidate keys evaluated (or replayed) by this run: the candidates budget
         self.gpu_seconds = 0.0
         self.progress = Progress()
         self.disabled: set[str] = set()
         self.round = 0
+        self.given: dict[str, int] = {}  # branches each proposer was given, over every round
+        self.wins: dict[str, int] = {}
+        self._best_seen: float | None = None
+        self.workers: dict[str, tuple[Workers, int]] = {}
+        self.pending: dict[Future, tuple[str, Proposer, Any, int]] = {}
+        self.ready: list[_Ready] = []
+        self._ready_since = 0.0
+        self._seq = 0
         started = "resume" if (replay.answers or replay.verdicts) else "start"
         self.trace.write(started, problem=ctx.name, backend=ctx.backend, context=ctx.model_dump(),
                          budget=budget.model_dump(),
@@ -119,7 +151,9 @@ class _Search:
     # ---- trace sinks -----------------------------------------------------------------------------------------
     def _record_answer(self, a: Answer) -> None:
         self.trace.write("answer", key=a.key, text=a.text, prompt_tokens=a.prompt_tokens,
-                         completion_tokens=a.completion_tokens, cost_usd=a.cost_usd)
+                         completion_tokens=a.completion_tokens, cost_usd=a.cost_usd, model=a.model,
+                         finish_reason=a.finish_reason, reasoning_chars=a.reasoning_chars,
+                         seconds=round(a.seconds, 3))
 
     def _record_failure(self, idea: Idea, why: str) -> None:
         self.history.attempts.append(Attempt(round=self.round, proposer=idea.proposer, idea=idea.text, failure=why))
@@ -189,6 +223,9 @@ class _Search:
             a = Attempt(round=self.round, proposer=p.name, idea=idea.text, candidate=c, verdict=v, repair_of=parent)
             self.history.attempts.append(a)
             attempts.append(a)
+            if a.accepted and a.median_ms is not None and (self._best_seen is None or a.median_ms < self._best_seen):
+                self._best_seen = a.median_ms
+                self.wins[p.name] = self.wins.get(p.name, 0) + 1
         self.on_progress(self.progress.model_copy())
         if stop is not None:
             raise stop
@@ -218,56 +255,101 @@ class _Search:
                 self.progress.rejected += 1
         return v
 
-    # ---- one round -------------------------------------------------------------------------------------------
+    # ---- proposer calls on worker threads ----------------------------------------------------------------------
     def _live(self) -> list[tuple[Proposer, float]]:
         return [(p, w) for p, w in self.proposers if p.name not in self.disabled]
 
-    def _call(self, p: Proposer, fn: Callable, *args):
-        """Call a proposer; one whose endpoint is gone leaves the search, the others go on."""
+    def _submit(self, kind: str, p: Proposer, fn: Callable, *args: Any, tag: Any = None) -> None:
+        """Queue a call of proposer p on its own workers (at most its `max_concurrency` at once)."""
         self._check()
+        if p.name not in self.workers:
+            size = concurrency(p)
+            self.workers[p.name] = (Workers(size, f"proposer-{_slug(p.name)}"), size)
+        self._seq += 1
+        self.pending[self.workers[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
+
+    def _handle(self, fut: Future, seen: History) -> None:
+        kind, p, tag, _ = self.pending.pop(fut)
         try:
-            return fn(*args)
+            value = fut.result()
         except ProposerUnavailable as e:
-            log.warning("proposer %s is unavailable and leaves the search: %s", p.name, e)
-            self.disabled.add(p.name)
-            self.trace.write("unavailable", round=self.round, proposer=p.name, reason=str(e))
-            return None
+            if p.name not in self.disabled:
+                log.warning("proposer %s is unavailable and leaves the search: %s", p.name, e)
+                self.disabled.add(p.name)
+                self.trace.write("unavailable", round=self.round, proposer=p.name, reason=str(e))
+            return
+        if kind == "ideas":
+            ideas = [i.model_copy(update={"round": self.round, "proposer": p.name, "index": n})
+                     for n, i in enumerate((value or [])[:tag])]
+            self.history.ideas.extend(ideas)
+            self.trace.write("ideas", round=self.round, proposer=p.name, ideas=[i.text for i in ideas])
+            n = self.budget.implementations_per_idea
+            for idea in ideas:
+                self._submit("implement", p, p.implement, self.ctx, idea, seen, n, tag=idea)
+        elif kind == "implement":
+            idea = tag
+            for j, c in enumerate((value or [])[: self.budget.implementations_per_idea]):
+                cid = f"r{self.round}-{_slug(p.name)}-i{idea.index}-c{j}"
+                self._queue(_Ready(p, idea, c.model_copy(update={"id": cid, "idea": idea.text}), None, 0))
+        elif kind == "repair" and value is not None:
+            a, depth = tag
+            root = a.candidate.id.split("-fix")[0]
+            c = value.model_copy(update={"id": f"{root}-fix{depth}", "idea": a.idea, "parent": a.candidate.id})
+            self._queue(_Ready(p, Idea(text=a.idea, proposer=p.name, round=self.round), c, a.candidate.id, depth))
+
+    def _queue(self, r: _Ready) -> None:
+        if not self.ready:
+            self._ready_since = time.monotonic()
+        self.ready.append(r)
+
+    def _harvest(self, seen: History, block: bool) -> None:
+        """Handle every finished call, in the order they were made; with `block`, first wait for the next one (or
+        until the oldest queued candidate has waited `gather_s`)."""
+        if block and self.pending:
+            timeout = None if not self.ready else max(0.0, self._ready_since + self.gather_s - time.monotonic())
+            wait(list(self.pending), timeout=timeout, return_when=FIRST_COMPLETED)
+        for fut in sorted((f for f in self.pending if f.done()), key=lambda f: self.pending[f][3]):
+            self._handle(fut, seen)
+
+    def _due(self) -> bool:
+        """Evaluate now: a chunk is full, nothing more is coming, or the oldest candidate waited long enough."""
+        return bool(self.ready) and (len(self.ready) >= self._chunk_size() or not self.pending
+                                     or time.monotonic() - self._ready_since >= self.gather_s)
+
+    def _run(self, group: list[tuple[Proposer, int]]) -> None:
+        """Ideas, implementations and repairs of these proposers, concurrently, with the harness evaluating what is
+        ready while calls are still in flight."""
+        seen = snapshot(self.history)
+        self.pending, self.ready = {}, []
+        for p, k in group:
+            self._submit("ideas", p, p.ideas, self.ctx, seen, k, tag=k)
+        while self.pending or self.ready:
+            self._harvest(seen, block=not self._due())
+            if not self._due():
+                continue
+            take, self.ready = self.ready[: self._chunk_size()], self.ready[self._chunk_size():]
+            self._ready_since = time.monotonic()
+            depth = {r.candidate.id: r.depth for r in take}
+            attempts = self._evaluate([(r.proposer, r.idea, r.candidate, r.parent) for r in take])
+            for a in attempts:
+                p = next(p for p, _ in self.proposers if p.name == a.proposer)
+                d = depth.get(a.candidate.id, 0) if a.candidate else 0
+                if (not a.accepted and a.candidate is not None and a.verdict is not None and p.name not in
+                        self.disabled and d < self.budget.max_repairs):
+                    self._submit("repair", p, p.repair, self.ctx, a.candidate, a.verdict, tag=(a, d + 1))
 
     def _round(self) -> None:
         live = self._live()
-        batch: list[tuple[Proposer, Idea, Candidate, str | None]] = []
-        for (p, _), k in zip(live, shares(self.budget.ideas_per_round, [w for _, w in live]), strict=True):
-            if k == 0:
-                continue
-            ideas = self._call(p, p.ideas, self.ctx, self.history, k) or []
-            ideas = [i.model_copy(update={"round": self.round, "proposer": p.name, "index": n})
-                     for n, i in enumerate(ideas[:k])]
-            self.history.ideas.extend(ideas)
-            self.trace.write("ideas", round=self.round, proposer=p.name, ideas=[i.text for i in ideas])
-            for idea in ideas:
-                n = self.budget.implementations_per_idea
-                cands = self._call(p, p.implement, self.ctx, idea, self.history, n) or []
-                for j, c in enumerate(cands[:n]):
-                    cid = f"r{self.round}-{_slug(p.name)}-i{idea.index}-c{j}"
-                    batch.append((p, idea, c.model_copy(update={"id": cid, "idea": idea.text}), None))
-        if not batch:
-            return
-        pending = [a for a in self._evaluate(batch) if not a.accepted]
-        for fix in range(1, self.budget.max_repairs + 1):
-            repairs = []
-            for a in pending:
-                p = next(p for p, _ in self.proposers if p.name == a.proposer)
-                if p.name in self.disabled or a.candidate is None or a.verdict is None:
-                    continue
-                c = self._call(p, p.repair, self.ctx, a.candidate, a.verdict)
-                if c is not None:
-                    root = a.candidate.id.split("-fix")[0]
-                    c = c.model_copy(update={"id": f"{root}-fix{fix}", "idea": a.idea, "parent": a.candidate.id})
-                    idea = Idea(text=a.idea, proposer=p.name, round=self.round)
-                    repairs.append((p, idea, c, a.candidate.id))
-            if not repairs:
-                break
-            pending = [a for a in self._evaluate(repairs) if not a.accepted]
+        alloc = shares(self.budget.ideas_per_round, [w for _, w in live], [self.given.get(p.name, 0) for p, _ in live])
+        group = [(p, k) for (p, _), k in zip(live, alloc, strict=True) if k]
+        for p, k in group:
+            self.given[p.name] = self.given.get(p.name, 0) + k
+        builtin = [(p, k) for p, k in group if not is_remote(p)]
+        if self.round == 1 and builtin and len(builtin) < len(group):  # the catalog's kernels are the first beam
+            self._run(builtin)
+            self.history.beam = [a.candidate.id for a in self._beam() if a.candidate]
+            group = [(p, k) for p, k in group if is_remote(p)]
+        self._run(group)
 
     def _archive_unreached(self) -> None:
         """Archive the killed run's verdicts that this run did not reach (its budget ran out before they were proposed
@@ -282,7 +364,7 @@ class _Search:
 
     def _beam(self) -> list[Attempt]:
         seen, beam = set(), []
-        for a in self.history.accepted():
+        for a in snapshot(self.history).accepted():
             k = candidate_key(a.candidate) if a.candidate else ""
             if k not in seen:
                 seen.add(k)
@@ -297,6 +379,19 @@ class _Search:
         if base is None and best.verdict.baselines is not None:
             base = best_baseline_ms(best.verdict.baselines)
         return base / best.median_ms if base is not None and best.median_ms > 0 else best.verdict.speedup_vs_eager
+
+    def credit(self, best: Attempt | None) -> list[Credit]:
+        out = []
+        for p, w in self.proposers:
+            u = self.session.usage.get(p.name)
+            mine = [a for a in self.history.attempts if a.proposer == p.name]
+            out.append(Credit(
+                name=p.name, share=w, requests=u.requests if u else 0, tokens=u.tokens if u else 0,
+                cost_usd=u.cost_usd if u else 0.0, seconds=u.seconds if u else 0.0,
+                ideas=sum(1 for i in self.history.ideas if i.proposer == p.name),
+                candidates=sum(1 for a in mine if a.candidate is not None), verified=sum(1 for a in mine if a.accepted),
+                wins=self.wins.get(p.name, 0), best=best is not None and best.proposer == p.name))
+        return out
 
     def run(self) -> SearchResult:
         stop = "rounds"
@@ -318,7 +413,8 @@ class _Search:
                     best_ms = new_ms
                 self.progress.best_speedup = self._best_speedup(beam[0] if beam else None)
                 self.trace.write("round", round=self.round, improved=improved, best_ms=best_ms,
-                                 best=beam[0].candidate.id if beam and beam[0].candidate else None)
+                                 best=beam[0].candidate.id if beam and beam[0].candidate else None,
+                                 credit=[c.as_dict() for c in self.credit(beam[0] if beam else None)])
                 self.on_progress(self.progress.model_copy())
                 if self.round >= 2 and not improved:
                     stop = "no improvement"
@@ -326,18 +422,24 @@ class _Search:
         except BudgetExhausted as e:
             stop = f"budget: {e}"
             log.info("search stops: %s", e)
+        finally:
+            for w, size in self.workers.values():
+                w.close(size)
         self._archive_unreached()
         beam = self._beam()
         self.progress.best_speedup = self._best_speedup(beam[0] if beam else None)
         self.progress.message = stop
+        credit = self.credit(beam[0] if beam else None)
         result = SearchResult(
             history=self.history, beam=beam, stop_reason=stop, rounds=self.round,
             tokens_used=self.session.tokens_used, cost_usd=self.session.cost_usd, gpu_seconds=self.gpu_seconds,
             wall_seconds=self.trace.elapsed_s(), candidates=len(self.counted), progress=self.progress.model_copy(),
+            credit=credit,
         )
         self.trace.write("end", stop_reason=stop, rounds=self.round, tokens=result.tokens_used,
                          cost_usd=result.cost_usd, gpu_seconds=self.gpu_seconds, candidates=result.candidates,
-                         best=beam[0].candidate.id if beam and beam[0].candidate else None)
+                         best=beam[0].candidate.id if beam and beam[0].candidate else None,
+                         credit=[c.as_dict() for c in credit])
         self.on_progress(self.progress.model_copy())
         self.trace.close()
         return result
@@ -353,10 +455,12 @@ def search(
     progress: Callable[[Progress], None] | None = None,
     min_gain: float = 0.01,
     chunk: int | None = None,
+    gather_s: float = 1.0,
 ) -> SearchResult:
     """Run (or resume, if `trace_path` holds a killed run of the same search) the search; never raises for a bad
     candidate or a bad answer. `proposers` are proposers or (proposer, share) pairs; shares split each round's ideas.
-    Candidates go to the evaluator `chunk` at a time (default: one per core, as many as build in parallel), and each
-    chunk's verdicts reach the trace before the next starts. A round counts as improving when its best is faster than
-    the best so far by more than `min_gain` (a fraction)."""
-    return _Search(ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk).run()
+    Candidates go to the evaluator as they arrive, up to `chunk` at a time (default: one per core, as many as build
+    in parallel): a chunk goes when it is full, when no call is still in flight, or when its first candidate has
+    waited `gather_s` seconds for others to build beside it. Each chunk's verdicts reach the trace before the next
+    starts. A round counts as improving when its best is faster than the best so far by more than `min_gain`."""
+    return _Search(ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s).run()

@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,7 +76,8 @@ class Replay:
                 replay.context = ev.get("context")
             elif ev.get("event") == "answer":
                 a = Answer(ev["key"], ev["text"], ev.get("prompt_tokens", 0), ev.get("completion_tokens", 0),
-                           ev.get("cost_usd", 0.0))
+                           ev.get("cost_usd", 0.0), ev.get("model", ""), ev.get("finish_reason", "stop"),
+                           ev.get("reasoning_chars", 0), ev.get("seconds", 0.0))
                 replay.answers[a.key] = a
             elif ev.get("event") == "evaluated":
                 v = replay.verdicts[ev["key"]] = Verdict.model_validate(ev["verdict"])
@@ -86,25 +88,32 @@ class Replay:
 
 
 class Trace:
-    """Appends events to a JSONL file, flushing and fsyncing each so a kill loses at most the line being written."""
+    """Appends events to a JSONL file, flushing and fsyncing each so a kill loses at most the line being written.
+    Thread-safe; a write after close (an answer arriving after the search stopped) is dropped."""
 
     def __init__(self, path: Path, *, elapsed_offset_s: float = 0.0):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f = path.open("a", encoding="utf-8")
         self._t0 = time.monotonic() - elapsed_offset_s
+        self._lock = threading.Lock()
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self._t0
 
     def write(self, event: str, **data: Any) -> None:
-        line = json.dumps({"event": event, "t_s": self.elapsed_s(), **data}, ensure_ascii=False, default=str)
-        self._f.write(line + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        with self._lock:
+            if self._f.closed:
+                log.info("trace closed: %s event dropped", event)
+                return
+            line = json.dumps({"event": event, "t_s": self.elapsed_s(), **data}, ensure_ascii=False, default=str)
+            self._f.write(line + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
 
     def close(self) -> None:
-        self._f.close()
+        with self._lock:
+            self._f.close()
 
     def __enter__(self) -> Trace:
         return self

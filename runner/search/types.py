@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -53,12 +54,37 @@ class Idea(_Data):
 
 
 class GpuInfo(_Data):
-    """What is known about the target device. Ceilings are measured where the harness measured them."""
+    """What is known about the target device. Ceilings are measured where the harness measured them; limits are the
+    device's own (torch.cuda.get_device_properties), None where unknown."""
 
     name: str
     specs: str = ""  # e.g. "132 SMs, 50 MB L2, 80 GB HBM3"
     copy_bandwidth_bytes_per_s: float | None = None
     notes: str = ""
+    cuda_arch: str | None = None  # e.g. "sm_90"
+    sm_count: int | None = None
+    smem_per_block_bytes: int | None = None  # the opt-in maximum (cudaFuncSetAttribute) where known
+    smem_per_sm_bytes: int | None = None
+    regs_per_sm: int | None = None
+    max_threads_per_sm: int | None = None
+    l2_bytes: int | None = None
+
+
+class TensorInfo(_Data):
+    """One fast-format argument as the kernel receives it (fusebot.h's fb_tensor)."""
+
+    name: str  # "x" (a forward argument) or "weight" (a state_dict entry)
+    shape: list[int]
+    dtype: str  # "float32"
+    strides: list[int]  # in elements
+    role: str = "input"  # "input", "param" or "output"
+
+
+class InputSet(_Data):
+    """The arguments and outputs of one verified shape set (0: the problem's inputs, 1: its second shape)."""
+
+    shape_set: int
+    tensors: list[TensorInfo] = Field(default_factory=list)
 
 
 class ProblemContext(_Data):
@@ -69,6 +95,7 @@ class ProblemContext(_Data):
     backend: Backend = "cuda"
     format: str = "fast"  # what `implement` must produce: "fast" (C ABI) or "kernelbench" (ModelNew)
     input_summary: str = ""  # e.g. "x: float32[16, 16384]"
+    inputs: list[InputSet] = Field(default_factory=list)  # every shape set the harness verifies on
     gpu: GpuInfo | None = None
     roofline: Roofline | None = None
     baselines: Baselines | None = None
@@ -137,13 +164,19 @@ def prompt_key(*parts: Any) -> str:
 
 @dataclass
 class Answer:
-    """A proposer's raw answer, as cached in the trace so a resumed search replays it without new tokens."""
+    """A proposer's raw answer, as cached in the trace so a resumed search replays it without new tokens.
+    `finish_reason` is the endpoint's ("stop", "length", "content_filter"); `reasoning_chars` counts reasoning the
+    endpoint returned beside the content (a reasoning model that spent its budget thinking answers with it alone)."""
 
     key: str
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    model: str = ""
+    finish_reason: str = "stop"
+    reasoning_chars: int = 0
+    seconds: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -151,9 +184,21 @@ class Answer:
 
 
 @dataclass
+class Usage:
+    """What one proposer's answers cost."""
+
+    requests: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    seconds: float = 0.0  # wall seconds its requests took, summed (concurrent requests each count)
+
+
+@dataclass
 class Session:
     """What the search lends a proposer: the answer cache (backed by the trace), the token meter of the budget, and a
-    sink for failed attempts. Built by the search; a proposer that needs none of it may ignore it."""
+    sink for failed attempts. Built by the search; a proposer that needs none of it may ignore it. Thread-safe: a
+    proposer's calls may run concurrently, and the token budget is reserved before a request is sent, so concurrent
+    requests never overshoot it together."""
 
     answers: dict[str, Answer] = field(default_factory=dict)
     record_answer: Callable[[Answer], None] = lambda answer: None
@@ -161,19 +206,57 @@ class Session:
     tokens_used: int = 0
     cost_usd: float = 0.0
     failed: Callable[[Idea, str], None] = lambda idea, why: None
+    max_repairs: int = 2  # repairs of one candidate, for a proposer that repairs its own answers (no code, cut off)
+    usage: dict[str, Usage] = field(default_factory=dict)  # by model
+    reserved: int = 0
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     def tokens_left(self) -> int | None:
-        return None if self.tokens_limit is None else self.tokens_limit - self.tokens_used
+        return None if self.tokens_limit is None else self.tokens_limit - self.tokens_used - self.reserved
 
     def cached(self, key: str) -> Answer | None:
         return self.answers.get(key)
 
+    def reserve(self, need: int, want: int) -> int:
+        """Reserve room for a request: at least `need` tokens, up to `want`; returns what was reserved. Waits while
+        requests in flight hold the room it needs; raises BudgetExhausted when even with none in flight it does not
+        fit."""
+        with self._cond:
+            while True:
+                if self.tokens_limit is None:
+                    return want
+                free = self.tokens_limit - self.tokens_used - self.reserved
+                if free >= need:
+                    got = min(want, free)
+                    self.reserved += got
+                    return got
+                if not self.reserved:
+                    raise BudgetExhausted("tokens", f"{self.tokens_used} used of {self.tokens_limit}, the next "
+                                          f"request needs about {need}")
+                self._cond.wait()
+
+    def release(self, tokens: int) -> None:
+        with self._cond:
+            self.reserved = max(0, self.reserved - tokens) if self.tokens_limit is not None else 0
+            self._cond.notify_all()
+
     def charge(self, answer: Answer) -> None:
         """Count a fresh answer's tokens and cost, and store it in the cache (and the trace)."""
-        self.answers[answer.key] = answer
-        self.tokens_used += answer.tokens
-        self.cost_usd += answer.cost_usd
-        self.record_answer(answer)
+        with self._cond:
+            self.answers[answer.key] = answer
+            self.tokens_used += answer.tokens
+            self.cost_usd += answer.cost_usd
+            self.count(answer)
+            self.record_answer(answer)
+            self._cond.notify_all()
+
+    def count(self, answer: Answer) -> None:
+        """Credit an answer (fresh or replayed) to its model."""
+        u = self.usage.setdefault(answer.model, Usage())
+        u.requests += 1
+        u.tokens += answer.tokens
+        u.cost_usd += answer.cost_usd
+        u.seconds += answer.seconds
 
 
 @runtime_checkable

@@ -146,6 +146,8 @@ def make_client(settings: LLMSettings) -> openai.OpenAI:
 class LLMProposer:
     """A Proposer backed by one model of an OpenAI-compatible endpoint."""
 
+    remote = True  # answers over the network: builtin proposers seed the first beam before it is asked
+
     def __init__(self, settings: LLMSettings, model: str, client: openai.OpenAI | None = None):
         self.settings = settings
         self.model = model
@@ -207,7 +209,8 @@ class LLMProposer:
         usage = response.usage
         pt = usage.prompt_tokens if usage else prompt_est
         ct = usage.completion_tokens if usage else math.ceil(len(text) / 3)
-        answer = Answer(key=key, text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=s.cost_usd(pt, ct))
+        answer = Answer(key=key, text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=s.cost_usd(pt, ct),
+                        model=self.name)
         self.session.charge(answer)
         log.info("%s: %s answered (%d + %d tokens; %d used in this search)", self.model, purpose, pt, ct,
                  self.session.tokens_used)

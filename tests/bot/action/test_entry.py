@@ -352,6 +352,6 @@ def test_the_search_gets_llm_proposers_and_its_processes_never_the_llm_key(world
     res = run_action(w, w.event("workflow_dispatch", dispatch_payload()), FUSEBOT_MODELS="model-a,model-b",
                      FUSEBOT_LLM_BASE_URL="http://127.0.0.1:9/v1", FUSEBOT_LLM_API_KEY=LLM_KEY)
     assert res.exit_code == 0, res.output
-    assert [p.model for p, _ in seen["proposers"]] == ["model-a", "model-b"]
+    assert [p.name for p, _ in seen["proposers"]] == ["catalog", "model-a", "model-b"]
     assert LLM_KEY not in seen["environ"].values() and TOKEN not in seen["environ"].values()
     assert len(bot_prs(w)) == 1

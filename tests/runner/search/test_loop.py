@@ -62,6 +62,32 @@ def test_shares_split_by_weight_and_sum_to_total():
     assert sum(shares(7, [0.2, 0.5, 0.3])) == 7
 
 
+def test_shares_rotate_so_every_model_gets_its_turns():
+    given = [0, 0, 0]
+    rounds = []
+    for _ in range(3):
+        k = shares(2, [1, 1, 1], given)
+        rounds.append(k)
+        given = [g + x for g, x in zip(given, k, strict=True)]
+    assert rounds == [[1, 1, 0], [1, 0, 1], [0, 1, 1]] and given == [2, 2, 2]
+    given = [0, 0]
+    for _ in range(10):  # one branch a round, weights 3:1: 10 branches split 8:2 (Sainte-Lague), never starving b
+        given = [g + x for g, x in zip(given, shares(1, [3, 1], given), strict=True)]
+    assert given in ([8, 2], [7, 3]) and shares(3, [1, 0], [0, 0]) == [3, 0]
+
+
+def test_a_third_model_runs_and_credit_per_model_reaches_the_result_and_trace(tmp_path):
+    ps = [Scripted(n, lambda r, k, j, n=n: f"ms={ {'a': 0.5, 'b': 0.4, 'c': 0.3}[n] / r}") for n in "abc"]
+    res = search(CTX, TableEvaluator(), ps, SearchBudget(rounds=3, ideas_per_round=2, implementations_per_idea=1),
+                 tmp_path / "t.jsonl")
+    assert all(p.calls.count("ideas:1") == 2 for p in ps)  # 3 rounds x 2 branches: two turns each
+    credit = {c.name: c for c in res.credit}
+    assert [credit[n].candidates for n in "abc"] == [2, 2, 2] and all(credit[n].verified == 2 for n in "abc")
+    assert credit["c"].best and not credit["a"].best and sum(c.wins for c in res.credit) >= 3
+    end = list(read_events(tmp_path / "t.jsonl"))[-1]
+    assert [c["name"] for c in end["credit"]] == ["a", "b", "c"] and end["credit"][2]["best"] is True
+
+
 def test_beam_holds_the_fastest_verified_and_the_search_stops_when_a_round_does_not_improve(tmp_path):
     # round 1: 2.0/1.0 ms and 0.5/3.0; round 2 improves to 0.25; round 3 offers nothing faster -> stop after 3
     times = {1: [0.5, 3.0], 2: [0.25, 0.6], 3: [0.9, 0.7], 4: [0.1, 0.1]}
