@@ -22,7 +22,8 @@ class HarnessConfig:
     memory_bytes: int = 32 << 30
     cpu_address_space_bytes: int | None = 64 << 30
     cache_dir: Path | None = None
-    wall_check_ms: float = 100.0  # total wall time of the timer cross-check
+    wall_check_ms: float = 100.0  # total wall time of the timer cross-check (CUDA)
+    cpu_check_ms: float = 400.0  # the CPU cross-check's calls, at least (CPU time is accounted in 10 ms ticks)
     keep_workdirs: bool = False
     bandwidth_bytes_per_s: float | None = None  # a known ceiling instead of measuring one (e.g. 3.01e12 on the H100)
     # A problem moving more than this many bytes a call (inputs + outputs) is verified on 3 trials of its first

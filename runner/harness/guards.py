@@ -12,6 +12,8 @@ import types
 
 import torch
 
+from runner.harness import timing, verify
+
 _WATCHED_MODULES: dict[str, object] = {
     "torch": torch,
     "torch.Tensor": torch.Tensor,
@@ -26,6 +28,9 @@ _WATCHED_MODULES: dict[str, object] = {
     "torch.profiler": torch.profiler,
     "time": time,
     "threading": threading,
+    "runner.harness.timing": timing,  # the timer's bound callables (a constructor in a shared library can run Python)
+    "runner.harness.timing.Timer": timing.Timer,
+    "runner.harness.verify": verify,
 }
 
 
@@ -73,10 +78,12 @@ def _native_threads() -> set[int]:
 
 
 class Guard:
-    """Snapshot now; `violations()` later lists what changed."""
+    """Snapshot now; `violations()` later lists what changed. `extra`: more modules or classes to watch (the
+    worker's own module, whose functions call the candidate and write its outputs)."""
 
-    def __init__(self) -> None:
-        self.attrs = {name: _attributes(obj) for name, obj in _WATCHED_MODULES.items()}
+    def __init__(self, extra: dict[str, object] | None = None) -> None:
+        self.watched = {**_WATCHED_MODULES, **(extra or {})}
+        self.attrs = {name: _attributes(obj) for name, obj in self.watched.items()}
         self.flags = _flags()
         self.threads = {t.ident for t in threading.enumerate()}
         self.native = _native_threads()
@@ -88,7 +95,7 @@ class Guard:
 
     def violations(self) -> list[str]:
         reasons = []
-        for name, obj in _WATCHED_MODULES.items():
+        for name, obj in self.watched.items():
             now = _attributes(obj)
             before = self.attrs[name]
             changed = sorted(k for k, v in before.items() if now.get(k, v) != v)

@@ -4,14 +4,19 @@ its own clock, and a time under the roofline's floor is measured again in a fres
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+import psutil
 
 from runner.contract import Baselines, Roofline, Timing, Verdict
 from runner.harness.checks import degenerate_reason
 from runner.harness.contestants import Contestants, died_label, tail
 from runner.harness.procs.process import Worker, WorkerDied
 from runner.harness.reference import Reference
+from runner.harness.trials import judged
 
 
 def score(verdict: Verdict, timing: Timing, baselines: Baselines, roofline: Roofline | None) -> None:
@@ -33,12 +38,14 @@ def warn_if_degenerate(verdict: Verdict, ref: Reference) -> None:
 
 
 def measure(contestants: Contestants, worker: Worker, ref: Reference) -> tuple[Timing | None, list[str]]:
-    """The candidate's time on the problem's first shape, cross-checked with the parent's clock (CUDA)."""
+    """The candidate's time on the problem's first shape. Every timed call had fresh inputs; the judge checks a
+    sample of the outputs of timed calls chosen after the last one; the parent's own clock cross-checks the time."""
     config = contestants.config
+    seed = contestants.seeds.seed(f"time{contestants.seeds.counter}")
     try:
         specs, structure = ref.out_specs[0]  # timing runs on the first shape, whatever the last trial was
-        rep = contestants.ask(worker, {"cmd": "time", "seed": contestants.seeds.seed(f"time{contestants.seeds.counter}"),
-                                       "out_specs": specs, "structure": structure}, config.time_timeout_s)
+        rep = contestants.ask(worker, {"cmd": "time", "seed": seed, "out_specs": specs, "structure": structure},
+                              config.time_timeout_s)
     except WorkerDied as exc:
         return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
     if not rep.get("ok"):
@@ -46,28 +53,77 @@ def measure(contestants: Contestants, worker: Worker, ref: Reference) -> tuple[T
     if rep.get("reasons"):
         return None, rep["reasons"]
     timing = Timing(**rep["timing"])
-    if contestants.device != "cuda":
-        # On the CPU both clocks measure wall time, and on a loaded machine the parent's loop absorbs preemption
-        # that the in-process median filters out (correct kernels were rejected so). The CPU ways out of a timer
-        # (threads still running after the call) are caught by the guards instead.
-        return timing, []
-    # Cross-check with a clock the candidate cannot touch: the parent's, around back-to-back calls (device work
-    # left running, or deferred into the next call, shows there). The fastest of three runs.
-    calls = max(3, min(1000, math.ceil(config.wall_check_ms / max(timing.median_ms, 1e-3))))
-    walls = []
+    if rep.get("samples") is not None:
+        check = judged(ref, contestants, {"cmd": "timed_check", "seed": seed, "samples": rep["samples"],
+                                          "dir": str(worker.workdir)}, config.trial_timeout_s, "timed_check")
+        for s in rep["samples"]:
+            for o in s.get("outputs") or []:
+                if isinstance(o, dict) and o.get("file") and Path(o["file"]).resolve().is_relative_to(
+                        Path(worker.workdir).resolve()):
+                    Path(o["file"]).unlink(missing_ok=True)
+        if isinstance(check, str):
+            return None, [check]
+        if check["reasons"]:
+            return None, check["reasons"]
+    return cross_check(contestants, worker, timing)
+
+
+def _cpu_seconds(worker: Worker) -> float:
+    """CPU time (user + system) of the worker's process tree so far, by the kernel's accounting."""
+    try:
+        top = psutil.Process(worker.proc.pid)
+        return sum(sum(q.cpu_times()[:2]) for q in [top, *top.children(recursive=True)])
+    except psutil.Error:
+        return 0.0
+
+
+def _cores(worker: Worker) -> int:
+    """How many cores the worker may run on (its affinity: the pinned set where the harness pins one)."""
+    try:
+        return max(1, len(psutil.Process(worker.proc.pid).cpu_affinity()))
+    except (psutil.Error, AttributeError):
+        return max(1, len(os.sched_getaffinity(0)))
+
+
+def _batch_ms(contestants: Contestants, worker: Worker, calls: int, hooks_only: bool) -> tuple[float, float]:
+    """(wall ms, CPU ms of the worker's processes) for `calls` calls (or their `before` steps alone), each the
+    least of three runs."""
+    walls, cpus = [], []
     for _ in range(3):
-        t0 = time.perf_counter()
-        try:
-            contestants.ask(worker, {"cmd": "wall", "calls": calls}, config.time_timeout_s)
-        except WorkerDied as exc:
-            return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
-        walls.append((time.perf_counter() - t0) * 1e3 / calls)
-    wall_ms = min(walls)
-    if wall_ms > 0.2 and timing.median_ms < 0.5 * wall_ms:
+        c0, t0 = _cpu_seconds(worker), time.perf_counter()
+        contestants.ask(worker, {"cmd": "wall", "calls": calls, "hooks_only": hooks_only},
+                        contestants.config.time_timeout_s)
+        walls.append((time.perf_counter() - t0) * 1e3)
+        cpus.append((_cpu_seconds(worker) - c0) * 1e3)
+    return min(walls), min(cpus)
+
+
+def cross_check(contestants: Contestants, worker: Worker, timing: Timing) -> tuple[Timing | None, list[str]]:
+    """Cross-check a time with a clock the candidate cannot touch, around back-to-back calls less the same number
+    of their `before` steps alone (work left running, deferred into the next call, or hidden from a slowed clock
+    shows there). On CUDA: the parent's wall clock; the call's host work is not in its GPU time, so a call bound by
+    its host work is told apart by its size (over 0.2 ms). On the CPU: the kernel's CPU-time accounting of the
+    worker's processes, over the cores it may use (a wall clock there also counts the time a loaded host preempted
+    it, which the timer's median filters out: honest kernels were rejected so), over `cpu_check_ms` (its tick is
+    10 ms)."""
+    cuda = contestants.device == "cuda"
+    span_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
+    calls = max(3, min(1000 if cuda else 20000, math.ceil(span_ms / max(timing.median_ms, 1e-3))))
+    try:
+        full, hooks = _batch_ms(contestants, worker, calls, False), _batch_ms(contestants, worker, calls, True)
+    except WorkerDied as exc:
+        return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
+    if cuda:
+        per_call, least, clock = (full[0] - hooks[0]) / calls, 0.2, "the parent's clock"
+    else:
+        cores = _cores(worker)
+        per_call, least = (full[1] - hooks[1]) / calls / cores, 0.02
+        clock = f"the CPU time the kernel accounted to the candidate's processes over {cores} core(s)"
+    if per_call > least and timing.median_ms < 0.5 * per_call:
         host = f" (its host work: {timing.host_ms:.4g} ms a call)" if timing.host_ms is not None else ""
         return None, [f"timer-escape: the timer saw {timing.median_ms:.4g} ms per call, but {calls} back-to-back "
-                      f"calls took at best {wall_ms:.4g} ms each by the parent's clock{host}: work escaped the "
-                      "timed region, or the call is bound by its host work"]
+                      f"calls took at best {per_call:.4g} ms each by {clock}{host}: work escaped the timed region, "
+                      "or the call is bound by its host work"]
     return timing, []
 
 
@@ -99,7 +155,9 @@ def time_candidate(contestants: Contestants, worker: Worker, ref: Reference, ver
                 "fresh process on fresh inputs: possible only if the kernel skips bytes that cannot change the "
                 "output (e.g. masked or broadcast inputs); review before trusting it")
         else:
-            verdict.warnings.append(f"below-floor: the first measurement ({first:.4g} ms) was under the floor and "
-                                    f"did not hold in a fresh process ({again.median_ms:.4g} ms); the latter is "
-                                    "reported")
+            verdict.reasons.append(f"below-floor: the first measurement ({first:.4g} ms) was under the roofline floor "
+                                   f"of {roofline.floor_ms:.4g} ms and did not hold in a fresh process "
+                                   f"({again.median_ms:.4g} ms): a time no memory system allows, not reproduced, "
+                                   "is not reported")
+            return
     score(verdict, timing, baselines, roofline)

@@ -55,6 +55,10 @@ _sleep = getattr(torch.cuda, "_sleep", None)
 MAX_LEAD_US = 1000.0
 
 
+def _nothing() -> None:
+    return None
+
+
 def _lead_for(host_us: float) -> float:
     """The lead for a call whose host work took `host_us`: half as much again, and no longer, since work a call puts
     on another stream of its own can run during it, untimed (the factor the H100's runs of 2026-11-22 used)."""
@@ -109,6 +113,8 @@ class Timer:
         self.lead_us = 0.0  # GPU spin queued after the flush, so the call's host work is not timed
         self._host_ms: list[float] = []
         self._max_lead_us = 0.0  # the longest lead a kept sample of the current measurement ran behind
+        self._before: Callable[[], object] = _nothing
+        self._after: Callable[[], object] = _nothing
 
     def flush(self) -> None:
         _zero(self._flush_buf)
@@ -140,6 +146,7 @@ class Timer:
         sync after a no-op queued behind the same flush and lead (may be below zero); the host's time from the
         flush to the call's return), in ms, for one flushed call."""
         start, end, mark = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
+        self._before()
         t0 = _perf_ns()
         self.flush()
         if lead_cycles:
@@ -155,6 +162,7 @@ class Timer:
             _sleep(lead_cycles)
         _event_record(mark)
         _event_sync(mark)
+        self._after()
         return _event_elapsed(start, end), tail - self._sync_ms(), host_ms
 
     def _one_cuda(self, fn: Callable[[], object]) -> float:
@@ -172,17 +180,25 @@ class Timer:
         return own + max(0.0, extra)  # work past the end event on any stream counts
 
     def _one_cpu(self, fn: Callable[[], object]) -> float:
+        self._before()
         self.flush()
         t0 = _perf_ns()
         fn()
-        return (_perf_ns() - t0) / 1e6
+        ms = (_perf_ns() - t0) / 1e6
+        self._after()
+        return ms
 
-    def measure(self, fn: Callable[[], object]) -> Timing:
+    def measure(self, fn: Callable[[], object], before: Callable[[], object] | None = None,
+                after: Callable[[], object] | None = None) -> Timing:
+        """Time `fn`. `before` runs before every call (warm-up included) and `after` after every timed one, both
+        outside the timed region: the harness gives each call fresh inputs and samples what each call returned."""
         cfg = self.config
         cuda = self.device.startswith("cuda")
         one = self._one_cuda if cuda else self._one_cpu
+        self._before, self._after = before or _nothing, after or _nothing
         host_us = 0.0
         for _ in range(cfg.warmup):
+            self._before()
             t0 = _perf_ns()
             fn()
             host_us = (_perf_ns() - t0) / 1e3  # the last warm-up call's (the first may compile)

@@ -137,9 +137,33 @@ def _forged(st, out, tag):
 
 
 _main._write_outputs = _forged
-"""), "output-type"),
+"""), "monkeypatch"),
     "wrong_result": (kb('''        return scale_relu(x, self.bias) + 1e-2
 '''), "mismatch"),
+    # does its work for the calls verification makes, then stops: only the timed calls' outputs show it
+    "lazy_after_warmup": (kb('''        global CALLS
+        CALLS += 1
+        if CALLS > 12:
+            return torch.empty_like(x)
+        return scale_relu(x, self.bias)
+''', header="\nCALLS = 0\n"), "timer-escape"),
+    # hands back the output of the first call it timed, whatever the inputs: a cache of one
+    "replays_first_timed_output": (kb('''        global CALLS, LAST
+        CALLS += 1
+        if CALLS > 12 and LAST is not None:
+            return LAST
+        LAST = scale_relu(x, self.bias)
+        return LAST
+''', header="\nCALLS = 0\nLAST = None\n"), "timer-escape"),
+    "patch_harness_timer": (kb("        return scale_relu(x, self.bias)\n", header='''
+import sys as _sys
+_t = _sys.modules["runner.harness.timing"]
+_t._perf_ns = lambda: 0
+'''), "monkeypatch"),
+    "patch_output_sampler": (kb("        return scale_relu(x, self.bias)\n", header='''
+import sys as _sys
+_sys.modules["runner.harness.procs.calls"].Samples.take = lambda self: None
+'''), "monkeypatch"),
 }
 
 # Fast-format C++ candidates. {BODY} is the loop nest that writes y.
@@ -181,6 +205,11 @@ FAST_HACKS: dict[str, tuple[dict[str, str], str]] = {
     "build_error": (fast("this is not C++;"), "build"),
     "segfault": (fast("*(volatile int*)0 = 1;\n  " + _LOOP), "crash"),
     "error_code": (fast("return 7;"), "runtime"),
+    # computes for the first calls (verification's), then returns at once: the timed calls' outputs are not written
+    "lazy_after_warmup": (fast("static long calls = 0;\n  if (++calls > 12) return 0;\n  " + _LOOP), "timer-escape"),
+    # computes every other row once past verification's calls
+    "half_work_when_timed": (fast("static long calls = 0;\n  int64_t stride = ++calls > 12 ? 2 : 1;\n  "
+                                  + _LOOP.replace("++r)", "r += stride)")), "timer-escape"),
 }
 
 HANG = fast("for (volatile int64_t i = 0; ; ++i) {}\n  " + _LOOP)

@@ -21,9 +21,11 @@ from runner.contract import Candidate, ProblemSpec
 from runner.harness import timing, verify
 from runner.harness.guards import Guard
 from runner.harness.problem import ProblemError, build_model, load, make_inputs, strict_fp32
-from runner.harness.procs import ipc
+from runner.harness.procs import calls, ipc
 from runner.harness.procs.abi import KernelLibrary, as_tensor_args
+from runner.harness.procs.calls import Capture, FreshInputs, Samples, call_once, poison_allocator
 from runner.harness.procs.process import serve
+from runner.harness.procs.profile import profile_kernels
 from runner.harness.sandbox import confine
 
 _clone = torch.Tensor.clone
@@ -48,7 +50,15 @@ class State:
     ext_dirs: list[Path] = []
     timer_cfg = timing.TimerConfig()
     exported: list = []  # outputs handed to the judge through CUDA IPC, alive until the next request
+    timed: tuple = ()  # the last timing's (Capture, before step), for the parent's wall-clock cross-check
     ipc_off: str | None = None  # why outputs go through files on this machine (no IPC)
+
+
+def _watched() -> dict[str, object]:
+    """This process's own code, watched like torch's: it calls the candidate, samples and writes its outputs."""
+    return {"runner.harness.procs.contestant": sys.modules[__name__], "runner.harness.procs.calls": calls,
+            "runner.harness.procs.calls.Samples": calls.Samples, "runner.harness.procs.calls.FreshInputs":
+            calls.FreshInputs}
 
 
 def _warm_up(device: str) -> None:
@@ -58,12 +68,11 @@ def _warm_up(device: str) -> None:
     torch.ones(1 << 22).add_(1.0).sum().item()
     x = torch.randn(1 << 16, device=device)
     (x @ x).item()
-    with _fill_uninitialized():  # its first use rebinds torch.manual_seed: do that before the snapshot
-        torch.empty(1, device=device)
+    torch.empty(1, device=device)
+    importlib.import_module("torch._dynamo")  # its import (a drop-in's custom op's first call) rebinds manual_seed
+
     torch.randn(256, 256, device=device).softmax(-1).sum().item()
     if device.startswith("cuda"):
-        from runner.harness.procs.profile import profile_kernels
-
         profile_kernels(lambda: x.mul_(1.0), Path(os.getcwd()) / "warmup_trace.json")
         _sync()
 
@@ -88,7 +97,7 @@ def init(st: State, msg: dict) -> dict:
     except ProblemError as exc:
         return {"ok": False, "error": f"problem: {exc}"}
     torch.set_grad_enabled(False)
-    st.guard = Guard()
+    st.guard = Guard(_watched())
     reasons: list[str] = []
     try:
         if st.candidate.format == "kernelbench":
@@ -114,7 +123,7 @@ def init(st: State, msg: dict) -> dict:
             st.dropin = _build_dropin(st, msg["init_seed"])
         except Exception as exc:  # noqa: BLE001 - a kernel whose drop-in cannot run is not one a PR can ship
             return {"ok": True, "reasons": [f"drop-in: {type(exc).__name__}: {str(exc)[-2000:]}"]}
-        st.guard = Guard()  # (registering the drop-in's custom op is fusebot's doing, not the candidate's)
+        st.guard = Guard(_watched())  # (registering the drop-in's custom op is fusebot's doing, not the candidate's)
     return {"ok": True, "reasons": reasons, "confinement": confinement.as_dict()}
 
 
@@ -148,56 +157,17 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(_equal(x[i:i + step], y[i:i + step]) for i in range(0, x.numel(), step))
 
 
-def _poison_fill(t: torch.Tensor) -> None:
-    if t.is_floating_point():
-        t.fill_(float("nan"))
-    elif t.dtype == torch.bool:
-        t.fill_(True)
-    else:
-        t.fill_(-0x5A5A5A5A if t.element_size() >= 4 else -0x5A)
-
-
-def _poison_allocator(specs: list[dict], device: str) -> None:
-    """Leave NaN-filled blocks of each output's size in the allocator's cache, so that an output the candidate
-    allocates but does not write (or memory it reads before writing) holds NaN rather than plausible numbers."""
-    blocks = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=device) for s in specs]
-    for b in blocks:
-        _poison_fill(b)
-    if device.startswith("cuda"):
-        _sync()
-    del blocks
-
-
-@contextlib.contextmanager
-def _fill_uninitialized():
-    """During verification every torch.empty (in Python or in a C++ extension) returns NaN-filled memory (integers:
-    their maximum), so reading memory nobody wrote shows. Deterministic mode is warn-only: no op is refused."""
-    import torch.utils.deterministic as det
-
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              det.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        det.fill_uninitialized_memory = before[2]
-
-
-def _call(st: State, inputs: list, poison: bool = False):
+def _call(st: State, inputs: list):
+    """The kernel library called directly (where there is no drop-in module), or the candidate's module."""
     if st.lib is not None:
         outs = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=st.device) for s in st.out_specs]
-        if poison:
-            for o in outs:
-                _poison_fill(o)
         stream = torch.cuda.current_stream().cuda_stream if st.device.startswith("cuda") else None
         st.lib(as_tensor_args(inputs, st.device) + st.params, outs, stream)
         return outs[0] if st.structure == "tensor" else tuple(outs)
     return st.model(*inputs)
 
 
-def _own_code_ran(st: State, inputs: list, poison: bool) -> tuple[object, bool]:
+def _own_code_ran(st: State, run) -> tuple[object, bool]:
     """CPU: did a C function from one of the candidate's own compiled extensions run during the call?
 
     load_inline does not register its module in sys.modules, so the candidate's modules are known by the shared
@@ -213,7 +183,7 @@ def _own_code_ran(st: State, inputs: list, poison: bool) -> tuple[object, bool]:
 
     sys.setprofile(prof)
     try:
-        out = _call(st, inputs, poison)
+        out = run()
     finally:
         sys.setprofile(None)
     return out, bool(own & seen)
@@ -280,21 +250,19 @@ def trial(st: State, msg: dict) -> dict:
     reasons: list[str] = []
     cuda = st.device.startswith("cuda")
     profiled: dict = {}
-    _poison_allocator(st.out_specs, st.device)
+    capture = Capture(_timed_call(st, inputs)[1])  # what timing calls, called as timing calls it
+    poison = lambda: poison_allocator(st.out_specs, st.device)  # noqa: E731
     try:
-        with _fill_uninitialized():
-            # The first call of a profiled trial runs under the profiler: which kernels ran, on which streams.
-            if msg.get("profile") and cuda:
-                from runner.harness.procs.profile import profile_kernels
-
-                out, profiled["kernels"], profiled["marker_stream"] = profile_kernels(
-                    lambda: _call(st, inputs, poison=True), st.workdir / f"trace_{msg['trial']}.json")
-            elif msg.get("profile") and st.lib is None:
-                out, profiled["own_code_ran"] = _own_code_ran(st, inputs, poison=True)
-            else:
-                out = _call(st, inputs, poison=True)
-            if cuda:
-                _sync()
+        # The first call of a profiled trial runs under the profiler: which kernels ran, on which streams.
+        if msg.get("profile") and cuda:
+            out, profiled["kernels"], profiled["marker_stream"] = profile_kernels(
+                lambda: call_once(st.device, capture, poison), st.workdir / f"trace_{msg['trial']}.json")
+        elif msg.get("profile") and st.lib is None:
+            out, profiled["own_code_ran"] = _own_code_ran(st, lambda: call_once(st.device, capture, poison))
+        else:
+            out = call_once(st.device, capture, poison)
+        if cuda:
+            _sync()
     except BaseException as exc:  # noqa: BLE001 - the candidate's failure is data (SystemExit included)
         return {"ok": True, "reasons": [failure("runtime", exc, st.device)], "fatal": cuda}
     clock.lap("run")
@@ -313,12 +281,10 @@ def trial(st: State, msg: dict) -> dict:
         for x, p in zip(inputs, pristine, strict=True):
             if isinstance(x, torch.Tensor):
                 x.copy_(p)
-        _poison_allocator(st.out_specs, st.device)
         try:
-            with _fill_uninitialized():
-                out2 = _call(st, inputs, poison=True)
-                if cuda:
-                    _sync()
+            out2 = call_once(st.device, capture, poison)
+            if cuda:
+                _sync()
         except BaseException as exc:  # noqa: BLE001
             return {"ok": True, "reasons": [failure("runtime", exc, st.device, "second run: ")], "fatal": cuda}
         reply["second_run"], _ = _write_outputs(st, out2, f"{msg['trial']}_b")
@@ -327,35 +293,57 @@ def trial(st: State, msg: dict) -> dict:
 
 
 def time_(st: State, msg: dict) -> dict:
+    """Time the candidate on fresh inputs for every call (runner.harness.procs.calls), and write a sample of the
+    outputs of a few timed calls, chosen after the last one, for the judge to check."""
     st.exported.clear()
     st.out_specs, st.structure = msg["out_specs"], msg["structure"]  # the first shape's, like the inputs below
     st.inputs = None  # freed before the new ones are made: two sets of a 7 GB problem's inputs do not fit beside it
-    inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
-    st.inputs = inputs
-    timer = timing.Timer(st.device, st.timer_cfg)
-    call, fn = _timed_call(st, inputs)
+    fresh = FreshInputs(make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device), msg["seed"])
+    st.inputs = fresh.work
+    call, fn = _timed_call(st, fresh.work)
+    capture = Capture(fn)
+    samples = Samples(capture, fresh)
+
+    def before() -> None:
+        fresh.next()
+        poison_allocator(st.out_specs, st.device)
+
+    st.timed = (capture, before)
     try:
-        result = timer.measure(fn)
+        result = timing.Timer(st.device, st.timer_cfg).measure(capture, before=before, after=samples.take)
     except BaseException as exc:  # noqa: BLE001 - the candidate's failure is data
         return {"reasons": [failure("runtime", exc, st.device, "while timing: ")]}
     result.call = call
     reasons = st.guard.violations()
-    return {"timing": result.model_dump(), "reasons": reasons}
+    checked = []
+    for record in samples.chosen():
+        outs = []
+        for j, o in enumerate(record["outputs"]):
+            if o is not None:
+                path = st.workdir / f"timed_{record['call']}_{j}.bin"
+                verify.write_tensor(o["values"], path)
+                o = {"step": o["step"], "offset": o["offset"], "file": str(path), **verify.describe(o["values"])}
+            outs.append(o)
+        checked.append({"call": record["call"], "scale": record["scale"], "outputs": outs})
+    return {"timing": result.model_dump(), "reasons": reasons, "samples": checked}
 
 
 def _timed_call(st: State, inputs: list):
-    """What a timing calls, and its name for Timing.call: the drop-in's forward where there is one (a fast-format
-    kernel of a module), the candidate itself otherwise (its library, or its module)."""
+    """What a call runs, verified or timed, and its name for Timing.call: the drop-in's forward where there is one
+    (a fast-format kernel of a module), the candidate itself otherwise (its library, or its module)."""
     if st.dropin is not None:
         return "drop-in", lambda: st.dropin(*inputs)
     return ("library" if st.lib is not None else "module"), lambda: _call(st, inputs)
 
 
 def wall(st: State, msg: dict) -> dict:
-    inputs = st.inputs
-    _, call = _timed_call(st, inputs)
+    """`calls` timed calls back to back with their `before` steps, or (`hooks_only`) the `before` steps alone: the
+    parent times both with its own clock and takes the difference."""
+    capture, before = st.timed
     for _ in range(msg["calls"]):
-        call()
+        before()
+        if not msg.get("hooks_only"):
+            capture()
     if st.device.startswith("cuda"):
         _sync()
     return {}

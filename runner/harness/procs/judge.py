@@ -239,6 +239,50 @@ def check(st: State, msg: dict) -> dict:
             "mismatched": mismatched, "numel": numel, "seconds": round(time.perf_counter() - t0, 4)}
 
 
+def timed_check(st: State, msg: dict) -> dict:
+    """Check samples of the outputs of timed calls: each call's inputs are the timing's inputs scaled by that call's
+    factor (runner.harness.procs.calls.FreshInputs); the reference is run on them and the same elements compared,
+    by the oracle's rule where there is an oracle."""
+    base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    reasons: list[str] = []
+    for record in msg["samples"]:
+        s = float(record["scale"])
+        inputs = [torch.mul(x, s) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in base]
+        flat, _ = _run_reference(st, inputs)
+        oracles, _ = oracle_outputs(st.oracle, inputs, flat)
+        if len(record["outputs"]) != len(flat):
+            reasons.append(f"timer-escape: timed call {record['call']} returned {len(record['outputs'])} outputs, "
+                           f"the reference {len(flat)}")
+            continue
+        for i, (r, meta) in enumerate(zip(flat, record["outputs"], strict=True)):
+            if meta is None or not isinstance(r, torch.Tensor):
+                continue
+            try:
+                got = _read(meta, msg["dir"], st.device)
+            except (OSError, ValueError, KeyError, IpcUnavailable) as exc:
+                reasons.append(f"timer-escape: timed call {record['call']}'s output {i} could not be read: {exc}")
+                continue
+            at = slice(int(meta["offset"]), None, int(meta["step"]))
+            want = r.reshape(-1)[at][:got.numel()]
+            if want.shape != got.shape or want.dtype != got.dtype:
+                reasons.append(f"timer-escape: timed call {record['call']}'s output {i} is not the reference's "
+                               f"shape or dtype")
+                continue
+            atol, rtol = verify.tolerance_for(r.dtype, st.problem.spec.atol, st.problem.spec.rtol)
+            atol = verify.effective_atol(atol, verify.magnitude(r))
+            if oracles[i] is not None:
+                cmp = verify.compare_to_oracle(want, oracles[i].reshape(-1)[at][:got.numel()], got, atol, rtol, i)
+            else:
+                cmp = verify.compare_values(want, got, atol, rtol, i)
+            if not cmp.passed:
+                reasons.append(f"timer-escape: the output of timed call {record['call']} is not the reference's on "
+                               f"the same inputs (a sample of {got.numel()} elements): the call did not do its work "
+                               f"while timed; {cmp.reasons[0]}")
+        if reasons:
+            break
+    return {"reasons": reasons}
+
+
 def baselines(st: State, msg: dict) -> dict:
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     timer = timing.Timer(st.device, st.timer_cfg)
@@ -291,7 +335,8 @@ def _releasing(handler):
 
 
 HANDLERS = {name: _releasing(h) for name, h in {
-    "init": init, "prepare": prepare, "check": check, "baselines": baselines, "profile": profile,
+    "init": init, "prepare": prepare, "check": check, "timed_check": timed_check, "baselines": baselines,
+    "profile": profile,
     "bandwidth": bandwidth}.items()}
 
 if __name__ == "__main__":

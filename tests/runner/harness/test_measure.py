@@ -1,6 +1,12 @@
-"""The parent's wall-clock cross-check of a candidate's own timer (runner.harness.measure.measure), with a stand-in worker."""
+"""The parent's wall-clock cross-check of a candidate's own timer (runner.harness.measure), with a stand-in worker:
+on every backend, the calls' own time (calls with their `before` steps, less the steps alone) by the parent's clock
+must not be more than twice what the timer saw."""
 
+import os
 import time
+from types import SimpleNamespace
+
+import pytest
 
 from runner.harness.evaluator import Evaluator
 from runner.harness.measure import measure
@@ -10,11 +16,14 @@ from ..conftest import scale_relu_spec
 
 
 class StandIn:
-    """Answers `time` with a timing its process reported, and takes `wall_ms_per_call` per call on `wall`."""
+    """Answers `time` with a timing its process reported; on `wall` spends `call_ms` of CPU per call plus `hook_ms`
+    per `before` step (the step alone with hooks_only), in this process, which stands in for the worker's."""
 
-    def __init__(self, reported_ms: float, wall_ms_per_call: float):
-        self.reported_ms, self.wall_ms = reported_ms, wall_ms_per_call
+    def __init__(self, reported_ms: float, call_ms: float, hook_ms: float = 0.0, burn: bool = True):
+        self.reported_ms, self.call_ms, self.hook_ms, self.burn = reported_ms, call_ms, hook_ms, burn
         self.last = None
+        self.workdir = "."
+        self.proc = SimpleNamespace(pid=os.getpid())
 
     def send(self, msg):
         self.last = msg
@@ -23,21 +32,40 @@ class StandIn:
         if cmd == "time":
             t = summarize([self.reported_ms] * 10, clock="monotonic", l2_flushed=True)
             return {"ok": True, "timing": t.model_dump()}
-        time.sleep(self.last["calls"] * self.wall_ms / 1e3)
+        per_call = self.hook_ms + (0.0 if self.last.get("hooks_only") else self.call_ms)
+        if not self.burn:  # a GPU's time: the host waits (the CUDA check counts wall time)
+            time.sleep(self.last["calls"] * per_call / 1e3)
+            return {"ok": True}
+        end = time.thread_time() + self.last["calls"] * per_call / 1e3
+        while time.thread_time() < end:  # CPU time, as a CPU kernel spends it (the CPU check counts CPU time)
+            pass
         return {"ok": True}
 
 
-def test_a_timer_that_sees_less_than_half_the_wall_time_is_an_escape():
-    ev = Evaluator(scale_relu_spec(), backend="cpu")
-    ev.contestants.device = "cuda"  # the cross-check runs for CUDA candidates only; the stand-in needs no GPU
-    ev.reference.out_specs[0] = ([{"shape": [64, 256], "dtype": "torch.float32"}], "tensor")
-    try:
-        timing, reasons = measure(ev.contestants, StandIn(reported_ms=0.5, wall_ms_per_call=2.0), ev.reference)
-        assert timing is None and reasons[0].startswith("timer-escape"), reasons
-        timing, reasons = measure(ev.contestants, StandIn(reported_ms=2.0, wall_ms_per_call=2.1), ev.reference)
-        assert reasons == [] and timing.median_ms == 2.0
-        ev.contestants.device = "cpu"  # on the CPU both clocks are wall clocks: no cross-check
-        timing, reasons = measure(ev.contestants, StandIn(reported_ms=0.5, wall_ms_per_call=2.0), ev.reference)
-        assert reasons == [] and timing.median_ms == 0.5
-    finally:
-        ev.close()
+@pytest.fixture()
+def ev():
+    e = Evaluator(scale_relu_spec(), backend="cpu")
+    e.config.cpu_check_ms = 100.0
+    e.reference.out_specs[0] = ([{"shape": [64, 256], "dtype": "torch.float32"}], "tensor")
+    yield e
+    e.close()
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_a_timer_that_sees_less_than_half_the_wall_time_is_an_escape(ev, device, monkeypatch):
+    ev.contestants.device = device  # the stand-in needs no GPU
+    monkeypatch.setattr("psutil.Process.cpu_affinity", lambda self: [0])  # one core, as a pinned worker has
+    timing, reasons = measure(ev.contestants, StandIn(reported_ms=0.5, call_ms=2.0, burn=device == "cpu"),
+                              ev.reference)
+    assert timing is None and reasons[0].startswith("timer-escape"), reasons
+    timing, reasons = measure(ev.contestants, StandIn(reported_ms=2.0, call_ms=2.1, burn=device == "cpu"),
+                              ev.reference)
+    assert reasons == [] and timing.median_ms == 2.0
+
+
+def test_the_before_steps_are_not_charged_to_the_call(ev, monkeypatch):
+    monkeypatch.setattr("psutil.Process.cpu_affinity", lambda self: [0])
+    """Fresh inputs for every timed call cost time outside the timed region: the cross-check subtracts them."""
+    ev.contestants.device = "cpu"
+    timing, reasons = measure(ev.contestants, StandIn(reported_ms=0.5, call_ms=0.5, hook_ms=1.5), ev.reference)
+    assert reasons == [] and timing.median_ms == 0.5
