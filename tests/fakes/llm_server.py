@@ -1,10 +1,14 @@
 """A scripted OpenAI-compatible chat-completions server on loopback: real HTTP for the real openai client.
 
 The script is a list of `Reply` rules; each request gets the first rule whose `match` (a substring of the request's
-messages) fits and that has uses left. A rule can answer with content and usage counts, an HTTP error with headers
-(429 with Retry-After, 500, ...), or sleep past the client's timeout. Every request is recorded (path, headers by
-lower-case name, JSON body, the status sent, the time) so tests can assert what the prompts held and what they never
-held. When nothing matches, the server answers 400 "script exhausted", which the client does not retry.
+messages, or a tuple of substrings all present) fits, whose `unless` (a substring) does not, and that has uses left.
+A rule can answer with content and usage counts (and a reported cost), end as a model cut off or filtered would
+(`finish_reason`), answer with reasoning and no content, send an HTTP error with headers and its own error body (429
+with Retry-After, 500, a 400 saying the context is exceeded, ...), or answer after a delay (a reasoning model
+thinking, or past the client's timeout).
+Every request is recorded (path, headers by lower-case name, JSON body, the status sent, when it came and when it was
+answered) so tests can assert what the prompts held and what they never held, and which requests overlapped.
+When nothing matches, the server answers 400 "script exhausted", which the client does not retry.
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ from typing import Any
 @dataclass
 class Reply:
     content: str = ""
-    match: str | None = None
+    match: str | tuple[str, ...] | None = None  # a tuple: every one of its substrings
     times: int | None = None  # None: any number of uses
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     prompt_tokens: int = 100
     completion_tokens: int = 200
+    unless: str | None = None  # the rule does not fit a request holding this substring
+    finish_reason: str = "stop"
+    reasoning: str | None = None  # sent as message.reasoning_content (vLLM, DeepSeek)
+    error: dict[str, Any] | None = None  # the error object of a non-200 answer
+    cost: float | None = None  # reported as usage.cost (OpenRouter)
 
 
 @dataclass
@@ -36,6 +45,7 @@ class Request:
     body: dict[str, Any]
     status: int
     at: float
+    done_at: float = 0.0  # when the answer was sent
 
     @property
     def text(self) -> str:
@@ -59,7 +69,9 @@ class ScriptedLLM:
     def _pick(self, text: str) -> Reply | None:
         with self._lock:
             for r in self.script:
-                if (r.match is None or r.match in text) and (r.times is None or r.times > 0):
+                wanted = (r.match,) if isinstance(r.match, str) else r.match or ()
+                fits = all(w in text for w in wanted) and (r.unless is None or r.unless not in text)
+                if fits and (r.times is None or r.times > 0):
                     if r.times is not None:
                         r.times -= 1
                     return r
@@ -101,16 +113,26 @@ class ScriptedLLM:
                 if r.delay_s:
                     time.sleep(r.delay_s)
                 if r.status != 200:
-                    err = {"error": {"message": f"scripted {r.status}", "type": "server_error", "code": r.status}}
-                    return self._send(r.status, err, r.headers)
+                    err = {"error": r.error or {"message": f"scripted {r.status}", "type": "server_error",
+                                                "code": r.status}}
+                    self._send(r.status, err, r.headers)
+                    req.done_at = time.time()
+                    return None
+                message: dict[str, Any] = {"role": "assistant", "content": r.content}
+                if r.reasoning is not None:
+                    message["reasoning_content"] = r.reasoning
+                usage: dict[str, Any] = {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                                         "total_tokens": r.prompt_tokens + r.completion_tokens}
+                if r.cost is not None:
+                    usage["cost"] = r.cost
                 self._send(200, {
                     "id": f"chatcmpl-{len(owner.requests)}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "scripted"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": r.content}}],
-                    "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                              "total_tokens": r.prompt_tokens + r.completion_tokens},
+                    "choices": [{"index": 0, "finish_reason": r.finish_reason, "message": message}],
+                    "usage": usage,
                 }, r.headers)
+                req.done_at = time.time()
+                return None
 
         return Handler
 

@@ -9,7 +9,8 @@ SECRET = "sk-test-SECRET-4242-do-not-leak"
 
 def settings(url: str, **kw) -> LLMSettings:
     base = dict(base_url=url, api_key=SECRET, models="scripted-a", timeout_s=5.0, backoff_initial_s=0.01,
-                backoff_max_s=3.0, max_attempts=4, max_completion_tokens=2000, min_completion_tokens=100)
+                backoff_max_s=3.0, max_attempts=4, max_completion_tokens=2000, min_completion_tokens=100,
+                max_concurrency=1)  # one request at a time: scripted answers go to requests in a known order
     return LLMSettings(**(base | kw))
 
 

@@ -178,18 +178,77 @@ def implement_prompt(ctx: ProblemContext, idea: Idea, history: History, abi_head
     return [_system(ctx), {"role": "user", "content": user}]
 
 
-def repair_prompt(ctx: ProblemContext, candidate: Candidate, verdict: Verdict, abi_header: str) -> Messages:
+def verdict_message(ctx: ProblemContext, candidate: Candidate, verdict: Verdict) -> str:
+    """The harness's verdict on a kernel, as the next turn of the conversation that wrote it."""
     reasons = "\n".join(f"- {_cut(r, 1500)}" for r in verdict.reasons) or "- (no reason given)"
     log = verdict.build.log if verdict.build and verdict.build.log else ""
-    trials = [f"- trial {t.index} ({t.distribution}): max_abs_err={t.max_abs_err} max_rel_err={t.max_rel_err} "
-              f"mismatched={t.mismatched}/{t.numel} {'; '.join(t.reasons)}" for t in verdict.trials if not t.passed]
-    user = (
-        f"{_problem(ctx)}\n\n{format_rules(ctx, abi_header)}\n\n"
+    trials = [f"- trial {t.index} ({t.distribution}{', second shape' if t.shape_set else ''}): "
+              f"max_abs_err={t.max_abs_err} max_rel_err={t.max_rel_err} mismatched={t.mismatched}/{t.numel} "
+              f"{'; '.join(t.reasons)}" for t in verdict.trials if not t.passed]
+    return (
         f"## Task: repair\nThis kernel (idea: {candidate.idea or 'n/a'}) was rejected at the {verdict.stage} stage.\n"
-        f"{_fence(_cut(_source(candidate), MAX_CODE_CHARS), source_lang(ctx))}\n"
         f"### The harness's reasons\n{reasons}\n"
         + (f"### Compiler output\n```\n{_cut(log, MAX_LOG_CHARS, keep='tail')}\n```\n" if log else "")
         + ("### Failed trials\n" + "\n".join(trials[:8]) + "\n" if trials else "")
         + "Find the cause, then give the whole corrected file."
     )
+
+
+def repair_prompt(ctx: ProblemContext, candidate: Candidate, verdict: Verdict, abi_header: str) -> Messages:
+    """A repair of a kernel whose conversation is not known (it came from elsewhere): its code and verdict."""
+    user = (
+        f"{_problem(ctx)}\n\n{format_rules(ctx, abi_header)}\n\n"
+        f"### The rejected kernel\n{_fence(_cut(_source(candidate), MAX_CODE_CHARS), source_lang(ctx))}\n\n"
+        + verdict_message(ctx, candidate, verdict)
+    )
     return [_system(ctx), {"role": "user", "content": user}]
+
+
+def assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+def no_code_message(ctx: ProblemContext, why: str) -> str:
+    """The turn after an answer with no usable code: what was wrong with it, and what to send instead."""
+    return (f"## Task: answer again\nYour last answer could not be used: {why}.\nKeep the explanation to a few "
+            f"lines and give the whole file in ONE fenced ```{source_lang(ctx)} block"
+            + (", complete to its last brace." if ctx.format == "fast" else "."))
+
+
+# ---- shrinking a prompt the model's context cannot hold -----------------------------------------------------------
+
+SHRINK_LEVELS = 4  # 0: whole; 1: only the latest attempt of a conversation; 2: no history sections; 3: no comments
+_HISTORY_HEADS = ("## Best verified kernels", "## Slower verified variants", "## Recent failures",
+                  "## Ideas already tried", "## Earlier variants")
+
+
+def strip_comments(source: str) -> str:
+    """Python source without its comments and blank lines (the code is unchanged)."""
+    out = []
+    for line in source.splitlines():
+        code = line.split("#", 1)[0].rstrip() if "#" in line and "'" not in line and '"' not in line else line
+        if code.strip():
+            out.append(code)
+    return "\n".join(out) + "\n"
+
+
+def _drop_history(text: str) -> str:
+    parts = text.split("\n\n## ")
+    kept = [parts[0]] + [p for p in parts[1:] if not ("## " + p).startswith(_HISTORY_HEADS)]
+    return "\n\n## ".join(kept)
+
+
+def shrink(messages: Messages, level: int, reference_source: str) -> Messages:
+    """The messages at shrink level `level` (0: as they are)."""
+    out = [dict(m) for m in messages]
+    if level >= 1 and len(out) > 4:  # a conversation: the task, then only its latest attempt and verdict
+        dropped = (len(out) - 4) // 2
+        out = out[:2] + out[-2:]
+        out[-1]["content"] = f"[{dropped} earlier attempt(s) dropped to fit the model's context]\n" + out[-1]["content"]
+    if level >= 2:
+        out[1]["content"] = _drop_history(out[1]["content"])
+    if level >= 3:
+        stripped = strip_comments(reference_source)
+        for m in out:
+            m["content"] = m["content"].replace(reference_source.rstrip(), stripped.rstrip())
+    return out

@@ -27,6 +27,7 @@ CTX = ProblemContext(
     baselines=Baselines(eager=timing(1.0), compile=timing(0.8)),
 )
 IDEAS_T, IMPL_T, REPAIR_T = "## Task: ideas", "## Task: implement", "## Task: repair"
+AGAIN_T = "## Task: answer again"
 
 
 def run(srv, budget, trace, evaluator=None, **kw):
@@ -36,13 +37,13 @@ def run(srv, budget, trace, evaluator=None, **kw):
 def test_good_answers_flow_into_verified_kernels_and_prompts_carry_what_they_must(tmp_path):
     script = [
         Reply(IDEAS, match=IDEAS_T),
+        Reply(code_answer("ms=0.9"), match=REPAIR_T),  # first: a repair continues the implement conversation
         # round 1: idea 1 (two variants), idea 2 (two variants), in request order
         Reply(code_answer("ms=0.5"), match=IMPL_T, times=1),
         Reply(code_answer("ms=0.7"), match=IMPL_T, times=1),
         Reply(code_answer("wrong"), match=IMPL_T, times=1),
         Reply(code_answer("ms=0.6"), match=IMPL_T, times=1),
         Reply(code_answer("ms=0.25"), match=IMPL_T),  # round 2
-        Reply(code_answer("ms=0.9"), match=REPAIR_T),
     ]
     with ScriptedLLM(script) as srv:
         res = run(srv, SearchBudget(rounds=2, ideas_per_round=2, implementations_per_idea=2, max_repairs=1),
@@ -68,14 +69,19 @@ def test_an_answer_without_code_is_a_failed_attempt_and_a_failed_build_is_repair
         tmp_path):
     script = [
         Reply("1. Use a lookup table for the activation function.\n", match=IDEAS_T),
+        Reply(code_answer("ms=0.4"), match=REPAIR_T),
+        Reply(code_answer("ms=0.45"), match=AGAIN_T),
         Reply("I'd use a lookup table, but I won't write the code.", match=IMPL_T, times=1),
         Reply(code_answer("build-error"), match=IMPL_T, times=1),
-        Reply(code_answer("ms=0.4"), match=REPAIR_T),
     ]
     with ScriptedLLM(script) as srv:
         res = run(srv, SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=2), tmp_path / "t.jsonl")
     no_code = [a for a in res.history.attempts if a.candidate is None]
     assert [a.failure for a in no_code] == ["scripted-a: no fenced code block in the answer"]
+    again = next(r for r in srv.completions() if AGAIN_T in r.text)  # the model was told, and answered with code
+    assert "could not be used: no fenced code block in the answer" in again.text
+    assert [m["role"] for m in again.body["messages"]] == ["system", "user", "assistant", "user"]
+    assert 0.45 in [a.median_ms for a in res.history.attempts]
     repair = next(r for r in srv.completions() if REPAIR_T in r.text)
     assert "'flaot' was not declared in this scope" in repair.text and "### Compiler output" in repair.text
     assert res.best.median_ms == 0.4 and res.best.repair_of is not None
@@ -159,8 +165,8 @@ def test_several_models_share_the_branches(tmp_path):
 
 
 def test_a_search_run_again_on_its_trace_replays_answers_without_requests(tmp_path):
-    script = [Reply(IDEAS, match=IDEAS_T), Reply(code_answer("build-error"), match=IMPL_T),
-              Reply(code_answer("ms=0.3"), match=REPAIR_T)]
+    script = [Reply(IDEAS, match=IDEAS_T), Reply(code_answer("ms=0.3"), match=REPAIR_T),
+              Reply(code_answer("build-error"), match=IMPL_T)]
     budget = SearchBudget(rounds=2, ideas_per_round=2, implementations_per_idea=1)
     with ScriptedLLM(script) as srv:
         first = run(srv, budget, tmp_path / "t.jsonl")
@@ -174,7 +180,7 @@ def test_a_search_run_again_on_its_trace_replays_answers_without_requests(tmp_pa
 def test_the_key_never_reaches_logs_trace_or_prompts(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     script = [Reply(status=429, headers={"Retry-After": "0"}, times=1), Reply(IDEAS, match=IDEAS_T),
-              Reply(code_answer("build-error"), match=IMPL_T), Reply("no code", match=REPAIR_T)]
+              Reply("no code", match=REPAIR_T), Reply(code_answer("build-error"), match=IMPL_T)]
     with ScriptedLLM(script) as srv:
         res = run(srv, SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=1), tmp_path / "t.jsonl")
     assert srv.completions()[0].headers["authorization"] == f"Bearer {SECRET}"  # the key was really used
