@@ -10,8 +10,25 @@ from runner.contract import Candidate
 from runner.harness.procs.profile import declared_kernels
 
 
+def _called_names(fn: ast.AST) -> set[str]:
+    """Names `fn` calls directly: `name(...)` and `self.name(...)`."""
+    names = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name):
+                names.add(n.func.id)
+            elif isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "self":
+                names.add(n.func.attr)
+    return names
+
+
+def _catches(fn: ast.AST) -> bool:
+    return any(isinstance(n, ast.Try | ast.TryStar) for n in ast.walk(fn))
+
+
 def static_checks(candidate: Candidate) -> list[str]:
-    """Checks that need no run: a KernelBench ModelNew.forward that catches exceptions is a silent fallback."""
+    """Checks that need no run: a KernelBench ModelNew.forward that catches exceptions, or calls a function of the
+    candidate's own file (a method, a module-level function) that does, has a silent fallback."""
     reasons: list[str] = []
     if candidate.format != "kernelbench":
         return reasons
@@ -20,13 +37,21 @@ def static_checks(candidate: Candidate) -> list[str]:
         tree = ast.parse(src)
     except SyntaxError as exc:
         return [f"load: candidate.py:{exc.lineno}: SyntaxError: {exc.msg}"]
+    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
-            for fn in node.body:
-                if isinstance(fn, ast.FunctionDef) and fn.name == "forward":
-                    if any(isinstance(n, ast.Try | ast.TryStar) for n in ast.walk(fn)):
-                        reasons.append("fallback: ModelNew.forward catches exceptions (try/except): a silent "
-                                       "fallback to the reference is not allowed")
+            methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
+            forward = methods.get("forward")
+            if forward is None:
+                continue
+            if _catches(forward):
+                reasons.append("fallback: ModelNew.forward catches exceptions (try/except): a silent "
+                               "fallback to the reference is not allowed")
+            for name in sorted(_called_names(forward)):
+                callee = methods.get(name) or functions.get(name)
+                if callee is not None and callee is not forward and _catches(callee):
+                    reasons.append(f"fallback: {name}, called by ModelNew.forward, catches exceptions (try/except): "
+                                   "a silent fallback to the reference is not allowed")
     return reasons
 
 

@@ -70,6 +70,37 @@ def _flags() -> dict[str, object]:
     return flags
 
 
+IDLE_WINDOW_S = 0.05  # a thread that uses no CPU over this long, and is not running, is idle
+
+
+def _thread_state(tid: int) -> tuple[str, int] | None:
+    """(state letter, user + system clock ticks) of one of this process's threads; None if it has exited."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[11]) + int(fields[12])
+
+
+def busy_threads(tids: set[int]) -> set[int]:
+    """The threads among `tids` that are running now or used CPU over IDLE_WINDOW_S. An idle thread pool (OpenMP's
+    workers, parked on a futex after the call) is not background work; a thread still computing is. Two windows:
+    a pool's workers spin a little before they park."""
+    busy = set(tids)
+    for _ in range(2):
+        first = {t: _thread_state(t) for t in busy}
+        time.sleep(IDLE_WINDOW_S)
+        busy = set()
+        for t, before in first.items():
+            after = _thread_state(t)
+            if before is not None and after is not None and (after[0] == "R" or after[1] != before[1]):
+                busy.add(t)
+        if not busy:
+            break
+    return busy
+
+
 def _native_threads() -> set[int]:
     try:
         return {int(t) for t in os.listdir("/proc/self/task")}
@@ -114,11 +145,10 @@ class Guard:
             names = ", ".join(t.name for t in extra[:4])
             reasons.append(f"background-thread: {len(extra)} Python thread(s) still running after the call ({names})")
         else:
-            new_native = _native_threads() - self.native
+            new_native = busy_threads(_native_threads() - self.native)
             if new_native:
-                reasons.append(
-                    f"background-thread: {len(new_native)} native thread(s) started by the candidate are still running"
-                )
+                reasons.append(f"background-thread: {len(new_native)} native thread(s) started by the candidate are "
+                               f"still running after the call (using CPU over {IDLE_WINDOW_S * 1000:.0f} ms)")
         return reasons
 
     def restore_flags(self) -> None:

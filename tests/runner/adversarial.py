@@ -155,6 +155,30 @@ _main._write_outputs = _forged
         LAST = scale_relu(x, self.bias)
         return LAST
 ''', header="\nCALLS = 0\nLAST = None\n"), "timer-escape"),
+    # an empty file named like a standard module in its directory, and a call of that module's builtin
+    "fake_own_module": (kb('''        _sys.getrefcount(x)
+        return torch.relu(x * 2.0 + self.bias)
+''', header='''
+import sys as _sys
+open(os.path.join(os.getcwd(), "sys.so"), "w").close()
+'''), "no-kernel"),
+    # the fallback one call away from forward
+    "fallback_in_helper": (kb('''        return self.run(x)
+
+    def run(self, x):
+        try:
+            return scale_relu(x, self.bias)
+        except Exception:
+            return torch.relu(x * 2.0 + self.bias)
+'''), "fallback"),
+    "fallback_in_function": (kb("        return guarded(x, self.bias)\n", header='''
+
+def guarded(x, bias):
+    try:
+        return scale_relu(x, bias)
+    except Exception:
+        return torch.relu(x * 2.0 + bias)
+'''), "fallback"),
     "patch_harness_timer": (kb("        return scale_relu(x, self.bias)\n", header='''
 import sys as _sys
 _t = _sys.modules["runner.harness.timing"]
@@ -294,3 +318,12 @@ except OSError:
 '''), "crash"),
     "raises_base_exception": (kb("        raise KeyboardInterrupt\n"), "runtime: KeyboardInterrupt"),
 }
+
+# ---- honest code that must not be misjudged --------------------------------------------------------------------
+
+# Rows in parallel with OpenMP: its thread pool stays alive, idle, after the call (not background work)
+HONEST_OPENMP = fast("#pragma omp parallel for num_threads(4)\n  " + _LOOP)
+# A native thread that keeps working after the call returns: background work, whatever else it does
+NATIVE_BACKGROUND = {"kernel.cpp": "#include <thread>\n#include <atomic>\n" + _FAST.replace("{BODY}", _LOOP + """
+  static std::atomic<bool> started{false};
+  if (!started.exchange(true)) std::thread([] { volatile double s = 0; for (;;) s += 1.0; }).detach();""")}

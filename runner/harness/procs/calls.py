@@ -10,7 +10,10 @@ timed call's outputs, at positions drawn after the call returned, is kept for th
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import sys
+from pathlib import Path
 
 import torch
 
@@ -120,3 +123,44 @@ class Samples:
         while rest and len(picks) < CHECKED_CALLS:
             picks.append(rest.pop(secrets.randbelow(len(rest))))
         return [self.kept[i] for i in sorted(picks)]
+
+
+def own_modules(dirs: list[Path]) -> set[str]:
+    """The names of the candidate's own compiled modules: shared objects loaded in this process (mapped, not merely
+    present) from its own directories, less any name a module from elsewhere or a standard one already has (an
+    empty `sys.so` in its directory is no module of its own)."""
+    mapped = set()
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and ".so" in parts[5]:
+                mapped.add(Path(parts[5].strip()))
+    own = {p.name.split(".")[0] for p in mapped if any(p.is_relative_to(d) for d in dirs)}
+    taken = set(sys.builtin_module_names) | set(sys.stdlib_module_names)
+    for name, mod in list(sys.modules.items()):
+        file = getattr(mod, "__file__", None)
+        if not file or not any(Path(file).resolve().is_relative_to(d) for d in dirs):
+            taken.add(name.split(".")[0])
+    return own - taken
+
+
+def own_code_ran(dirs: list[Path], run) -> tuple[object, bool]:
+    """CPU: did a C function from one of the candidate's own compiled extensions run during the call?
+
+    load_inline does not register its module in sys.modules, so the candidate's modules are known by the shared
+    objects loaded from its own directories; a pybind function's __module__ names the module it belongs to."""
+    own = own_modules(dirs)
+    seen: set[str] = set()
+
+    def prof(frame, event, arg):
+        if event == "c_call":
+            mod = getattr(arg, "__module__", None)
+            if isinstance(mod, str):
+                seen.add(mod.split(".")[0])
+
+    sys.setprofile(prof)
+    try:
+        out = run()
+    finally:
+        sys.setprofile(None)
+    return out, bool(own & seen)

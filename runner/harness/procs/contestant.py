@@ -23,7 +23,7 @@ from runner.harness.guards import Guard
 from runner.harness.problem import ProblemError, build_model, load, make_inputs, strict_fp32
 from runner.harness.procs import calls, ipc
 from runner.harness.procs.abi import KernelLibrary, as_tensor_args
-from runner.harness.procs.calls import Capture, FreshInputs, Samples, call_once, poison_allocator
+from runner.harness.procs.calls import Capture, FreshInputs, Samples, call_once, own_code_ran, poison_allocator
 from runner.harness.procs.process import serve
 from runner.harness.procs.profile import profile_kernels
 from runner.harness.sandbox import confine
@@ -167,28 +167,6 @@ def _call(st: State, inputs: list):
     return st.model(*inputs)
 
 
-def _own_code_ran(st: State, run) -> tuple[object, bool]:
-    """CPU: did a C function from one of the candidate's own compiled extensions run during the call?
-
-    load_inline does not register its module in sys.modules, so the candidate's modules are known by the shared
-    objects built in its own directories; a pybind function's __module__ names the module it belongs to."""
-    own = {p.name.split(".")[0] for d in [st.workdir, *st.ext_dirs] for p in d.rglob("*.so")}
-    seen: set[str] = set()
-
-    def prof(frame, event, arg):
-        if event == "c_call":
-            mod = getattr(arg, "__module__", None)
-            if isinstance(mod, str):
-                seen.add(mod)
-
-    sys.setprofile(prof)
-    try:
-        out = run()
-    finally:
-        sys.setprofile(None)
-    return out, bool(own & seen)
-
-
 def _write_outputs(st: State, out, tag: str) -> tuple[list[dict], str]:
     flat, structure = verify.flatten(out)
     metas = []
@@ -258,7 +236,8 @@ def trial(st: State, msg: dict) -> dict:
             out, profiled["kernels"], profiled["marker_stream"] = profile_kernels(
                 lambda: call_once(st.device, capture, poison), st.workdir / f"trace_{msg['trial']}.json")
         elif msg.get("profile") and st.lib is None:
-            out, profiled["own_code_ran"] = _own_code_ran(st, lambda: call_once(st.device, capture, poison))
+            out, profiled["own_code_ran"] = own_code_ran([st.workdir, *st.ext_dirs],
+                                                          lambda: call_once(st.device, capture, poison))
         else:
             out = call_once(st.device, capture, poison)
         if cuda:
