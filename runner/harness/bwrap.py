@@ -169,6 +169,22 @@ def _cuda_view() -> list[str]:
     return args
 
 
+def _toolchain_view() -> list[str]:
+    """The host's compilers where they live outside /usr (a GPU image's /opt/gcc, say): the prefix above each one's
+    bin/, so that nvcc's host compiler and torch.compile's C++ compiler run inside the sandbox as outside."""
+    names = ("gcc", "g++", "cc", "c++", "nvcc", os.environ.get("CC", ""), os.environ.get("CXX", ""))
+    prefixes = []
+    for name in names:
+        exe = shutil.which(name) if name else None
+        if exe:
+            real = os.path.realpath(exe)
+            prefixes += [os.path.dirname(os.path.dirname(real)), os.path.dirname(os.path.dirname(exe))]
+    args: list[str] = []
+    for p in _outside_usr(q for q in prefixes if os.path.realpath(q) != "/usr"):
+        args += _ro(p)
+    return args
+
+
 def _gpu_devices() -> list[str]:
     args: list[str] = []
     for dev in sorted(glob.glob("/dev/nvidia*")):  # nvidia0.., nvidiactl, nvidia-uvm(-tools), nvidia-modeset, -caps
@@ -183,7 +199,7 @@ def base_args(workdir: Path, *, user_namespace: bool, tmpfs_bytes: int = TMPFS_D
             "--setenv", "FUSEBOT_SANDBOX", "bwrap"]
     if user_namespace:
         args += ["--unshare-user", "--disable-userns"]
-    args += _system_view() + _python_view() + _cuda_view()
+    args += _system_view() + _python_view() + _cuda_view() + _toolchain_view()
     args += ["--proc", "/proc", "--dev", "/dev", *_gpu_devices()]
     size = str(int(tmpfs_bytes))
     args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
