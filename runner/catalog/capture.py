@@ -239,6 +239,9 @@ def capture_sources(sources: list[str], *, timeout_s: float = 300.0) -> list[CGr
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        # torch.export may write compile caches: inside the confined work folder, never a shared one
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor-cache")
+        env["XDG_CACHE_HOME"] = str(work / "cache")
         cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work), "--",
                sys.executable, "-m", "runner.catalog.capture", *files]
         try:

@@ -14,7 +14,8 @@ Nodes a template must render (each raises NotExpressible where it cannot):
   Besides the UNARY and BINARY names below: `where(c, a, b)` (c != 0 ? a : b); comparisons `eq ne lt le gt ge`
   (1.0 or 0.0); `not` (x == 0); `trunc`; `round_bf16` / `round_fp16`: x rounded to the nearest bf16/fp16 value
   (ties to even) and widened back to fp32, exactly where the reference stores to that type (an op whose result is
-  bf16, `.to(torch.bfloat16)`); loads of bf16/fp16 widen exactly and the final store rounds.
+  bf16, `.to(torch.bfloat16)`); loads of bf16/fp16 widen exactly and the final store rounds; `idivmod(x; div, mod)`
+  = (x // div) % mod on an integer value (an index range through a reshape that merged dims).
 - Iota(e): the coordinate of the current position along F's dim `ndim - 1 - e` (counted from the innermost, as
   broadcasting aligns shapes), as a float: arange/iota, and a causal mask buffer whose structure the capture checked
   (`col <= row` is `le(Iota(0), Iota(1))`). An Iota along a reduced dim is full-level (it varies along the row);
@@ -106,6 +107,7 @@ UNARY = ("neg", "relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", 
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge")
 TERNARY = ("where",)
 CASTS = ("round_bf16", "round_fp16", "trunc", "not", "isnan", "isinf")
+INDEX = ("idivmod",)  # idivmod(x; div, mod) = (x // div) % mod on integer values: a merged dim's coordinate
 
 
 @dataclass
@@ -123,6 +125,9 @@ class Input:
     offset: int = 0
     shift: tuple[int, ...] | None = None
     base: int = 0
+    # a reshaped strided view (dims merged or split): the element is offset + sum over terms (d, div, mod, stride) of
+    # ((c[d] // div) % mod) * stride, d a dim of `shape` (right-aligned to F); `strides` are then all 0, `shift` too
+    terms: tuple[tuple[int, int, int, int], ...] | None = None
 
 
 @dataclass

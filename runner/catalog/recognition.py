@@ -125,6 +125,8 @@ class _Lower:
                 return self.viewed(lambda: _Val(self.views.permute(src.expr, src.shape, [1, 0]), src.shape[::-1]))
             if isinstance(v, _Val):
                 return v
+            if isinstance(v, Refusal):
+                raise Unsupported(v.why)
             raise Unsupported(f"{a['ref']} is used where a tensor value is expected")
         if isinstance(a, bool | int | float):
             return _Val(Const(float(a)), ())
@@ -386,10 +388,20 @@ class _Lower:
             var = self.lower_reduction(n.model_copy(update={"op": "var"}))
             mean = self.reduce("mean", x, self.dims(a(1, "dim"), len(x.shape)), bool(a(2, "keepdim", False)))
             return (var, mean)
-        if o == "constant_tensor":
-            raise Unsupported(f"a constant tensor ({n.kwargs.get('target')}) that no input of the ABI carries")
+        if o == "constant_tensor":  # refused where it is used (an unused buffer costs nothing)
+            return Refusal(f"a constant tensor ({n.kwargs.get('target')}) that no input of the ABI carries")
+        if o == "index.Tensor":  # x[idx] with one index tensor on the first dim: embedding's gather
+            idx = n.args[1]
+            if len(idx) != 1 or idx[0] is None:
+                raise Unsupported("indexing with several index tensors")
+            return self.lower_gather(n.model_copy(update={"args": [n.args[0], idx[0]]}), "index0")
         if o in ("embedding", "index_select", "gather"):
             return self.lower_gather(n, o)
+        if o == "pad":
+            x = self.val(n.args[0])
+            value = float(self.arg(n, 2, "value", 0.0) or 0.0)
+            self.notes.append("a constant pad read in place (the value outside, a shifted read inside)")
+            return _Val(self.viewed(lambda: self.views.pad(x.expr, x.shape, list(n.args[1]), value, shape)), shape)
         if o == "slice":
             return self.lower_slice(n)
         if o == "cat":
@@ -439,18 +451,26 @@ class _Lower:
         v = as_strided(self.inputs[ld.k], ndim)
         if v.shape[dim] == 1:
             return ld
-        stride = v.strides[dim]
         sh, st = list(v.shape), list(v.strides)
+        terms = v.terms
+        if terms is not None:  # a reshaped view: the gathered dim must be one plain term
+            mine = [t for t in terms if t[0] == dim]
+            if len(mine) != 1 or mine[0][1] != 1:
+                raise Unsupported("a gather along a merged dim")
+            stride, terms = mine[0][3], tuple(t for t in terms if t[0] != dim)
+        else:
+            stride = v.strides[dim]
         sh[dim], st[dim] = 1, 0
-        return Gather(self.intern(replace(v, shape=tuple(sh), strides=tuple(st))), Const(0.0), stride)
+        return Gather(self.intern(replace(v, shape=tuple(sh), strides=tuple(st), terms=terms)), Const(0.0), stride)
 
     def lower_gather(self, n: CNode, o: str) -> _Val:
         """embedding(W, ids), index_select(x, d, idx), gather(x, d, idx): loads with an index read from a tensor."""
         shape = tuple(n.shape or ())
         nd = len(shape)
-        if o == "embedding":
-            src, idx, dim = self.val(n.args[0]), self.val(n.args[1]), nd - 2
-            index = self.to_space(idx, idx.shape + (1,))
+        if o in ("embedding", "index0"):  # out = idx.shape + src.shape[1:]
+            src, idx = self.val(n.args[0]), self.val(n.args[1])
+            dim = nd - len(src.shape)
+            index = self.to_space(idx, idx.shape + (1,) * (len(src.shape) - 1))
         elif o == "index_select":
             src, dim, idx = self.val(n.args[0]), int(n.args[1]) % nd, self.val(n.args[2])
             index = self.to_space(idx, idx.shape + (1,) * (nd - 1 - dim))
@@ -544,7 +564,7 @@ class _Lower:
         if reductions(x.expr) and self.F is not None and self.is_row_space(x.shape) and self.is_row_space(shape):
             return _Val(x.expr, shape)  # a per-row value: its loads already index the program's space
         if has_views(x.expr, self.inputs):
-            return self.viewed(lambda: _Val(self.views.resize_ones(x.expr, x.shape, shape), shape))
+            return self.viewed(lambda: _Val(self.views.reshape(x.expr, x.shape, shape), shape))
         if isinstance(x.expr, Load):
             inp = self.inputs[x.expr.k]
             if prod(inp.shape) == prod(shape):
@@ -914,6 +934,13 @@ class _Lower:
                 return Pattern("unsupported", reason="the heavy op has no epilogue to fuse", notes=prog.notes)
             return Pattern("epilogue", program=prog, heavy=self.heavy, notes=prog.notes)
         return Pattern("row" if prog.is_row and reductions(expr) else "elementwise", program=prog, notes=prog.notes)
+
+
+@dataclass
+class Refusal:
+    """A value the catalog cannot read: refused with its reason where an op uses it."""
+
+    why: str
 
 
 @dataclass

@@ -49,7 +49,13 @@ def heavy_nodes(g: CGraph) -> list[CNode]:
 
 
 def needs_schedule(g: CGraph) -> bool:
-    """Several heavy ops, or work before one (its operand computed by other ops than views)."""
+    """Several heavy ops, work before one (its operand computed by other ops than views), or outputs of different
+    sizes (one program each: RoPE of q and of k with fewer key heads)."""
+    out = next((n for n in g.nodes if n.op == "output"), None)
+    res = (out.args[0] if isinstance(out.args[0], list) else [out.args[0]]) if out is not None else []
+    sizes = {_numel(g.node(r["ref"])) for r in res if isinstance(r, dict) and "ref" in r}
+    if len(sizes) > 1:
+        return True
     heavy = heavy_nodes(g)
     if len(heavy) > 1:
         return True

@@ -44,8 +44,9 @@ def as_strided(inp: Input, ndim: int) -> Input:
         base = prod(inp.shape)
         return replace(inp, shape=(1,) * pad + tuple(inp.shape), strides=(0,) * pad + strides,
                        shift=(0,) * ndim, base=base, viewed=True)
+    terms = None if inp.terms is None else tuple((d + pad, dv, m, st) for d, dv, m, st in inp.terms)
     return replace(inp, shape=(1,) * pad + tuple(inp.shape), strides=(0,) * pad + tuple(inp.strides),
-                   shift=(0,) * pad + tuple(inp.shift or (0,) * len(inp.shape)), viewed=True)
+                   shift=(0,) * pad + tuple(inp.shift or (0,) * len(inp.shape)), viewed=True, terms=terms)
 
 
 def rewrite(e: Expr, on_load: Callable[[Load], Expr], on_iota: Callable[[Iota], Expr], keep_reds: bool = False) -> Expr:
@@ -89,8 +90,14 @@ class Views:
         def fn(v: Input) -> Input:
             if v.shape[dim] == 1:
                 return v
-            if v.shift[dim]:
-                raise ViewError("a slice of a concatenation")
+            if v.terms is not None:
+                raise ViewError("a slice of a reshaped view")
+            if v.shift[dim]:  # a shifted piece (cat, pad): the slice's start moves the shift, not the offset
+                if step != 1:
+                    raise ViewError("a strided slice of a concatenation")
+                sf = list(v.shift)
+                sf[dim] -= start
+                return replace(v, shift=tuple(sf))
             st = list(v.strides)
             sh = list(v.shape)
             off = v.offset + start * st[dim]
@@ -108,8 +115,9 @@ class Views:
         perm = [(p + nd) % nd for p in perm]
 
         def fn(v: Input) -> Input:
+            terms = None if v.terms is None else tuple((perm.index(d), dv, m, st) for d, dv, m, st in v.terms)
             return replace(v, shape=tuple(v.shape[p] for p in perm), strides=tuple(v.strides[p] for p in perm),
-                           shift=tuple(v.shift[p] for p in perm))
+                           shift=tuple(v.shift[p] for p in perm), terms=terms)
 
         def iota(x: Iota) -> Expr:  # old dim p = perm[new dim q]
             old = nd - 1 - x.e
@@ -124,6 +132,8 @@ class Views:
         def fn(v: Input) -> Input:
             if v.shape[dim] == 1:
                 return v
+            if v.terms is not None:
+                raise ViewError("a concatenation of a reshaped view")
             sh = list(v.shift)
             sh[dim] += start
             return replace(v, shift=tuple(sh))
@@ -149,6 +159,43 @@ class Views:
         assert out is not None
         return out
 
+    def reshape(self, e: Expr, old: tuple[int, ...], new: tuple[int, ...]) -> Expr:
+        """Dims merged or split (a view of a sliced tensor as rows): each load's index as terms."""
+        if [x for x in old if x != 1] == [x for x in new if x != 1]:
+            return self.resize_ones(e, old, new)
+        def on_load(ld: Load) -> Expr:
+            v = as_strided(self.inputs[ld.k], len(old))
+            return self.intern(reshape_terms(v, old, new))
+
+        def on_iota(x: Iota) -> Expr:  # the old coordinate from the new ones, by the same terms as a load's
+            d = len(old) - 1 - x.e
+            probe = Input(abi=0, shape=old, dtype="float32", strides=tuple(int(i == d) for i in range(len(old))),
+                          shift=(0,) * len(old))
+            out: Expr = Const(0.0)
+            for (nd_, div, mod, st) in reshape_terms(probe, old, new).terms or ():
+                c = op("idivmod", Iota(len(new) - 1 - nd_), attrs=(float(div), float(mod)))
+                out = op("add", out, op("mul", c, Const(float(st))))
+            return out
+
+        return rewrite(e, on_load, on_iota)
+
+    def pad(self, e: Expr, shape: tuple[int, ...], pads: list[int], value: float, out: tuple[int, ...]) -> Expr:
+        """constant_pad_nd: pads (lo, hi) per dim from the last; inside, the value shifted by lo; outside, value."""
+        nd = len(shape)
+        inside: Expr | None = None
+        for j in range(len(pads) // 2):
+            lo, hi = pads[2 * j], pads[2 * j + 1]
+            d = nd - 1 - j
+            if lo < 0 or hi < 0:
+                raise ViewError("a negative pad (a crop)")
+            if lo == 0 and hi == 0:
+                continue
+            e = self.shifted(e, shape, d, lo)
+            c = Iota(nd - 1 - d)
+            ok = op("mul", op("ge", c, Const(float(lo))), op("lt", c, Const(float(lo + shape[d]))))
+            inside = ok if inside is None else op("mul", inside, ok)
+        return e if inside is None else op("where", inside, e, Const(float(value)))
+
     def resize_ones(self, e: Expr, old: tuple[int, ...], new: tuple[int, ...]) -> Expr:
         """Size-1 dims inserted or removed (unsqueeze, squeeze, a view that only does that)."""
         if [x for x in old if x != 1] != [x for x in new if x != 1]:
@@ -160,7 +207,9 @@ class Views:
             sh, st, sf = [1] * len(new), [0] * len(new), [0] * len(new)
             for a, b in zip(o_dims, n_dims, strict=True):
                 sh[b], st[b], sf[b] = v.shape[a], v.strides[a], v.shift[a]
-            return replace(v, shape=tuple(sh), strides=tuple(st), shift=tuple(sf))
+            terms = None if v.terms is None else tuple(
+                (n_dims[o_dims.index(d)], dv, m, s) for d, dv, m, s in v.terms)
+            return replace(v, shape=tuple(sh), strides=tuple(st), shift=tuple(sf), terms=terms)
 
         def iota(x: Iota) -> Expr:
             d = len(old) - 1 - x.e
@@ -169,6 +218,61 @@ class Views:
             return Iota(len(new) - 1 - n_dims[o_dims.index(d)])
 
         return self._map(e, len(old), fn, iota, keep_reds=True)
+
+
+def _terms(v: Input) -> list[tuple[int, int, int, int]]:
+    """A view's index as terms (dim, div, mod, stride)."""
+    if v.terms is not None:
+        return list(v.terms)
+    if any(v.shift or ()):
+        raise ViewError("a reshape of a concatenation")
+    return [(d, 1, n, st) for d, (n, st) in enumerate(zip(v.shape, v.strides, strict=True)) if n != 1]
+
+
+def reshape_terms(v: Input, old: tuple[int, ...], new: tuple[int, ...]) -> Input:
+    """v (a strided view of a value of shape old) as a view of the value reshaped to new (row-major)."""
+    blocks, i, j = [], 0, 0  # runs of old dims and new dims of equal product
+    while i < len(old) or j < len(new):
+        bi, bj = [i], [j]
+        po, pn = old[i] if i < len(old) else 1, new[j] if j < len(new) else 1
+        i, j = i + 1, j + 1
+        while po != pn:
+            if po < pn:
+                po *= old[i]
+                bi.append(i)
+                i += 1
+            else:
+                pn *= new[j]
+                bj.append(j)
+                j += 1
+        blocks.append(([x for x in bi if x < len(old)], [x for x in bj if x < len(new)]))
+    out: list[tuple[int, int, int, int]] = []
+    by_dim: dict[int, list[tuple[int, int, int, int]]] = {}
+    for t in _terms(v):
+        by_dim.setdefault(t[0], []).append(t)
+    for bo, bn in blocks:
+        bo = [d for d in bo if old[d] != 1]
+        bn = [d for d in bn if new[d] != 1]
+        if not bo:
+            continue
+        if len(bn) == 1:  # old dims merged into one: c_old = (c_new // (product of the old dims after it)) % size
+            after = 1
+            for d in reversed(bo):
+                for (_, div, mod, st) in by_dim.get(d, []):
+                    out.append((bn[0], after * div, mod, st))
+                after *= old[d]
+        elif len(bo) == 1:  # one old dim split: c_old = sum of c_new[k] * (product of the new dims after k)
+            terms = by_dim.get(bo[0], [])
+            if any(div != 1 or mod != old[bo[0]] for (_, div, mod, _) in terms):
+                raise ViewError("a split of a dim already merged")
+            after = 1
+            for d in reversed(bn):
+                for (_, _, _, st) in terms:
+                    out.append((d, 1, new[d], st * after))
+                after *= new[d]
+        else:
+            raise ViewError(f"a reshape from {list(old)} to {list(new)} that mixes dims")
+    return replace(v, shape=tuple(new), strides=(0,) * len(new), shift=(0,) * len(new), terms=tuple(out))
 
 
 def has_views(e: Expr, inputs: list[Input]) -> bool:

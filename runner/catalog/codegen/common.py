@@ -186,6 +186,8 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
     c = attrs
     if name == "powc":
         return f"powf({x}, {_f(c[0])})"
+    if name == "idivmod":  # a coordinate of a merged dim: (x // div) % mod on integers
+        return f"(float)(((long long){x} / {int(c[0])}LL) % {int(c[1])}LL)"
     if name == "leaky_relu":
         return f"({x} > 0.0f ? {x} : {x} * {_f(c[0])})"
     if name == "clamp_min":
@@ -246,7 +248,7 @@ def index_code(p: Program, k: int) -> str:
     if kind == "rowper":
         return f"fb_rper(a, {k}, r)"
     if kind == "strided":
-        return f"fb_sidx(a, {k}, flat)"
+        return f"fb_tidx(a, {k}, flat)" if p.inputs[k].terms else f"fb_sidx(a, {k}, flat)"
     return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
 
 
@@ -270,6 +272,8 @@ struct FbArgs {{
   int small;                 // every flat index fits in 32 bits: cheaper divisions
   int a0;                    // the first reduced dim: a row's outer position o spans dims [0, a0)
   long long vst[{nin}][{nd}], vsh[{nin}][{nd}], vsz[{nin}][{nd}], voff[{nin}];  // strided views (Input.strides)
+  int tn[{nin}], td[{nin}][{2 * nd}];                      // reshaped views (Input.terms): dim, div, mod, stride
+  long long tdiv[{nin}][{2 * nd}], tmod[{nin}][{2 * nd}], tst[{nin}][{2 * nd}];
   unsigned bL[{nin}], bM[{nin}];  // a rowblock input: run length inside a row, and its divisor's magic multiplier
   int bS[{nin}];                  // ... and shift (r / bL = (umulhi(r, bM) + r) >> bS for r < 2^31)
 }};
@@ -306,6 +310,14 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
                     st, sh = (inp.strides[j], (inp.shift or (0,) * len(inp.shape))[j]) if j >= 0 else (0, 0)
                     lines.append(f"    a.vst[{k}][{d}] = {st}LL; a.vsh[{k}][{d}] = {sh}LL; a.vsz[{k}][{d}] = {pv[d]}LL;")
                 lines.append(f"    a.voff[{k}] = {inp.offset}LL;")
+                terms = inp.terms or ()
+                if len(terms) > 2 * nd:
+                    raise NotExpressible("a reshaped view with more terms than the argument block holds")
+                lines.append(f"    a.tn[{k}] = {len(terms)};")
+                pad = nd - len(inp.shape)
+                for j, (d, div, mod, st) in enumerate(terms):
+                    lines.append(f"    a.td[{k}][{j}] = {d + pad}; a.tdiv[{k}][{j}] = {div}LL; "
+                                 f"a.tmod[{k}][{j}] = {mod}LL; a.tst[{k}][{j}] = {st}LL;")
             lines.append(f"    if (want != {numel}LL) return fb_fail(\"input {pos}: size differs from the captured "
                          "view\");")
             padded = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
@@ -513,6 +525,13 @@ FB_HD long long fb_sidx(const FbArgs& a, int k, long long flat) {
     const long long n = a.vsz[k][d];
     if (n != 1) { c -= a.vsh[k][d]; c = c < 0 ? 0 : (c >= n ? n - 1 : c); idx += c * a.vst[k][d]; }
   }
+  return idx;
+}
+FB_HD long long fb_tidx(const FbArgs& a, int k, long long flat) {
+  long long c[FB_ND > 0 ? FB_ND : 1];
+  for (int d = FB_ND - 1; d >= 0; --d) { c[d] = flat % a.F[d]; flat /= a.F[d]; }
+  long long idx = a.voff[k];
+  for (int j = 0; j < a.tn[k]; ++j) idx += ((c[a.td[k][j]] / a.tdiv[k][j]) % a.tmod[k][j]) * a.tst[k][j];
   return idx;
 }
 FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {

@@ -34,6 +34,8 @@ EXPECTED = {
     "rope_rotate_half": ("elementwise", "concatenation read in place", [cpu.CpuParams("flat", threads="one")]),
     "channels_first_layernorm": (None, "a view of a value that holds a reduction", []),
     "cross_entropy": ("row", "a reduction of reductions", [cpu.CpuParams("rows", "online", "one")]),
+    "lm_loss_shifted": ("row", "a reduction of reductions", [cpu.CpuParams("rows", "online", "one")]),
+    "lm_loss_padded": ("row", "a constant pad read in place", [cpu.CpuParams("rows", "twopass", "one")]),
     "gpt2_embeddings": ("elementwise", "embedding: loads indexed", [cpu.CpuParams("flat", threads="one")]),
     "masked_mean_pooling": ("row", "sum over dims [1]", [cpu.CpuParams("columns", "online", "one")]),
     "weighted_mse": ("row", "a reduction of reductions", [cpu.CpuParams("rows", "online", "one")]),
