@@ -28,16 +28,18 @@ CUT_NOTE = "\n\n*…cut to fit GitHub's limit.*"
 
 # ---- what may be published ----------------------------------------------------------------------------------------
 
-def scrub(text: str) -> str:
+def scrub(text: str, *, keep_paths: bool = False) -> str:
     """`text` without credentials (GitHub and API tokens, keys, PEM blocks, Authorization headers) and without
     absolute paths (each becomes `…/<its last part>`): verdict reasons, build logs and traces come from a machine
-    that ran untrusted code, and what it printed may hold either."""
-    return _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(1), redact(text))
+    that ran untrusted code, and what it printed may hold either. `keep_paths`: a patch, which must still apply, keeps
+    its text but for credentials."""
+    text = redact(text)
+    return text if keep_paths else _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(1), text)
 
 
-def clip(text: str, limit: int = BODY_LIMIT) -> str:
+def clip(text: str, limit: int = BODY_LIMIT, *, keep_paths: bool = False) -> str:
     """What may be published: `scrub`bed, then cut to `limit` characters with a note saying so."""
-    text = scrub(text)
+    text = scrub(text, keep_paths=keep_paths)
     return text if len(text) <= limit else text[: limit - len(CUT_NOTE)] + CUT_NOTE
 
 
@@ -323,14 +325,15 @@ def fork_comment(plan: PullRequestPlan, patch: str, limit: int = BODY_LIMIT) -> 
             "This pull request comes from a fork, so fusebot does not push to it. Apply the kernels yourself:", "",
             "```sh\n# save the patch below as fusebot.patch, then\ngit apply fusebot.patch\n```", ""]
     head += [target_table(r) + "\n" for r in plan.results] + [environment_line(plan.environment), ""]
-    fixed = "\n".join(head)
+    fixed = scrub("\n".join(head))
     room = limit - len(fixed) - 200
     if room <= 0:
         return clip(fixed, limit)
+    patch = scrub(patch, keep_paths=True)
     shown = patch if len(patch) <= room else patch[:room]
     note = "" if shown is patch else f"\n*…patch cut at {room} of {len(patch)} characters: see the check run.*\n"
     return clip(fixed + f"<details><summary>fusebot.patch</summary>\n\n```diff\n{shown}\n```\n{note}\n</details>\n",
-                limit)
+                limit, keep_paths=True)
 
 
 def explain_comments(job_id: str, results: list[TargetResult], limit: int = BODY_LIMIT) -> list[str]:

@@ -112,7 +112,7 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
 
 
 def _patch_text(patch: str) -> str:
-    return pr.clip(f"Apply with `git apply`:\n\n```diff\n{patch}\n```")
+    return pr.clip(f"Apply with `git apply`:\n\n```diff\n{patch}\n```", keep_paths=True)
 
 
 def _finish_check(platform: Platform, check_run_id: int | None, out: CheckOutput) -> None:

@@ -134,7 +134,10 @@ def test_what_is_published_holds_no_credential_and_no_path_outside_the_repositor
     texts = [pr.pr_body(plan_of(leaky_result(True), leaky_result(False)))]
     for plan in (plan_of(leaky_result(True)), plan_of(leaky_result(False))):
         out = pr.check_completed(plan, pr_url="https://github.com/acme/models/pull/3")
-        texts += [out.summary, out.text, pr.status_comment(7, "done", plan), pr.fork_comment(plan, LEAKY)]
+        patch = f"diff --git a/k.cpp b/k.cpp\n--- /dev/null\n+++ b/k.cpp\n+// {TOKEN}\n"
+        fork = pr.fork_comment(plan, patch)
+        assert "--- /dev/null" in fork  # a patch keeps its paths, so that it still applies
+        texts += [out.summary, out.text, pr.status_comment(7, "done", plan), fork]
     texts += [pr.check_completed(plan_of(), error=LEAKY).summary, *pr.explain_comments("job1", [leaky_result(False)])]
     job = Job(id="b1", repo="acme/models", sha="c0ffee" * 6 + "abcd", targets=[], kind="benchmark", pr_number=3)
     result = JobResult(job_id="b1", ok=True, targets=[leaky_result(False)])
