@@ -37,7 +37,7 @@ REASON_NAMES = (
     "build", "load", "runtime", "crash", "timeout", "memory", "mismatch", "uninitialized-output", "nan-mismatch",
     "inf-mismatch", "shape", "dtype", "device", "layout", "output-type", "nondeterministic", "stale-result",
     "second-shape", "input-mutation", "monkeypatch", "global-state", "background-thread", "side-stream", "no-kernel",
-    "fallback", "timer-escape", "below-floor", "backend", "drop-in",
+    "fallback", "timer-escape", "below-floor", "backend", "drop-in", "unstable-measurement",
 )
 
 

@@ -30,6 +30,20 @@ class HarnessConfig:
     # shape (factory, randn, factory: two distributions, and a stale result still shows) instead of `trials`: each
     # trial of a 7 GB problem costs seconds of copies, and one trial already checks billions of elements.
     large_io_bytes: int = 2 << 30
+    # CPU backend: the cores the judge and every candidate's process run on (one torch thread per core); None: the
+    # parent's own cores, less the lowest-numbered one where it has more than two (left to the parent and the host)
+    cpu_cores: list[int] | None = None
+    # confirmation: the spread (max - min over median) of the rounds' medians, of the candidate or of a baseline,
+    # above which the result is an unstable measurement and nothing is claimed (docs/harness.md: how it was set)
+    unstable_spread: float = 0.5
+
+
+def timing_cores(config: HarnessConfig) -> list[int]:
+    """The cores CPU timing is pinned to."""
+    if config.cpu_cores:
+        return sorted(config.cpu_cores)
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[1:] if len(cores) > 2 else cores
 
 
 def scratch_root() -> Path:

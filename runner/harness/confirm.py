@@ -32,3 +32,29 @@ def confirmation(cand: list[Timing], rounds: list[Baselines]) -> tuple[Timing, B
         speedup_vs_compile=[k.median_ms / c.median_ms for k, c in zip(comp, cand, strict=True)] if comp else [],
     )
     return pool(cand), Baselines(eager=pool(eager), compile=pool(comp) if comp else None), conf
+
+
+def spread(values: list[float]) -> float:
+    """(max - min) / median of per-round medians: how far apart the rounds landed."""
+    return (max(values) - min(values)) / statistics.median(values) if values else 0.0
+
+
+def spread_text(conf: Confirmation) -> str:
+    parts = [f"the kernel {min(conf.candidate_ms):.4g}-{max(conf.candidate_ms):.4g} ms "
+             f"({100 * spread(conf.candidate_ms):.0f}%)",
+             f"eager {min(conf.eager_ms):.4g}-{max(conf.eager_ms):.4g} ms ({100 * spread(conf.eager_ms):.0f}%)"]
+    if conf.compile_ms:
+        parts.append(f"torch.compile {min(conf.compile_ms):.4g}-{max(conf.compile_ms):.4g} ms "
+                     f"({100 * spread(conf.compile_ms):.0f}%)")
+    return f"over {conf.rounds} rounds: " + ", ".join(parts)
+
+
+def unstable(conf: Confirmation, threshold: float) -> str | None:
+    """Why the rounds do not agree enough for a claim (a spread above `threshold` of the kernel's or a baseline's
+    round medians), or None."""
+    worst = max(spread(conf.candidate_ms), spread(conf.eager_ms), spread(conf.compile_ms))
+    if conf.rounds > 1 and worst > threshold:
+        return (f"the rounds' medians spread by up to {100 * worst:.0f}% (more than {100 * threshold:.0f}%): "
+                f"{spread_text(conf)}; the host is too noisy for a figure that holds (pin the runner, or run it "
+                "on an idle host)")
+    return None

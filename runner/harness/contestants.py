@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runner.contract import Candidate, ProblemSpec
 from runner.errors import MachineError
-from runner.harness.config import HarnessConfig, worker_env
+from runner.harness.config import HarnessConfig, timing_cores, worker_env
 from runner.harness.plan import Seeds
 from runner.harness.procs.process import Limits, Worker, WorkerDied
 
@@ -61,7 +61,8 @@ class Contestants:
         msg = {"cmd": "init", "problem": self.problem.model_dump(), "candidate": candidate.model_dump(),
                "library": str(library) if library else None, "device": self.device,
                "init_seed": self.seeds.seed("init"), "timer": self.config.timer, "extra_write": extra,
-               "address_space_bytes": self.config.cpu_address_space_bytes if self.device == "cpu" else None}
+               "address_space_bytes": self.config.cpu_address_space_bytes if self.device == "cpu" else None,
+               "cores": timing_cores(self.config) if self.device == "cpu" else None}
         try:
             worker.send(msg)
         except WorkerDied:

@@ -269,7 +269,12 @@ class Evaluator:
         timing, baselines, verdict.confirmation = confirming.confirmation(cand, rounds_b)
         score(verdict, timing, baselines, self.roofline())
         warn_if_degenerate(verdict, self.reference)
-        verdict.accepted, verdict.stage = True, "done"
+        verdict.warnings.append(f"spread: {confirming.spread_text(verdict.confirmation)}")
+        verdict.stage = "done"
+        why = confirming.unstable(verdict.confirmation, self.config.unstable_spread)
+        if why:
+            verdict.reasons.append(f"unstable-measurement: {why}")
+        verdict.accepted = not verdict.reasons
         return run.finish()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runner.contract import Baselines, Environment, ProblemSpec, Roofline, Timing
 from runner.errors import MachineError, ProblemError
-from runner.harness.config import HarnessConfig, worker_env
+from runner.harness.config import HarnessConfig, timing_cores, worker_env
 from runner.harness.plan import Seeds
 from runner.harness.procs.process import Limits, Worker, WorkerDied
 
@@ -47,7 +47,8 @@ class Reference:
                                   Limits(self.config.memory_bytes))
             self.info = self.ask({"cmd": "init", "problem": self.problem.model_dump(), "device": self.device,
                                   "init_seed": self.seeds.seed("init"), "timer": self.config.timer,
-                                  "extra_write": [str(self.cache_dir / "inductor")]},
+                                  "extra_write": [str(self.cache_dir / "inductor")],
+                                  "cores": timing_cores(self.config) if self.device == "cpu" else None},
                                  self.config.init_timeout_s, "init")
         return self._worker
 

@@ -32,6 +32,7 @@ runs: a candidate that later replaces `torch.cuda.synchronize` or `Event.elapsed
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -57,6 +58,14 @@ MAX_LEAD_US = 1000.0
 
 def _nothing() -> None:
     return None
+
+
+def pin(cores: list[int] | None) -> None:
+    """CPU timing: this process on `cores` only, torch's intra-op pool one thread per core (the judge, timing the
+    baselines, and every candidate's process alike), so that two measurements run on the same resources."""
+    if cores:
+        os.sched_setaffinity(0, cores)
+        torch.set_num_threads(len(cores))
 
 
 def _lead_for(host_us: float) -> float:

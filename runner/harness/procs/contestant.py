@@ -88,6 +88,7 @@ def init(st: State, msg: dict) -> dict:
     st.device = msg["device"]
     st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
     strict_fp32()
+    timing.pin(msg.get("cores"))
     if st.device.startswith("cuda"):
         torch.cuda.init()
     _warm_up(st.device)

@@ -46,6 +46,7 @@ def init(st: State, msg: dict) -> dict:
     confinement = confine(workdir, extra_write=extra)
     st.device = msg["device"]
     strict_fp32()
+    timing.pin(msg.get("cores"))
     if st.device.startswith("cuda"):
         torch.cuda.init()
     st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
