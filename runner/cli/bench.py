@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import platform
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -71,6 +72,8 @@ def bench_markdown(rows: list[BenchRow], meta: dict) -> str:
              f"{meta.get('device', '')}; backend {meta.get('backend', '')}; search budget "
              f"{meta.get('budget_seconds', '')} s per problem; proposer {meta.get('proposer', '')}; "
              f"{meta.get('date', '')}.", "",
+             f"torch {meta.get('torch', '')}" + (f", CUDA {meta['cuda']}, driver {meta.get('driver', '')}" if meta.get("cuda")
+                                                 else "") + f"; fusebot commit {meta.get('commit', '')[:12]}.", "",
              "| problem | pattern | verified | improved | eager ms | torch.compile ms | fusebot ms | vs eager | "
              "vs compile | % of floor | search s |",
              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -184,7 +187,8 @@ def bench(
                           wall_seconds=budget_seconds)
     meta = {"suite": str(suite), "backend": chosen, "budget_seconds": budget_seconds,
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "device": _device(chosen),
-            "proposer": "builtin catalog" if not _llm_configured() else "LLM", "budget": budget.model_dump()}
+            "proposer": "builtin catalog" if not _llm_configured() else "LLM", "budget": budget.model_dump(),
+            **_versions(chosen)}
     rows: list[BenchRow] = []
     for k, f in enumerate(files, 1):
         console.print(f"[{k}/{len(files)}] {f.name} ...")
@@ -193,6 +197,27 @@ def bench(
         write_table(out, rows, meta)  # the table grows as problems finish
         console.print(f"    {'improved' if row.improved else 'no improvement'}: {row.error or row.message}")
     console.print(f"table in {out}/README.md and {out}/results.json")
+
+
+def _versions(backend: str) -> dict[str, str]:
+    """What a table must name besides the device: torch, CUDA and the driver, and fusebot's commit."""
+    out = {"torch": torch.__version__, "commit": _git(["rev-parse", "HEAD"])}
+    if backend == "cuda":
+        out["cuda"] = torch.version.cuda or ""
+        drivers = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
+        out["driver"] = drivers[0] if drivers else ""
+    return out
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _git(args: list[str]) -> str:
+    return _run(["git", "-C", str(Path(__file__).resolve().parents[2]), *args])
 
 
 def _llm_configured() -> bool:

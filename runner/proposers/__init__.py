@@ -1,1 +1,1 @@
-"""Proposers for the search loop: the LLM proposer (llm.py) and, later, the builtin strategy catalog."""
+"""Proposers for the search loop: the builtin catalog (catalog.py), the LLM (llm/) and the example seed (seed.py)."""

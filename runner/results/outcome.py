@@ -1,4 +1,4 @@
-"""What a search found, as data, markdown and JSON: pure functions (a later stage builds PR bodies on them).
+"""What a search found, as data, markdown and JSON: pure functions (the PR bodies build on them).
 
 `outcome()` decides whether the best verified kernel beats the faster of eager and torch.compile; `benchmark_table()`
 and `trace_markdown()` render it; `report_markdown()` is report.md and `result_json()` is result.json.
