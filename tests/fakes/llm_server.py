@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible chat-completions server on loopback: real HTTP for the real openai client.
 
 The script is a list of `Reply` rules; each request gets the first rule whose `match` (a substring of the request's
-messages, or a tuple of substrings all present) fits, whose `unless` (a substring) does not, and that has uses left.
+messages, or a tuple of substrings all present) fits, whose `unless` (a substring) does not, whose `model` (if set)
+is the request's, and that has uses left.
 A rule can answer with content and usage counts (and a reported cost), end as a model cut off or filtered would
 (`finish_reason`), answer with reasoning and no content, send an HTTP error with headers and its own error body (429
 with Retry-After, 500, a 400 saying the context is exceeded, ...), or answer after a delay (a reasoning model
@@ -32,6 +33,7 @@ class Reply:
     prompt_tokens: int = 100
     completion_tokens: int = 200
     unless: str | None = None  # the rule does not fit a request holding this substring
+    model: str | None = None  # the rule fits only requests for this model
     finish_reason: str = "stop"
     reasoning: str | None = None  # sent as message.reasoning_content (vLLM, DeepSeek)
     error: dict[str, Any] | None = None  # the error object of a non-200 answer
@@ -66,11 +68,12 @@ class ScriptedLLM:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def _pick(self, text: str) -> Reply | None:
+    def _pick(self, text: str, model: str | None = None) -> Reply | None:
         with self._lock:
             for r in self.script:
                 wanted = (r.match,) if isinstance(r.match, str) else r.match or ()
-                fits = all(w in text for w in wanted) and (r.unless is None or r.unless not in text)
+                fits = all(w in text for w in wanted) and (r.unless is None or r.unless not in text) and (
+                    r.model is None or r.model == model)
                 if fits and (r.times is None or r.times > 0):
                     if r.times is not None:
                         r.times -= 1
@@ -105,7 +108,7 @@ class ScriptedLLM:
                     req.status = 404
                     owner.requests.append(req)
                     return self._send(404, {"error": {"message": "not found"}}, {})
-                r = owner._pick(req.text)
+                r = owner._pick(req.text, body.get("model"))
                 req.status = 400 if r is None else r.status
                 owner.requests.append(req)
                 if r is None:
