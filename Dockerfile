@@ -1,7 +1,9 @@
 # The fusebot GPU runner: `fusebot worker` leases jobs from a fusebot bot and runs the search on this host's GPU.
 #   docker build -t fusebot-runner .
 #   docker run --gpus '"device=0"' -e FUSEBOT_WORKER_BOT_URL=https://bot.example.com \
+#              --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
 #              -e FUSEBOT_WORKER_TOKEN=... fusebot-runner
+# (Docker's default seccomp and AppArmor profiles refuse the namespaces bubblewrap confines each candidate with.)
 # CUDA's devel image: nvcc builds fast-format candidates (no torch headers, ~1.3 s each on an H100).
 FROM nvidia/cuda:13.0.0-devel-ubuntu24.04
 
@@ -16,10 +18,11 @@ ENV DEBIAN_FRONTEND=noninteractive \
     VIRTUAL_ENV=/opt/fusebot \
     PATH=/opt/fusebot/bin:$PATH
 
-# Python for the runner, g++ for the CPU backend and for torch.compile's baseline, git for job sources.
+# Python for the runner, g++ for the CPU backend and for torch.compile's baseline, git for job sources, bubblewrap
+# for the sandbox every untrusted process runs in.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv python3-dev g++ git ca-certificates \
+ && apt-get install -y --no-install-recommends python3 python3-venv python3-dev g++ git ca-certificates bubblewrap \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv "$VIRTUAL_ENV"
 
@@ -32,8 +35,8 @@ COPY bot ./bot
 COPY runner ./runner
 RUN pip install . && rm -rf /src
 
-# An unprivileged user: candidates run in its sandbox (Landlock, and a network namespace where the container's
-# capabilities allow one), never as root.
+# An unprivileged user: candidates run in its bubblewrap sandbox (user, PID, mount, network and IPC namespaces), never
+# as root.
 RUN useradd --create-home --uid 10001 fusebot
 USER 10001
 WORKDIR /home/fusebot

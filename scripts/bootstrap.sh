@@ -23,3 +23,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$VPY" -m pip install -q --disable-pip-version-check -e ".[dev]"
   touch "$stamp"
 fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  # Only where untrusted code runs (make test, make demo, fusebot eval/optimize/worker); the bot's host needs none.
+  echo "bootstrap: bubblewrap (bwrap) is not installed: fusebot will refuse to evaluate code here" \
+       "(Debian/Ubuntu: apt-get install bubblewrap; or FUSEBOT_UNSAFE_NO_SANDBOX=1 at your own risk)" >&2
+fi
