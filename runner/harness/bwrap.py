@@ -203,10 +203,10 @@ def base_args(workdir: Path, *, user_namespace: bool, tmpfs_bytes: int = TMPFS_D
     args += ["--proc", "/proc", "--dev", "/dev", *_gpu_devices()]
     size = str(int(tmpfs_bytes))
     args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
-    for p in read:
+    for p in dict.fromkeys(os.path.realpath(r) for r in read):
         args += _ro(p)
     wd = os.path.realpath(workdir)
-    for p in [*(os.path.realpath(w) for w in write), wd] if wd != "/" else []:
+    for p in dict.fromkeys([*(os.path.realpath(w) for w in write), wd] if wd != "/" else []):
         os.makedirs(p, exist_ok=True)
         args += ["--bind", p, p]
     args += ["--chdir", wd]

@@ -31,6 +31,8 @@ from runner.harness.scrub import looks_secret, secret_name
 
 log = logging.getLogger(__name__)
 
+_MARK = "FUSEBOT_SANDBOX"  # set by bwrap (runner.harness.bwrap) in the sandbox's environment
+
 _CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_DUMPABLE = 4
@@ -61,6 +63,7 @@ class Confinement:
     address_space_limit: bool = False
     bwrap: bool = False  # inside bubblewrap's namespaces (its own PID 1, no host process visible)
     unsafe_no_sandbox: bool = False  # the user opted out of bubblewrap (FUSEBOT_UNSAFE_NO_SANDBOX=1)
+    user_namespace: bool = False  # its own user namespace (bwrap as root may run without one)
 
     def as_dict(self) -> dict[str, bool]:
         return asdict(self)
@@ -158,7 +161,15 @@ def confine(workdir: Path, *, extra_write: list[Path] = (), address_space_bytes:
         limited = True
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return Confinement(netns, landlock_fs, landlock_net, True, non_dumpable, limited, inside_bwrap(),
-                       os.environ.get(bwrap.UNSAFE_ENV) == "1")
+                       os.environ.get(bwrap.UNSAFE_ENV) == "1", own_user_namespace())
+
+
+def own_user_namespace() -> bool:
+    """False in the initial user namespace (its uid map is the identity over the whole range)."""
+    try:
+        return Path("/proc/self/uid_map").read_text().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False
 
 
 def inside_bwrap() -> bool:
@@ -169,7 +180,6 @@ def inside_bwrap() -> bool:
         return False
 
 
-_MARK = "FUSEBOT_SANDBOX"
 _KEPT_FUSEBOT = (bwrap.UNSAFE_ENV, "FUSEBOT_DROPIN_CACHE")
 
 

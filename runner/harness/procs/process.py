@@ -154,11 +154,17 @@ class Worker:
         p = psutil.Process(self.proc.pid)
         return [p, *p.children(recursive=True)]  # in a PID namespace: every process of the sandbox
 
-    def _tmpfs_bytes(self, procs: list[psutil.Process]) -> int:
+    def _tmpfs_bytes(self) -> int:
         """What the sandbox's private /tmp and /dev/shm hold (memory, like its resident pages)."""
-        if self.mode.bwrap is None or len(procs) < 2:
+        if self.mode.bwrap is None:
             return 0
-        root = f"/proc/{procs[1].pid}/root"  # bwrap's child: PID 1 of the sandbox, its root the sandbox's
+        try:
+            inits = psutil.Process(self.proc.pid).children()
+        except psutil.Error:
+            return 0
+        if not inits:
+            return 0
+        root = f"/proc/{inits[0].pid}/root"  # bwrap's child: PID 1 of the sandbox, its root the sandbox's
         used = 0
         for mount in ("tmp", "dev/shm"):
             try:
@@ -175,7 +181,7 @@ class Worker:
             for q in procs:
                 with contextlib.suppress(psutil.Error):
                     rss += q.memory_info().rss
-            return rss + self._tmpfs_bytes(procs)
+            return rss + self._tmpfs_bytes()
         except psutil.Error:
             return 0
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.harness import bwrap
+from runner.contract import Candidate
+from runner.harness import build, bwrap
 from runner.harness.procs.process import Limits, Worker, WorkerDied
 from runner.harness.sandbox import confined_env
 
@@ -62,7 +63,8 @@ def bystander(tmp_path):
 
 
 def test_the_worker_runs_under_bubblewrap_and_says_so(hostile):
-    assert hostile.confinement["bwrap"] and not hostile.confinement["unsafe_no_sandbox"]
+    assert hostile.confinement["bwrap"] and hostile.confinement["user_namespace"]
+    assert not hostile.confinement["unsafe_no_sandbox"]
     assert hostile.run("import os; result = os.getpid()") < 10  # its own PID namespace
 
 
@@ -252,3 +254,41 @@ def test_without_bubblewrap_nothing_untrusted_starts_unless_the_user_opts_out(tm
         assert bwrap.wrap(["true"], tmp_path) == ["true"]
     finally:
         bwrap._mode.cache_clear()
+
+
+@pytest.mark.gpu
+def test_a_cuda_kernel_built_and_run_inside_the_sandbox(tmp_path):
+    """On a GPU host: the device nodes and driver libraries are in the sandbox's view, nvcc builds in it, a CUDA
+    kernel runs in it, and it still sees no host process."""
+    src = ('#include "fusebot.h"\n__global__ void twice(float* x, int n) { int i = blockIdx.x * blockDim.x + '
+           "threadIdx.x; if (i < n) x[i] *= 2.0f; }\n"
+           'extern "C" int fusebot_forward(const fb_tensor* in, int n_in, fb_tensor* out, int n_out, void* s) {\n'
+           "  twice<<<4, 256, 0, (cudaStream_t)s>>>((float*)in[0].data, 1024); return (int)cudaGetLastError(); }\n")
+    import torch  # here only: the CPU tests of this module need no torch in the parent
+
+    major, minor = torch.cuda.get_device_capability()
+    out = build.build(Candidate(id="twice", format="fast", backend="cuda", sources={"k.cu": src}),
+                      cuda_arch=f"sm_{major}{minor}", cache_dir=tmp_path / "cache")
+    assert out.info.ok, out.info.log
+    h = Hostile(tmp_path)
+    try:
+        result = h.run(f"""
+            import ctypes, glob, os, torch
+            lib = ctypes.CDLL({str(out.library)!r})
+            x = torch.ones(1024, device='cuda')
+
+            class T(ctypes.Structure):
+                _fields_ = [('data', ctypes.c_void_p), ('dtype', ctypes.c_int32), ('ndim', ctypes.c_int32),
+                            ('shape', ctypes.c_int64 * 8), ('strides', ctypes.c_int64 * 8)]
+
+            t = T(x.data_ptr(), 0, 1)
+            rc = lib.fusebot_forward(ctypes.byref(t), 1, ctypes.byref(t), 1, ctypes.c_void_p(0))
+            torch.cuda.synchronize()
+            result = [rc, float(x.sum()), sorted(glob.glob('/dev/nvidia*')), max(int(p) for p in os.listdir('/proc')
+                                                                                  if p.isdigit())]
+        """, timeout_s=300)
+    finally:
+        h.worker.close()
+    rc, total, devices, max_pid = result
+    assert rc == 0 and total == 2048.0 and max_pid < 50, result
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} <= set(devices), devices
