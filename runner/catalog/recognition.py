@@ -41,7 +41,7 @@ from runner.catalog.ir import (
     walk,
 )
 from runner.catalog.opset import translate
-from runner.catalog.views import ViewError, Views, as_strided, has_views
+from runner.catalog.views import ViewError, Views, as_strided, contiguous_strides, has_views
 
 HEAVY = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "convtranspose2d", "convtranspose3d", "addmm", "einsum"}
 IDENTITY = {"identity", "contiguous", "clone", "dropout", "detach", "float", "type_as"}
@@ -101,7 +101,11 @@ class _Lower:
         self.views = Views(self.inputs, self.intern)
 
     def intern(self, inp: Input) -> Load:
-        """The load of an input (a strided view, say), added unless an equal one exists."""
+        """The load of an input (a strided view, say), added unless an equal one exists; a view that is the
+        tensor's own contiguous layout (a permute undone) is a plain read again."""
+        if inp.strides is not None and inp.terms is None and not any(inp.shift or ()) and inp.offset == 0 \
+                and prod(inp.shape) == inp.base and tuple(inp.strides) == contiguous_strides(tuple(inp.shape)):
+            return self.load(inp.abi, inp.shape, inp.dtype, viewed=True)
         for k, x in enumerate(self.inputs):
             if x == inp:
                 return Load(k)
@@ -527,8 +531,27 @@ class _Lower:
             d0, d1 = ((0, 1) if n.op == "t" else (int(n.args[1]) % nd, int(n.args[2]) % nd))
             perm[d0], perm[d1] = perm[d1], perm[d0]
         shape = tuple(x.shape[p % nd] for p in perm)
+        if reductions(x.expr) and self.F is not None and x.shape == self.F and self.only_output(n):
+            return self.permute_program(x, [p % nd for p in perm], shape)
         self.notes.append("a permute read in place (strides in the load)")
         return self.viewed(lambda: _Val(self.views.permute(x.expr, x.shape, perm), shape))
+
+    def only_output(self, n: CNode) -> bool:
+        """Is node n read by the graph's output alone (through views to it at most)?"""
+        users = [m for m in self.g.nodes if n.name in str(m.args)]
+        return bool(users) and all(m.op == "output" for m in users)
+
+    def permute_program(self, x: _Val, perm: list[int], shape: tuple[int, ...]) -> _Val:
+        """The output permuted (a channels-first LayerNorm permuted back): the whole program's space permutes, its
+        reduced dims with it, and every load (inside the reductions too) reads through the permuted view."""
+        assert self.F is not None and self.axes is not None
+        axes = tuple(sorted(perm.index(a) for a in self.axes))
+        if list(axes) != list(range(axes[0], axes[-1] + 1)):
+            raise Unsupported("a permute that splits the reduced dims")
+        e = self.viewed(lambda: self.views.permute(x.expr, x.shape, perm, into_reds=True))
+        self.F, self.axes = shape, axes
+        self.notes.append("the output permuted: the program's space permuted with it (reduced dims included)")
+        return _Val(e, shape)
 
     def lower_getattr(self, n: CNode) -> Any:
         src, attr = self.env.get(_ref(n.args[0])), n.args[1]

@@ -49,24 +49,28 @@ def as_strided(inp: Input, ndim: int) -> Input:
                    shift=(0,) * pad + tuple(inp.shift or (0,) * len(inp.shape)), viewed=True, terms=terms)
 
 
-def rewrite(e: Expr, on_load: Callable[[Load], Expr], on_iota: Callable[[Iota], Expr], keep_reds: bool = False) -> Expr:
+def rewrite(e: Expr, on_load: Callable[[Load], Expr], on_iota: Callable[[Iota], Expr], keep_reds: bool = False,
+            into_reds: bool = False) -> Expr:
     """e with its loads and index ranges re-viewed; a reduction (a per-row value in the program's own space) is
-    kept as it is where only size-1 dims change (keep_reds), and refused otherwise."""
+    kept as it is where only size-1 dims change (keep_reds), re-viewed inside where the whole program's space changes
+    with it (into_reds), and refused otherwise."""
     if isinstance(e, Load):
         return on_load(e)
     if isinstance(e, Iota):
         return on_iota(e)
     if isinstance(e, Red):
+        if into_reds:
+            return Red(e.kind, rewrite(e.arg, on_load, on_iota, keep_reds, into_reds))
         if keep_reds:
             return e
         raise ViewError("a view of a value that holds a reduction")
     if isinstance(e, Op):
-        return Op(e.name, tuple(rewrite(a, on_load, on_iota, keep_reds) for a in e.args), e.attrs)
+        return Op(e.name, tuple(rewrite(a, on_load, on_iota, keep_reds, into_reds) for a in e.args), e.attrs)
     if isinstance(e, Gather):
         base = on_load(e.base)
         if not isinstance(base, Load):
             raise ViewError("a view of a gather")
-        return Gather(base, rewrite(e.index, on_load, on_iota, keep_reds), e.stride)
+        return Gather(base, rewrite(e.index, on_load, on_iota, keep_reds, into_reds), e.stride)
     return e
 
 
@@ -77,11 +81,11 @@ class Views:
         self.inputs, self.intern = inputs, intern
 
     def _map(self, e: Expr, ndim: int, fn: Callable[[Input], Input], iota: Callable[[Iota], Expr],
-             keep_reds: bool = False) -> Expr:
+             keep_reds: bool = False, into_reds: bool = False) -> Expr:
         def on_load(ld: Load) -> Expr:
             return self.intern(fn(as_strided(self.inputs[ld.k], ndim)))
 
-        return rewrite(e, on_load, iota, keep_reds)
+        return rewrite(e, on_load, iota, keep_reds, into_reds)
 
     def slice(self, e: Expr, shape: tuple[int, ...], dim: int, start: int, step: int, size: int) -> Expr:
         nd = len(shape)
@@ -110,7 +114,7 @@ class Views:
 
         return self._map(e, nd, fn, iota)
 
-    def permute(self, e: Expr, shape: tuple[int, ...], perm: list[int]) -> Expr:
+    def permute(self, e: Expr, shape: tuple[int, ...], perm: list[int], into_reds: bool = False) -> Expr:
         nd = len(shape)
         perm = [(p + nd) % nd for p in perm]
 
@@ -123,7 +127,7 @@ class Views:
             old = nd - 1 - x.e
             return Iota(nd - 1 - perm.index(old))
 
-        return self._map(e, nd, fn, iota)
+        return self._map(e, nd, fn, iota, into_reds=into_reds)
 
     def shifted(self, e: Expr, shape: tuple[int, ...], dim: int, start: int) -> Expr:
         nd = len(shape)

@@ -1,7 +1,7 @@
 """The core-ATen op set on modules as their users write them: each problem is captured (torch.export, decomposed by
 torch's tables), lowered, rendered by the C++ templates and verified by the real harness on the CPU: bf16 loads,
 stores and the reference's own rounding points, two outputs of one program, a causal mask from a buffer read as
-index arithmetic, slices and a concatenation read in place, MLPs scheduled as GEMM -> fused program -> GEMM."""
+index arithmetic, slices and a concatenation read in place, a channels-first LayerNorm permuted back, MLPs scheduled as GEMM -> fused program -> GEMM."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ EXPECTED = {
     "prenorm_residual": ("row", "2 outputs from one program", []),
     "causal_softmax": ("row", "causal (lower-triangular) mask", [cpu.CpuParams("rows", "online", "one")]),
     "rope_rotate_half": ("elementwise", "concatenation read in place", [cpu.CpuParams("flat", threads="one")]),
-    "channels_first_layernorm": (None, "a view of a value that holds a reduction", []),
+    "channels_first_layernorm": ("row", "the output permuted", [cpu.CpuParams("columns", "online", "one")]),
+    "tiled_repeat": (None, "op 'repeat' is not in the catalog", []),
     "cross_entropy": ("row", "a reduction of reductions", [cpu.CpuParams("rows", "online", "one")]),
     "lm_loss_shifted": ("row", "a reduction of reductions", [cpu.CpuParams("rows", "online", "one")]),
     "lm_loss_padded": ("row", "a constant pad read in place", [cpu.CpuParams("rows", "twopass", "one")]),
