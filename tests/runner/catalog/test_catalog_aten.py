@@ -1,7 +1,8 @@
 """The core-ATen op set on modules as their users write them: each problem is captured (torch.export, decomposed by
 torch's tables), lowered, rendered by the C++ templates and verified by the real harness on the CPU: bf16 loads,
 stores and the reference's own rounding points, two outputs of one program, a causal mask from a buffer read as
-index arithmetic, slices and a concatenation read in place, a channels-first LayerNorm permuted back, MLPs scheduled as GEMM -> fused program -> GEMM."""
+index arithmetic, slices and a concatenation read in place, a channels-first LayerNorm permuted back, cross-entropy
+(a gather and a mean over rows), embeddings, MLPs scheduled as GEMM -> fused program -> GEMM."""
 
 from __future__ import annotations
 
