@@ -26,12 +26,14 @@ from runner.contract import Backend, Job, JobResult, ProblemSpec, Progress, Sear
 from runner.errors import ProblemError, UsageError
 from runner.harness.evaluator import Evaluator, default_backend
 from runner.proposers.catalog import catalog_proposers
+from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
 from runner.results import dropin
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, report_markdown, result_json, trace_markdown
 from runner.results.remeasure import run_kernel_job
 from runner.search.loop import EvaluatorLike, search
+from runner.search.pool import is_remote
 from runner.search.trace import read_events
 from runner.search.types import GpuInfo, ProblemContext, Proposer
 
@@ -93,23 +95,29 @@ def kernelbench_aliases(spec: ProblemSpec) -> str:
     return ("\n\n\n# fusebot: this target under KernelBench's names\n" + "\n\n\n".join(lines) + "\n") if lines else ""
 
 
-def problem_context(spec: ProblemSpec, evaluator, backend: Backend) -> ProblemContext:
-    """What the proposers may know, from the harness: reference, baselines, roofline, device."""
+def problem_context(spec: ProblemSpec, evaluator, backend: Backend, *, describe: bool = False) -> ProblemContext:
+    """What the proposers may know, from the harness: reference, baselines, roofline, device; with `describe`, the
+    table of every shape set's arguments the models' prompts show (a confined child process: seconds)."""
     source, baselines = evaluator.reference_source(), evaluator.baselines()  # (this order starts the judge first)
     source += kernelbench_aliases(spec)
     roofline = evaluator.roofline()
     env = evaluator.environment()
-    specs = ""
+    specs, limits = "", {}
     if backend == "cuda":
         p = torch.cuda.get_device_properties(0)
         l2 = getattr(p, "L2_cache_size", 0)
         specs = f"{p.multi_processor_count} SMs, {l2 / 2**20:.0f} MB L2, {p.total_memory / 2**30:.0f} GiB, " \
                 f"compute capability {p.major}.{p.minor}"
+        limits = dict(cuda_arch=f"sm_{p.major}{p.minor}", sm_count=p.multi_processor_count, l2_bytes=l2 or None,
+                      smem_per_block_bytes=getattr(p, "shared_memory_per_block_optin", None),
+                      smem_per_sm_bytes=getattr(p, "shared_memory_per_multiprocessor", None),
+                      regs_per_sm=getattr(p, "regs_per_multiprocessor", None),
+                      max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", None))
     gpu = GpuInfo(name=env.gpu or env.cpu or env.device, specs=specs,
                   copy_bandwidth_bytes_per_s=roofline.bandwidth_bytes_per_s if roofline else None,
-                  notes=f"CUDA {env.cuda}, driver {env.driver}" if env.cuda else "")
+                  notes=f"CUDA {env.cuda}, driver {env.driver}" if env.cuda else "", **limits)
     return ProblemContext(name=spec.name, reference_source=source, backend=backend, format="fast", gpu=gpu,
-                          roofline=roofline, baselines=baselines)
+                          roofline=roofline, baselines=baselines, inputs=describe_inputs(spec) if describe else [])
 
 
 def _check_trace(trace: Path, spec: ProblemSpec, backend: str, fresh: bool) -> None:
@@ -158,7 +166,8 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     out.mkdir(parents=True, exist_ok=True)
     trace = out / TRACE_FILE
     _check_trace(trace, spec, backend, fresh)
-    ctx = problem_context(spec, evaluator, backend)
+    ctx = problem_context(spec, evaluator, backend,
+                          describe=any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers))
     result = search(ctx, evaluator, proposers, budget, trace, progress=progress)
     confirmed = None
     if result.best is not None and result.best.candidate is not None and hasattr(evaluator, "confirm"):

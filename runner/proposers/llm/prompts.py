@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from runner.contract import Candidate, Verdict
 from runner.harness.build import CPU_FLAGS
+from runner.proposers.llm.facts import compile_command, inputs_section, limits_section, timing_section
 from runner.search.types import Attempt, History, Idea, ProblemContext
 
 Messages = list[dict[str, str]]
@@ -95,43 +96,57 @@ def format_rules(ctx: ProblemContext, abi_header: str) -> str:
         f"the tensors; do not hard-code sizes. Return 0 on success. {where}\n"
         "The harness checks results on fresh random inputs against the reference (fp32 atol=rtol=1e-4 unless the "
         "problem says otherwise), rejects any kernel that caches, skips work, or escapes the timer.\n"
-        f"fusebot.h:\n{_fence(abi_header, 'c')}\n"
-        f"Answer with a short explanation, then the whole file in ONE fenced ```{lang} block."
+        f"fusebot.h:\n{_fence(abi_header, 'c')}\n\n{compile_command(ctx)}\n\n{timing_section(ctx)}\n\n"
+        "Before the code, write a short performance analysis (a few lines): where the time of the best kernel so far "
+        "goes (bytes moved against the floor, launches, occupancy, the second shape's sizes) and what this kernel "
+        f"changes about it. Then the whole file in ONE fenced ```{lang} block."
     )
 
 
-def _attempt_line(a: Attempt, base_ms: float | None) -> str:
+def _attempt_line(a: Attempt, base_ms: float | None, floor_ms: float | None = None) -> str:
     if a.accepted and a.median_ms is not None:
         t = a.verdict.timing if a.verdict else None
         speed = f", {base_ms / a.median_ms:.2f}x the faster baseline" if base_ms else ""
         spread = f" (IQR {t.iqr_ms:.3g} ms, n={t.n})" if t else ""
-        return f"{a.median_ms:.4g} ms{spread}{speed}"
+        floor = f", {100 * floor_ms / a.median_ms:.0f}% of the roofline floor" if floor_ms else ""
+        return f"{a.median_ms:.4g} ms{spread}{speed}{floor}"
     return "rejected: " + "; ".join(_cut(r, 300) for r in a.reasons) if a.reasons else "rejected"
 
 
-def history_section(ctx: ProblemContext, history: History) -> str:
+def history_section(ctx: ProblemContext, history: History, current: str | None = None) -> str:
+    """The best kernels with code and times, slower variants to contrast, failures with their reasons, the ideas
+    tried. Identical code is shown once (at its best time); `current` (the idea being implemented) is not listed
+    as tried, and a failure of an idea that also produced a verified kernel is not listed as a failure."""
     base = ctx.baseline_best_ms
-    accepted = history.accepted()
+    floor = ctx.roofline.floor_ms if ctx.roofline else None
+    accepted, seen = [], set()
+    for a in history.accepted():
+        code = _source(a.candidate)
+        if code not in seen:
+            seen.add(code)
+            accepted.append(a)
     parts: list[str] = []
     if accepted:
         # the search's beam when it keeps one, else the fastest few
         in_beam = set(history.beam)
         best = [a for a in accepted if a.candidate and a.candidate.id in in_beam] if in_beam else accepted[:SHOW_BEST]
+        best = best or accepted[:SHOW_BEST]
         parts.append("## Best verified kernels so far (fastest first; measured by the harness)")
         for n, a in enumerate(best, 1):
-            parts.append(f"### Best {n}: {_attempt_line(a, base)}\nIdea: {a.idea}\n"
+            parts.append(f"### Best {n}: {_attempt_line(a, base, floor)}\nIdea: {a.idea}\n"
                          + _fence(_cut(_source(a.candidate), MAX_CODE_CHARS), source_lang(ctx)))
         slower = [a for a in accepted if a not in best][-SHOW_SLOWER:]
         if slower:
             parts.append("## Slower verified variants (compare with the best: what made those faster?)")
             for a in slower:
-                parts.append(f"### {_attempt_line(a, base)}\nIdea: {a.idea}\n"
+                parts.append(f"### {_attempt_line(a, base, floor)}\nIdea: {a.idea}\n"
                              + _fence(_cut(_source(a.candidate), MAX_CODE_CHARS // 2), source_lang(ctx)))
-    failed = history.failed()[-SHOW_FAILED:]
+    worked = {a.idea for a in accepted}
+    failed = [a for a in history.failed() if a.idea not in worked][-SHOW_FAILED:]
     if failed:
-        parts.append("## Recent failures (do not repeat them)")
+        parts.append("## Recent failures (their reasons)")
         parts.extend(f"- {a.idea} -> {_attempt_line(a, base)}" for a in failed)
-    tried = [i.text for i in history.ideas][-SHOW_IDEAS:]
+    tried = [i.text for i in history.ideas if i.text != current][-SHOW_IDEAS:]
     if tried:
         parts.append("## Ideas already tried\n" + "\n".join(f"- {t}" for t in tried))
     return "\n\n".join(parts)
@@ -150,7 +165,9 @@ def _system(ctx: ProblemContext) -> dict[str, str]:
 
 
 def _problem(ctx: ProblemContext) -> str:
-    return f"## Reference ({ctx.name})\n{_fence(ctx.reference_source, 'python')}\n\n{target_section(ctx)}"
+    sections = [f"## Reference ({ctx.name})\n{_fence(ctx.reference_source, 'python')}", target_section(ctx),
+                limits_section(ctx), inputs_section(ctx)]
+    return "\n\n".join(s for s in sections if s)
 
 
 def ideas_prompt(ctx: ProblemContext, history: History, n: int) -> Messages:
@@ -168,7 +185,7 @@ def ideas_prompt(ctx: ProblemContext, history: History, n: int) -> Messages:
 
 def implement_prompt(ctx: ProblemContext, idea: Idea, history: History, abi_header: str, variant: int = 0,
                      variants: int = 1) -> Messages:
-    hist = history_section(ctx, history)
+    hist = history_section(ctx, history, current=idea.text)
     which = f" This is variant {variant + 1} of {variants}: make choices different from the other variants." \
         if variants > 1 else ""
     user = (

@@ -34,6 +34,7 @@ from runner.proposers.llm.client import (
     retryable,
 )
 from runner.proposers.llm.extract import extract_code, extract_ideas
+from runner.proposers.llm.facts import requested_flags
 from runner.search.pool import Workers
 from runner.search.types import Answer, History, Idea, ProblemContext, Session
 
@@ -114,8 +115,9 @@ class LLMProposer:
                 code, fmt, name = kb, "kernelbench", "candidate.py"
         if code is None:
             return None, why
+        flags = requested_flags(code, ctx) if fmt == "fast" else []
         return Candidate(id=f"{self.name}-{answer.key[:12]}", format=fmt, backend=ctx.backend, sources={name: code},
-                         idea=idea.text, parent=parent), ""
+                         extra_cflags=flags, idea=idea.text, parent=parent), ""
 
     def _converse(self, ctx: ProblemContext, idea: Idea, messages: prompts.Messages, purpose: str,
                   parent: str | None) -> Candidate | None:

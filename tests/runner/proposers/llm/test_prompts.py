@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from runner.contract import Baselines, BuildInfo, Candidate, Roofline, TrialResult, Verdict
+from runner.proposers.llm.facts import requested_flags
 from runner.proposers.llm.prompts import (
     MAX_CODE_CHARS,
     SHOW_FAILED,
@@ -11,7 +12,7 @@ from runner.proposers.llm.prompts import (
     repair_prompt,
     source_filename,
 )
-from runner.search.types import Attempt, GpuInfo, History, Idea, ProblemContext
+from runner.search.types import Attempt, GpuInfo, History, Idea, InputSet, ProblemContext, TensorInfo
 from tests.fakes.evaluators import timing
 
 ABI = "#define FB_MAX_DIMS 8 /* the header */"
@@ -104,3 +105,45 @@ def test_the_search_beam_decides_which_kernels_are_shown_as_best():
     t = text(ideas_prompt(CTX, h, 2))
     assert "### Best 1: 1 ms" in t and "### Best 2" not in t
     assert t.index("Slower verified variants") < t.index("// B") and "// A" in t
+
+
+def test_the_prompt_carries_the_arguments_of_both_shapes_the_build_the_limits_and_the_timing():
+    def t(name, shape, role="input"):
+        strides = [shape[1], 1] if len(shape) == 2 else [1]
+        return TensorInfo(name=name, shape=shape, dtype="float32", strides=strides, role=role)
+
+    ctx = CTX.model_copy(update={
+        "inputs": [InputSet(shape_set=0, tensors=[t("x", [64, 256]), t("bias", [256], "param"),
+                                                  t("out0", [64, 256], "output")]),
+                   InputSet(shape_set=1, tensors=[t("x", [193, 255]), t("bias", [255], "param"),
+                                                  t("out0", [193, 255], "output")])],
+        "gpu": CTX.gpu.model_copy(update={"cuda_arch": "sm_90", "sm_count": 132, "smem_per_block_bytes": 232448,
+                                          "smem_per_sm_bytes": 233472, "regs_per_sm": 65536,
+                                          "max_threads_per_sm": 2048})})
+    t_ = text(implement_prompt(ctx, Idea(text="float4 loads"), History(), ABI))
+    assert "| in[0] | x | input | float32 | [64, 256] | [256, 1] | 1024 B rows, 16-byte aligned" in t_
+    assert "| in[0] | x | input | float32 | [193, 255] | [255, 1] | 1020 B rows, 4-byte aligned |" in t_
+    assert "| out[0] | out0 | output |" in t_ and "the second shape (verified, not timed)" in t_
+    assert "nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90,code=sm_90" in t_
+    assert "// fusebot-flags: fast-math sm_90a" in t_ and "--use_fast_math" in t_
+    assert "232448 bytes of shared memory per block" in t_ and "65536 32-bit registers per SM" in t_
+    assert "2048 threads per SM" in t_ and "132 SMs" in t_
+    assert "L2 is flushed" in t_ and "fresh inputs" in t_ and "host work counts" in t_
+    assert "Before the code, write a short performance analysis" in t_
+    assert requested_flags("// fusebot-flags: fast-math sm_90a\n// fusebot-flags: -O0 -include x\n", ctx) == [
+        "--use_fast_math", "-gencode=arch=compute_90a,code=sm_90a"]
+    assert requested_flags("// fusebot-flags: sm_90a fast-math", CTX.model_copy(update={"backend": "cpu"})) == [
+        "-ffast-math"]
+
+
+def test_no_contradictions_the_current_idea_is_not_tried_a_working_idea_is_no_failure_identical_code_once():
+    h = History(attempts=[attempt(2.0, "// SAME", "tiles"), attempt(2.2, "// SAME", "tiles again"),
+                          attempt(None, "// BAD", "tiles", ["mismatch: x"]),
+                          attempt(None, "// BAD2", "atomics", ["mismatch: y"])],
+                ideas=[Idea(text="tiles"), Idea(text="float4 loads")])
+    t = text(implement_prompt(CTX, Idea(text="float4 loads"), h, ABI))
+    assert t.count("// SAME") == 1 and "2 ms" in t and "2.2 ms" not in t
+    assert "atomics -> rejected: mismatch: y" in t and "tiles -> rejected" not in t
+    tried = t.split("## Ideas already tried")[1]
+    assert "- tiles" in tried and "float4 loads" not in tried.split("## Task")[0]
+    assert "2 ms (IQR 0.04 ms, n=10), 3.36x the faster baseline, 17% of the roofline floor" in t
