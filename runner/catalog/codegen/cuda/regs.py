@@ -26,6 +26,7 @@ from runner.catalog.codegen.cuda.common import (
     vec_inputs,
 )
 from runner.catalog.codegen.cuda.params import CudaParams
+from runner.catalog.codegen.cuda.totals import Totals
 from runner.catalog.ir import Program
 
 # per-thread registers a row may take: vectors of the held inputs (K * V elements each, stored in their own dtype)
@@ -93,9 +94,10 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
     G = params.group or T
     R = row_length(p)
     plan = plan_passes(p, params.mode)
+    tot = Totals(p, plan)
     held = vec_inputs(p, ("full",))
     vec_in = vec_inputs(p, ("rowvec", "rowper"))
-    kernels = [SUPPORT]
+    kernels = [SUPPORT, tot.support(out_t)]
     for v in sorted({1, V}):
         kernels.append(_kernel(p, plan, out_t, v, T, G, R, held if v > 1 else set(), vec_in if v > 1 else set()))
     ok = align_check(p, held | vec_in, out_t, V, "")
@@ -105,11 +107,11 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
     return 1;
   }}
   if (a.O == 0) return 0;
-  long long blocks = (a.O + {gpb - 1}) / {gpb};
+{tot.prepare()}  long long blocks = (a.O + {gpb - 1}) / {gpb};
   if (blocks > 0x7fffffffLL) blocks = 0x7fffffffLL;
   const bool wide = {V} > 1 && ({ok});
-  if (wide) fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a);
-  else fb_regs_v1<<<(unsigned)blocks, {T}, 0, s>>>(a);"""
+  if (wide) fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});
+  else fb_regs_v1<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});{tot.finish()}"""
     return "".join(kernels) + forward(launch)
 
 
@@ -171,18 +173,22 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
         fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * {R}LL + r0, ov);{spaced(more.stores(v, f"o * {R}LL + r0"))}""")
     else:
         em = emitter(Loads(p, set()))
-        res = row_result(p, plan, em)
-        more.values(em, plan.more)
-        lines = "\n      ".join(em.lines)
+        tot = Totals(p, plan)
+        if tot:  # each Total's per-row value to the workspace; fb_totals writes the output
+            stores = tot.row_stores(em)
+        else:
+            res = row_result(p, plan, em)
+            more.values(em, plan.more)
+            stores = [f"(({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores('row'))}"]
+        lines = "\n      ".join(em.lines + stores)
         out = f"""    if (live && lane == 0) {{
       const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
       {lines}
-      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores("row"))}
     }}"""
     passes = "\n".join(parts)
     return f"""
 // {G} threads a row, {T // G} rows a block; thread `lane` of a group holds the row's vectors at ((q * {G} + lane) * {v})
-__global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a) {{
+__global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).param()}) {{
   const int lane = threadIdx.x % {G};
   for (long long base = (long long)blockIdx.x * {T // G}; base < a.O; base += (long long)gridDim.x * {T // G}) {{
     const long long row = base + threadIdx.x / {G}, o = row, i = 0; (void)i;
@@ -208,7 +214,7 @@ def short_row_params(p: Program, max_len: int = 2048) -> list[CudaParams]:
         return []
     size = {"float16": 2, "bfloat16": 2, "float64": 8}
     stored = [size.get(p.out_dtype, 4)] if full_output(p) else []  # (a per-row output is written one value a row)
-    widest = max([size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))] + stored)
+    widest = max([size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))] + stored, default=4)
     V = next(v for v in (16 // widest, 8 // widest, 1) if v >= 1 and n % v == 0)
     shapes = []  # (group, threads): a vector each for every lane, at most 8 a thread
     for G in (32, 16, 8, 4):

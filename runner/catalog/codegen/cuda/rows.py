@@ -17,6 +17,7 @@ from runner.catalog.codegen.cuda.common import (
     vec_inputs,
 )
 from runner.catalog.codegen.cuda.params import CudaParams
+from runner.catalog.codegen.cuda.totals import Totals
 from runner.catalog.ir import Program
 
 
@@ -28,6 +29,7 @@ def render_rows(p: Program, params: CudaParams, out_t: str) -> str:
     if G not in (32, T):
         raise NotExpressible("a row is handled by a warp or by the whole block")
     plan = plan_passes(p, params.mode)
+    tot = Totals(p, plan)
     vec_in = vec_inputs(p, ("full", "rowvec", "rowper"))
     kernels = []
     for v in sorted({1, V}):
@@ -72,17 +74,20 @@ def render_rows(p: Program, params: CudaParams, out_t: str) -> str:
     }}"""
         else:
             em = emitter(Loads(p, set()))
-            res = row_result(p, plan, em)
-            more.values(em, plan.more)
-            lines = "\n      ".join(em.lines)
+            if tot:  # each Total's per-row value to the workspace; fb_totals writes the output
+                stores = tot.row_stores(em)
+            else:
+                res = row_result(p, plan, em)
+                more.values(em, plan.more)
+                stores = [f"(({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores('row'))}"]
+            lines = "\n      ".join(em.lines + stores)
             out = f"""    if (lane == 0) {{
       const long long r = 0, flat = o * a.R * a.I + i; (void)r; (void)flat;
       {lines}
-      (({out_t}*)a.out)[row] = fb_to<{out_t}>({res});{spaced(more.scalar_stores("row"))}
     }}"""
         passes = "\n".join(parts)
         kernels.append(f"""
-__global__ void __launch_bounds__({T}) fb_rows_v{v}(FbArgs a) {{
+__global__ void __launch_bounds__({T}) fb_rows_v{v}(FbArgs a{tot.param()}) {{
   const int lane = threadIdx.x % {G};
   const long long rows = a.O * a.I;
   const int gpb = {T} / {G};
@@ -98,9 +103,9 @@ __global__ void __launch_bounds__({T}) fb_rows_v{v}(FbArgs a) {{
     ok = align_check(p, vec_in, out_t, V, f"a.I == 1 && a.R % {V} == 0")
     launch = f"""  const long long rows = a.O * a.I;
   if (rows == 0) return 0;
-  long long blocks = (rows + {rows_per_block} - 1) / {rows_per_block};
+{tot.prepare()}  long long blocks = (rows + {rows_per_block} - 1) / {rows_per_block};
   if (blocks > 0x7fffffffLL) blocks = 0x7fffffffLL;
   const bool wide = {V} > 1 && ({ok});
-  if (wide) fb_rows_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a);
-  else fb_rows_v1<<<(unsigned)blocks, {T}, 0, s>>>(a);"""
-    return "".join(kernels) + forward(launch)
+  if (wide) fb_rows_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});
+  else fb_rows_v1<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});{tot.finish()}"""
+    return tot.support(out_t) + "".join(kernels) + forward(launch)
