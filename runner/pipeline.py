@@ -29,6 +29,7 @@ from runner.proposers.catalog import catalog_proposers
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
 from runner.results import dropin
+from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, report_markdown, result_json, trace_markdown
 from runner.results.remeasure import run_kernel_job
@@ -49,7 +50,7 @@ def problem_from_file(path: Path, **overrides) -> ProblemSpec:
 
 
 TRACE_FILE = "trace.jsonl"
-GENERATED = (dropin.DROPIN_FILE, dropin.TEST_FILE, dropin.REFERENCE_FILE, dropin.HEADER_FILE, "kernel.cpp",
+GENERATED = (dropin.DROPIN_FILE, TEST_FILE, dropin.REFERENCE_FILE, dropin.HEADER_FILE, "kernel.cpp",
              "kernel.cu", "candidate.py")
 
 
@@ -151,8 +152,8 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
                 files.append(dropin.REFERENCE_FILE)
             digest = hashlib.sha256("".join(cand.sources.values()).encode()).hexdigest()
             (out / dropin.DROPIN_FILE).write_text(dropin.dropin_source(spec, cand.backend, cand.extra_cflags, digest))
-            (out / dropin.TEST_FILE).write_text(dropin.dropin_test_source(spec, cand.backend))
-            files += [dropin.DROPIN_FILE, dropin.TEST_FILE]
+            (out / TEST_FILE).write_text(dropin_test_source(spec, cand.backend))
+            files += [dropin.DROPIN_FILE, TEST_FILE]
     files += ["report.md", "result.json"]
     (out / "report.md").write_text(report_markdown(o))
     (out / "result.json").write_text(json.dumps(result_json(o, files), indent=1))

@@ -1,4 +1,4 @@
-"""The drop-in module and its test: pure functions from a problem and a kernel to Python source text.
+"""The drop-in module: a pure function from a problem and a kernel to Python source text (its test: dropin_test.py).
 
 The drop-in is a subclass of the user's class (same constructor, same state_dict keys) whose forward calls the fast
 kernel through a `torch.library` custom op, so torch.compile and CUDA graphs see one opaque op with a fake (shape)
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from runner.contract import DEFAULT_TOLERANCE, ProblemSpec
+from runner.contract import ProblemSpec
 from runner.harness import build
 
 # The harness's flags (runner/harness/build.py), so the drop-in runs the code the harness measured, built the same way.
@@ -25,10 +25,8 @@ CPU_FLAGS = list(build.CPU_FLAGS)
 CUDA_FLAGS = list(build.CUDA_FLAGS)
 
 DROPIN_FILE = "dropin.py"
-TEST_FILE = "test_dropin.py"
 REFERENCE_FILE = "reference.py"
 HEADER_FILE = "fusebot.h"
-DEFAULT_SEEDS = 3
 
 
 def kernel_filename(backend: str) -> str:
@@ -395,107 +393,3 @@ def dropin_source(problem: ProblemSpec, backend: str, extra_cflags: list[str] | 
     )
     return (head + _import_original(problem, root_depth) + _RUNTIME
             + _CLASS.format(name=problem.class_name, kernel=kernel, op=op_name(problem, kernel_sha256)))
-
-
-def _tolerance(problem: ProblemSpec) -> tuple[float, float]:
-    atol, rtol = DEFAULT_TOLERANCE[problem.dtype or "float32"]
-    return (problem.atol if problem.atol is not None else atol, problem.rtol if problem.rtol is not None else rtol)
-
-
-def dropin_test_source(problem: ProblemSpec, backend: str, seeds: int = DEFAULT_SEEDS) -> str:
-    """A pytest module comparing the drop-in with the original over several seeds and every declared shape, forward
-    and gradients (skipped without CUDA for a CUDA kernel)."""
-    atol, rtol = _tolerance(problem)
-    init = f"_resolve({problem.init_inputs!r})()" if problem.init_inputs else repr(problem.init_args)
-    dtype = f"torch.{problem.dtype}" if problem.dtype else "None"
-    device = "cuda" if backend == "cuda" else "cpu"
-    shapes = [problem.inputs] + ([problem.second_inputs] if problem.second_inputs else [])
-    skip = ('pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel is CUDA; no GPU")\n'
-            if backend == "cuda" else "")
-    return f'''"""The fused drop-in for {problem.name} against the original {problem.class_name}, by fusebot."""
-
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
-
-import pytest
-import torch
-
-_spec = importlib.util.spec_from_file_location("fusebot_dropin_{problem.name}", Path(__file__).with_name("dropin.py"))
-dropin = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = dropin
-_spec.loader.exec_module(dropin)
-{skip}
-DEVICE = {device!r}
-DTYPE = {dtype}
-ATOL, RTOL = {atol!r}, {rtol!r}
-SHAPES = {shapes!r}  # the input factories: the problem's inputs and its second declared shape
-
-
-def _resolve(ref):
-    if ":" in ref:
-        mod, name = ref.split(":", 1)
-        return getattr(importlib.import_module(mod), name)
-    return getattr(dropin._ref, ref)
-
-
-def _to(x):
-    if isinstance(x, torch.Tensor):
-        x = x.to(DEVICE)
-        return x.to(DTYPE) if DTYPE is not None and x.is_floating_point() else x
-    return x
-
-
-def _pair(seed):
-    torch.manual_seed(seed)
-    init = {init}
-    original = dropin.Original(*init, **{problem.init_kwargs!r}).to(DEVICE).eval()
-    fused = dropin.{problem.class_name}(*init, **{problem.init_kwargs!r}).to(DEVICE).eval()
-    if DTYPE is not None:
-        original, fused = original.to(DTYPE), fused.to(DTYPE)
-    fused.load_state_dict(original.state_dict())
-    return original, fused
-
-
-def _inputs(shape, seed):
-    torch.manual_seed(1000 + seed)
-    return [_to(x) for x in _resolve(shape)()]
-
-
-def test_same_state_dict_keys_and_class():
-    original, fused = _pair(0)
-    assert list(fused.state_dict()) == list(original.state_dict())
-    assert isinstance(fused, dropin.Original)
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("seed", range({seeds}))
-def test_dropin_matches_original(seed, shape):
-    original, fused = _pair(seed)
-    inputs = _inputs(shape, seed)
-    calls = dropin.{problem.class_name}.kernel_calls
-    with torch.no_grad():
-        want = original(*inputs)
-        got = fused(*inputs)
-    assert dropin.{problem.class_name}.kernel_calls == calls + 1, "the fused kernel did not run"
-    torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_gradients_match_original(shape):
-    original, fused = _pair(0)
-    inputs = _inputs(shape, 0)
-    grads = []
-    for model in (original, fused):
-        xs = [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor) else x
-              for x in inputs]
-        out = model(*xs)
-        outs = [out] if isinstance(out, torch.Tensor) else list(out)
-        torch.manual_seed(7)
-        sum(o.mul(torch.randn_like(o)).sum() for o in outs if o.is_floating_point()).backward()
-        leaves = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad] + list(model.parameters())
-        grads.append([torch.zeros(()) if t.grad is None else t.grad for t in leaves])
-    for got, want in zip(grads[1], grads[0]):
-        torch.testing.assert_close(got, want, atol=ATOL * 10, rtol=RTOL * 10)
-'''

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
 from runner.harness.sandbox import confined_env
 from runner.results import dropin
+from runner.results.dropin_test import dropin_test_source
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
         f"{folder}/{dropin.DROPIN_FILE}": dropin.dropin_source(spec, candidate.backend, candidate.extra_cflags, digest,
                                                               built_for=built_for, root_depth=root_depth),
-        f"{folder}/{test_name}": dropin.dropin_test_source(spec, candidate.backend),
+        f"{folder}/{test_name}": dropin_test_source(spec, candidate.backend),
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check),
     }
