@@ -49,6 +49,7 @@ class CGraph(BaseModel):
     nodes: list[CNode] = Field(default_factory=list)
     n_inputs: int = 0
     params: list[str] = Field(default_factory=list)  # state_dict keys, in order
+    constants: list[str] = Field(default_factory=list)  # tensors no ABI input carries (non-persistent buffers...)
     param_shapes: list[list[int]] = Field(default_factory=list)
     tracer: str = ""  # "export"
     unsupported: str | None = None  # why no graph could be captured
@@ -160,8 +161,11 @@ def export_graph(model, args: list, files: tuple[str, ...] = ()) -> CGraph:
                                      dtype=dtype, kwargs=kw))
             elif real is not None and real.numel() == 1:
                 g.nodes.append(CNode(name=n.name, op="const", args=[float(real.item())], shape=shape, dtype=dtype))
-            else:  # a non-persistent buffer or a lifted constant: no input of the ABI carries it
-                g.nodes.append(CNode(name=n.name, op="constant_tensor", shape=shape, dtype=dtype, kwargs=kw))
+            else:  # a non-persistent buffer or a lifted constant: no input of the fast ABI carries it; a KernelBench
+                # candidate passes it after the state_dict (index), read from the reference module by its name
+                g.constants.append(target)
+                g.nodes.append(CNode(name=n.name, op="constant_tensor", shape=shape, dtype=dtype, kwargs=kw,
+                                     index=g.n_inputs + len(keys) + len(g.constants) - 1))
             continue
         if n.op == "output":
             g.nodes.append(CNode(name=n.name, op="output", args=[_encode(n.args[0])]))

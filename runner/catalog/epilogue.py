@@ -224,10 +224,17 @@ class ModelNew(nn.Module):
 
     def forward(self, *xs):
         params = list(self.ref.state_dict().values())
-        t = [*xs, *params]
+        consts = [_attr(self.ref, name) for name in {consts!r}]  # tensors the state_dict does not hold
+        t = [*xs, *params, *consts]
         dev = t[0].device
         r = []
 {body}
+
+
+def _attr(obj, name):
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
 '''
 
 
@@ -254,7 +261,7 @@ def render_graph(pat: Pattern, kernels: dict[int, str], backend: str, reference_
     graph = plan.graph
     done: dict[str, str] = {}
     for n in graph.nodes:
-        if n.op in ("input", "param"):
+        if n.op in ("input", "param", "constant_tensor") and n.index is not None:
             done[n.name] = f"t[{int(n.index)}]"
     lines = []
     for j, st in enumerate(plan.stages):
@@ -290,7 +297,7 @@ def render_graph(pat: Pattern, kernels: dict[int, str], backend: str, reference_
                                                            if backend == "cpu" else "")
             for j, k in kernels.items()}
     head = _COMMON.format(reference=reference_source, kernel=srcs)
-    model = _GRAPH_MODEL.format(n=len(plan.stages), body=body)
+    model = _GRAPH_MODEL.format(n=len(plan.stages), body=body, consts=list(graph.constants))
     return f'"""fusebot catalog: heavy ops on torch + fused kernels between them ({backend})."""\n' + head + build + model
 
 

@@ -103,7 +103,7 @@ REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "lse", "mean", "v
 
 UNARY = ("neg", "relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", "rsqrt", "erf", "gelu", "gelu_tanh",
          "leaky_relu", "hardtanh", "softplus", "elu", "hardsigmoid", "hardswish", "mish", "square", "cube", "recip",
-         "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign", "selu")
+         "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign", "selu", "cos", "sin", "expm1")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge")
 TERNARY = ("where",)
 CASTS = ("round_bf16", "round_fp16", "trunc", "not", "isnan", "isinf")

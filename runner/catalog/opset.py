@@ -34,7 +34,7 @@ SAME_ARGS = {
     "gather": "gather", "index_select": "index_select", "embedding": "embedding", "select.int": "select",
     "eq.Scalar": "eq", "eq.Tensor": "eq", "ne.Scalar": "ne", "ne.Tensor": "ne", "lt.Scalar": "lt", "lt.Tensor": "lt",
     "le.Scalar": "le", "le.Tensor": "le", "gt.Scalar": "gt", "gt.Tensor": "gt", "ge.Scalar": "ge", "ge.Tensor": "ge",
-    "logical_not": "not", "isnan": "isnan", "isinf": "isinf",
+    "logical_not": "not", "isnan": "isnan", "isinf": "isinf", "cos": "cos", "sin": "sin",
     "bitwise_not": "not", "logical_and": "mul", "bitwise_and.Tensor": "mul",
     "logical_or": "maximum", "bitwise_or.Tensor": "maximum", "scalar_tensor": "const", "full": "full",
     "full_like": "full_like", "ones_like": "ones_like", "zeros_like": "zeros_like", "arange.start_step": "arange",

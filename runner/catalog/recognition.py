@@ -98,14 +98,19 @@ class _Lower:
         self.notes: list[str] = []
         self.row_shapes: set[tuple[int, ...]] = set()
         self.view_loads: set[Load] | None = None  # after a group norm: the only loads F's grouped view can index
-        self.views = Views(self.inputs, self.intern)
+        self.views = Views(self.inputs, self.intern, self.plain)
+        self.constants_ok = False  # a stage of a KernelBench candidate may read constant tensors (ModelNew passes them)
 
-    def intern(self, inp: Input) -> Load:
-        """The load of an input (a strided view, say), added unless an equal one exists; a view that is the
-        tensor's own contiguous layout (a permute undone) is a plain read again."""
+    def plain(self, inp: Input) -> Load:
+        """A view that is the tensor's own contiguous layout (a permute undone) as a plain read again; the caller
+        knows the view spans the value's shape (no clamped coordinates)."""
         if inp.strides is not None and inp.terms is None and not any(inp.shift or ()) and inp.offset == 0 \
                 and prod(inp.shape) == inp.base and tuple(inp.strides) == contiguous_strides(tuple(inp.shape)):
             return self.load(inp.abi, inp.shape, inp.dtype, viewed=True)
+        return self.intern(inp)
+
+    def intern(self, inp: Input) -> Load:
+        """The load of an input (a strided view, say), added unless an equal one exists."""
         for k, x in enumerate(self.inputs):
             if x == inp:
                 return Load(k)
@@ -289,7 +294,7 @@ class _Lower:
         simple = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "abs": "abs",
                   "sqrt": "sqrt", "rsqrt": "rsqrt", "erf": "erf", "neg": "neg", "square": "square", "silu": "silu",
                   "mish": "mish", "softsign": "softsign", "hardsigmoid": "hardsigmoid", "hardswish": "hardswish",
-                  "log1p": "log1p", "sign": "sign", "reciprocal": "recip", "selu": "selu"}
+                  "log1p": "log1p", "sign": "sign", "reciprocal": "recip", "selu": "selu", "cos": "cos", "sin": "sin"}
         if o in simple:
             return self.pointwise(n, simple[o], self.val(a(0, "input")))
         if o == "gelu":
@@ -392,6 +397,8 @@ class _Lower:
             var = self.lower_reduction(n.model_copy(update={"op": "var"}))
             mean = self.reduce("mean", x, self.dims(a(1, "dim"), len(x.shape)), bool(a(2, "keepdim", False)))
             return (var, mean)
+        if o == "constant_tensor" and n.index is not None and self.constants_ok:  # read by a KernelBench candidate
+            return _Val(self.load(int(n.index), n.shape or (), n.dtype or "float32"), tuple(n.shape or ()))
         if o == "constant_tensor":  # refused where it is used (an unused buffer costs nothing)
             return Refusal(f"a constant tensor ({n.kwargs.get('target')}) that no input of the ABI carries")
         if o == "index.Tensor":  # x[idx] with one index tensor on the first dim: embedding's gather
@@ -1132,7 +1139,9 @@ def recognise_stages(g: CGraph) -> Pattern:
         if st.kind == "heavy":
             notes.append(f"stage {j}: {st.node.op} on torch")
             continue
-        pat = _Lower(st.graph).run()
+        low = _Lower(st.graph)
+        low.constants_ok = True
+        pat = low.run()
         if pat.family not in ("elementwise", "row"):
             why = pat.reason or f"a {pat.family} pattern"
             return Pattern("unsupported", reason=f"stage {j} (computing {', '.join(st.outputs)}): {why}")

@@ -56,6 +56,8 @@ def needs_schedule(g: CGraph) -> bool:
     sizes = {_numel(g.node(r["ref"])) for r in res if isinstance(r, dict) and "ref" in r}
     if len(sizes) > 1:
         return True
+    if _used_constants(g):
+        return True
     heavy = heavy_nodes(g)
     if len(heavy) > 1:
         return True
@@ -63,6 +65,12 @@ def needs_schedule(g: CGraph) -> bool:
         return False
     by = {n.name: translate(n) for n in g.nodes}
     return any(_source(by, _ref(a))[0].op not in ("input", "param") for a in heavy[0].args if _ref(a))
+
+
+def _used_constants(g: CGraph) -> bool:
+    """Does the graph read a constant tensor that no fast-ABI input carries (only a KernelBench candidate can)?"""
+    names = {n.name for n in g.nodes if n.op == "constant_tensor" and not n.kwargs.get("structure")}
+    return any(r in names for n in g.nodes if n.op != "constant_tensor" for r in _refs(n.args))
 
 
 def _ref(a) -> str:
@@ -85,7 +93,7 @@ def plan(g: CGraph) -> Plan:
     heavy = {n.name for n in heavy_nodes(g)}
     done: dict[str, dict] = {}  # node name -> how a later stage reads it: {"abi": k} | {"stage": j, "out": m}
     for n in order:
-        if n.op in ("input", "param"):
+        if n.op in ("input", "param") or (n.op == "constant_tensor" and not n.kwargs.get("structure")):
             done[n.name] = {"abi": int(n.index)}
     stages: list[Stage] = []
 
@@ -159,7 +167,7 @@ def _subgraph(g: CGraph, by: dict[str, CNode], names: list[str], done: dict[str,
         if x in done:
             ref = done[x]
             index = ref["abi"] if "abi" in ref else stage_abi(ref["stage"], ref["out"])
-            op = "param" if n.op == "param" else "input"
+            op = "param" if n.op in ("param", "constant_tensor") else "input"
             boundary[x] = CNode(name=x, op=op, index=index, shape=n.shape, dtype=n.dtype, kwargs=dict(n.kwargs))
             return
         for a in _refs(n.args) + _refs(list(n.kwargs.values())):

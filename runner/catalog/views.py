@@ -77,13 +77,18 @@ def rewrite(e: Expr, on_load: Callable[[Load], Expr], on_iota: Callable[[Iota], 
 class Views:
     """View ops over a lowering's inputs (`inputs`, and `intern(Input) -> Load` to add or reuse one)."""
 
-    def __init__(self, inputs: list[Input], intern: Callable[[Input], Load]):
-        self.inputs, self.intern = inputs, intern
+    def __init__(self, inputs: list[Input], intern: Callable[[Input], Load], plain: Callable[[Input], Load]):
+        """plain(Input): as intern, but a view that is its tensor's contiguous layout becomes a plain read."""
+        self.inputs, self.intern, self.plain = inputs, intern, plain
 
     def _map(self, e: Expr, ndim: int, fn: Callable[[Input], Input], iota: Callable[[Iota], Expr],
-             keep_reds: bool = False, into_reds: bool = False) -> Expr:
+             keep_reds: bool = False, into_reds: bool = False, out: tuple[int, ...] | None = None) -> Expr:
+        """out: the value's new shape, where a view that spans it may become a plain read."""
+
         def on_load(ld: Load) -> Expr:
-            return self.intern(fn(as_strided(self.inputs[ld.k], ndim)))
+            v = fn(as_strided(self.inputs[ld.k], ndim))
+            spans = out is not None and all(s in (1, o) for s, o in zip(v.shape, out, strict=True))
+            return self.plain(v) if spans else self.intern(v)
 
         return rewrite(e, on_load, iota, keep_reds, into_reds)
 
@@ -127,7 +132,7 @@ class Views:
             old = nd - 1 - x.e
             return Iota(nd - 1 - perm.index(old))
 
-        return self._map(e, nd, fn, iota, into_reds=into_reds)
+        return self._map(e, nd, fn, iota, into_reds=into_reds, out=tuple(shape[p] for p in perm))
 
     def shifted(self, e: Expr, shape: tuple[int, ...], dim: int, start: int) -> Expr:
         nd = len(shape)

@@ -177,6 +177,7 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
         "le": f"(float)({x} <= {y})", "gt": f"(float)({x} > {y})", "ge": f"(float)({x} >= {y})",
         "not": f"(float)({x} == 0.0f)", "isnan": f"(float)({x} != {x})",
         "isinf": f"(float)(fabsf({x}) == INFINITY)", "trunc": f"truncf({x})", "expm1": f"expm1f({x})",
+        "cos": f"cosf({x})", "sin": f"sinf({x})",
         "round_bf16": f"fb_round_bf16({x})", "round_fp16": f"fb_round_fp16({x})",
         # kl_div's xlogy(t, t) - t * y: 0 where t == 0, NaN where t < 0 (torch.xlogy), never 0 for a negative t
         "xlogy_minus": f"(({x} == 0.0f ? 0.0f : {x} * fb_log({x})) - {x} * {y})",

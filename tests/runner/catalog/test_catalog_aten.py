@@ -41,6 +41,7 @@ EXPECTED = {
     "gpt2_embeddings": ("elementwise", "embedding: loads indexed", [cpu.CpuParams("flat", threads="one")]),
     "masked_mean_pooling": ("row", "sum over dims [1]", [cpu.CpuParams("columns", "online", "one")]),
     "weighted_mse": ("row", "a reduction of reductions", [cpu.CpuParams("rows", "online", "one")]),
+    "rope_inv_freq": ("graph", "one fused program", [cpu.CpuParams("flat", threads="one")]),
     "gpt2_mlp": ("graph", "stage 1: one fused program", [cpu.CpuParams("flat", threads="one")]),
     "llama_mlp": ("graph", "stage 2: one fused program", [cpu.CpuParams("flat", threads="one")]),
 }
