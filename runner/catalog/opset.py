@@ -39,7 +39,7 @@ SAME_ARGS = {
     "logical_or": "maximum", "bitwise_or.Tensor": "maximum", "scalar_tensor": "const", "full": "full",
     "full_like": "full_like", "ones_like": "ones_like", "zeros_like": "zeros_like", "arange.start_step": "arange",
     "arange": "arange", "split_with_sizes": "split", "split.Tensor": "split",
-    "constant_pad_nd": "pad", "arange.start": "arange", "iota": "arange",
+    "constant_pad_nd": "pad", "repeat": "repeat", "arange.start": "arange", "iota": "arange",
     "_to_copy": "to_dtype", "convert_element_type": "to_dtype", "mean.dim": "mean", "mean": "mean",
     "sum.dim_IntList": "sum", "sum": "sum", "var.correction": "var", "var_mean.correction": "var_mean",
     "std.correction": "std", "max": "amax", "min": "amin", "prod": "prod",

@@ -408,6 +408,10 @@ class _Lower:
             return self.lower_gather(n.model_copy(update={"args": [n.args[0], idx[0]]}), "index0")
         if o in ("embedding", "index_select", "gather"):
             return self.lower_gather(n, o)
+        if o == "repeat":
+            x = self.val(n.args[0])
+            self.notes.append("a repeat read in place (coordinates wrap)")
+            return _Val(self.viewed(lambda: self.views.repeat(x.expr, x.shape, shape)), shape)
         if o == "pad":
             x = self.val(n.args[0])
             value = float(self.arg(n, 2, "value", 0.0) or 0.0)
@@ -601,7 +605,13 @@ class _Lower:
                 return _Val(self.load(inp.abi, shape, inp.dtype, viewed=True), shape)
         if [s for s in shape if s != 1] == [s for s in x.shape if s != 1]:
             # a size-1 dim added or dropped: only loads need a new view, a reduction keeps its row
-            return _Val(self.reshape_loads(x.expr, shape), shape)
+            try:
+                return _Val(self.reshape_loads(x.expr, shape), shape)
+            except Unsupported:
+                if reductions(x.expr):
+                    raise
+        if not reductions(x.expr):  # dims merged or split: each load's index as terms
+            return self.viewed(lambda: _Val(self.views.reshape(x.expr, x.shape, shape), shape))
         raise Unsupported(f"{n.op} of a computed tensor from {list(x.shape)} to {list(shape)}")
 
     def reshape_loads(self, e: Expr, shape: tuple[int, ...]) -> Expr:

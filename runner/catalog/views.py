@@ -188,6 +188,26 @@ class Views:
 
         return rewrite(e, on_load, on_iota)
 
+    def repeat(self, e: Expr, old: tuple[int, ...], new: tuple[int, ...]) -> Expr:
+        """x.repeat(reps) (reps as long as x's dims): each coordinate wraps modulo x's own size (a term's mod)."""
+        pad = len(new) - len(old)
+        e = self.resize_ones(e, old, (1,) * pad + tuple(old)) if pad else e
+        old = (1,) * pad + tuple(old)
+
+        def on_load(ld: Load) -> Expr:
+            v = as_strided(self.inputs[ld.k], len(old))
+            terms = _terms(v)
+            spans = {t[0] for t in terms}
+            shape = tuple(n if d in spans else 1 for d, n in enumerate(new))
+            return self.intern(replace(v, shape=shape, strides=(0,) * len(new), shift=(0,) * len(new),
+                                       terms=tuple(terms)))
+
+        def on_iota(x: Iota) -> Expr:
+            d = len(old) - 1 - x.e
+            return op("idivmod", x, attrs=(1.0, float(old[d])))
+
+        return rewrite(e, on_load, on_iota)
+
     def pad(self, e: Expr, shape: tuple[int, ...], pads: list[int], value: float, out: tuple[int, ...]) -> Expr:
         """constant_pad_nd: pads (lo, hi) per dim from the last; inside, the value shifted by lo; outside, value."""
         nd = len(shape)
@@ -281,7 +301,9 @@ def reshape_terms(v: Input, old: tuple[int, ...], new: tuple[int, ...]) -> Input
                 after *= new[d]
         else:
             raise ViewError(f"a reshape from {list(old)} to {list(new)} that mixes dims")
-    return replace(v, shape=tuple(new), strides=(0,) * len(new), shift=(0,) * len(new), terms=tuple(out))
+    spans = {t[0] for t in out}  # a dim no term reads is a broadcast of the view (size 1)
+    shape = tuple(n if d in spans else 1 for d, n in enumerate(new))
+    return replace(v, shape=shape, strides=(0,) * len(new), shift=(0,) * len(new), terms=tuple(out))
 
 
 def has_views(e: Expr, inputs: list[Input]) -> bool:
