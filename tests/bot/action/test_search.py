@@ -69,7 +69,9 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     assert "searching 1 target(s)" in log and TARGET in log  # only the module the PR changed
 
     # the PR: into the labelled PR's branch, from fusebot's branch, with the kernel, the drop-in, its test, the table
-    [pull] = w.fake.bot_pulls(REPO)
+    pulls = w.fake.bot_pulls(REPO)
+    assert len(pulls) == 1, w.summary.read_text()[:6000]  # the search's own account of why, when it proposed nothing
+    [pull] = pulls
     assert (pull.head_ref, pull.base_ref) == (pr.branch_name("feature", TARGET), "feature")
     files = w.fake.files_at(REPO, pull.head_ref)
     [folder] = {p.rsplit("/", 1)[0] for p in files if p.startswith("fusebot_kernels/") and p.endswith("/dropin.py")}
