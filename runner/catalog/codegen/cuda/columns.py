@@ -24,11 +24,10 @@ from runner.catalog.codegen.cuda.common import (
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.ir import Program
 
-# bytes of each accumulator (ACCUMULATORS in cgen.py, fb_acc = float): the columns merge keeps one per lane and thread
+# bytes of each accumulator (ACCUMULATORS in codegen/common.py, fb_acc = float): the columns merge keeps one per lane
+# and thread
 ACC_BYTES = {"AccSum": 4, "AccProd": 4, "AccMax": 4, "AccMin": 4, "AccArgMax": 8, "AccArgMin": 8, "AccLse": 8,
-              "AccWelford": 12}
-
-
+             "AccWelford": 12}
 _STATIC_SMEM = 48 * 1024
 
 

@@ -1,5 +1,6 @@
-"""Helpers every CUDA layout shares: element types, element and vector loads (`Loads`), rowblock and row-vector
-indexing, the host's test for the V-wide kernels, a library workspace and the exported entry point."""
+"""Helpers every CUDA layout shares: element types, element, vector and gathered loads (`Loads`, `emitter`), rowblock
+and row-vector indexing, the host's test for the V-wide kernels, the stores of outputs after the first (`More`), a
+library workspace and the exported entry point."""
 
 from __future__ import annotations
 
