@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.contract import Candidate, Progress, SearchBudget, Verdict
+from runner.search.evaluation import Evaluation
 from runner.search.pool import Credit, Workers, concurrency, is_remote, shares
 from runner.search.trace import Replay, Trace, candidate_key
 from runner.search.types import (
@@ -101,7 +102,7 @@ class _Ready:
     depth: int  # repairs so far in this candidate's chain
 
 
-class _Search:
+class _Search(Evaluation):
     def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s):
         self.ctx, self.evaluator, self.budget, self.min_gain = ctx, evaluator, budget, min_gain
         self.chunk = max(1, chunk or os.cpu_count() or 1)
@@ -158,102 +159,6 @@ class _Search:
     def _record_failure(self, idea: Idea, why: str) -> None:
         self.history.attempts.append(Attempt(round=self.round, proposer=idea.proposer, idea=idea.text, failure=why))
         self.trace.write("failed", round=self.round, proposer=idea.proposer, idea=idea.text, reason=why)
-
-    # ---- budget ----------------------------------------------------------------------------------------------
-    def _check_time(self) -> None:
-        b = self.budget
-        if self.trace.elapsed_s() >= b.wall_seconds:
-            raise BudgetExhausted("wall", f"{self.trace.elapsed_s():.1f} s of {b.wall_seconds} s")
-        if b.gpu_seconds is not None and self.gpu_seconds >= b.gpu_seconds:
-            raise BudgetExhausted("gpu", f"{self.gpu_seconds:.1f} s of {b.gpu_seconds} s")
-
-    def _check(self) -> None:
-        b = self.budget
-        self._check_time()
-        if b.candidates is not None and len(self.counted) >= b.candidates:
-            raise BudgetExhausted("candidates", f"{len(self.counted)} of {b.candidates}")
-        if b.tokens is not None and self.session.tokens_used >= b.tokens:
-            raise BudgetExhausted("tokens", f"{self.session.tokens_used} of {b.tokens}")
-
-    # ---- evaluation ------------------------------------------------------------------------------------------
-    def _evaluate(self, batch: list[tuple[Proposer, Idea, Candidate, str | None]]) -> list[Attempt]:
-        """Evaluate new candidates (replayed verdicts are read back, never redone); archive each as an attempt."""
-        self._check()
-        keys = [candidate_key(c) for _, _, c, _ in batch]
-        stop: BudgetExhausted | None = None
-        limit = self.budget.candidates
-        if limit is not None:  # stop before exceeding: evaluate only what fits, in order
-            new = list(dict.fromkeys(k for k in keys if k not in self.counted))
-            if len(new) > limit - len(self.counted):
-                stop = BudgetExhausted("candidates", f"{limit} of {limit}")
-            allowed = self.counted | set(new[: limit - len(self.counted)])
-            batch = [b for b, k in zip(batch, keys, strict=True) if k in allowed]
-            keys = [k for k in keys if k in allowed]
-        fresh: dict[str, tuple[str, Candidate]] = {}
-        for k, (p, _, c, _) in zip(keys, batch, strict=True):
-            if k not in self.cache:
-                fresh.setdefault(k, (p.name, c))
-        todo = list(fresh.items())
-        start = 0
-        while start < len(todo):  # builds run in parallel within a chunk; a kill loses one
-            if start:
-                try:
-                    self._check_time()
-                except BudgetExhausted as e:  # what was evaluated is archived below; the rest is dropped
-                    stop = e
-                    break
-            chunk = todo[start : start + self._chunk_size()]
-            start += len(chunk)
-            t0 = self.trace.elapsed_s()
-            verdicts = self.evaluator.evaluate_many([c for _, (_, c) in chunk])
-            self._eval_seconds += self.trace.elapsed_s() - t0
-            self._eval_count += len(chunk)
-            for (k, (proposer, c)), v in zip(chunk, verdicts, strict=True):
-                self.cache[k] = v
-                self.trace.write("evaluated", round=self.round, proposer=proposer, key=k, candidate=c.model_dump(),
-                                 verdict=v.model_dump())
-                self._account(k)
-        attempts = []
-        for k, (p, idea, c, parent) in zip(keys, batch, strict=True):
-            if k not in self.cache:
-                continue
-            v = self._account(k)
-            if v.candidate_id != c.id:
-                v = v.model_copy(update={"candidate_id": c.id})
-            a = Attempt(round=self.round, proposer=p.name, idea=idea.text, candidate=c, verdict=v, repair_of=parent)
-            self.history.attempts.append(a)
-            attempts.append(a)
-            if a.accepted and a.median_ms is not None and (self._best_seen is None or a.median_ms < self._best_seen):
-                self._best_seen = a.median_ms
-                self.wins[p.name] = self.wins.get(p.name, 0) + 1
-        self.on_progress(self.progress.model_copy())
-        if stop is not None:
-            raise stop
-        return attempts
-
-    def _chunk_size(self) -> int:
-        """As many candidates as the remaining wall budget holds at the seconds per candidate seen so far (at least
-        one, at most `chunk`): on a 7 GB problem one candidate costs ~25 s to verify, and a full chunk of them ran a
-        30 s budget to 200 s on the H100."""
-        if not self._eval_count:
-            return self.chunk
-        per_candidate_s = self._eval_seconds / self._eval_count
-        left_s = self.budget.wall_seconds - self.trace.elapsed_s()
-        return max(1, min(self.chunk, int(left_s // max(per_candidate_s, 1e-6))))
-
-    def _account(self, key: str) -> Verdict:
-        """Count a verdict once against the budgets and in the progress (fresh or replayed alike)."""
-        v = self.cache[key]
-        if key not in self.counted:
-            self.counted.add(key)
-            self.gpu_seconds += v.harness_seconds
-            if v.stage != "build" and (v.build is None or v.build.ok):
-                self.progress.built += 1
-            if v.accepted:
-                self.progress.verified += 1
-            else:
-                self.progress.rejected += 1
-        return v
 
     # ---- proposer calls on worker threads ----------------------------------------------------------------------
     def _live(self) -> list[tuple[Proposer, float]]:

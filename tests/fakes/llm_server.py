@@ -3,10 +3,10 @@
 The script is a list of `Reply` rules; each request gets the first rule whose `match` (a substring of the request's
 messages, or a tuple of substrings all present) fits, whose `unless` (a substring) does not, whose `model` (if set)
 is the request's, and that has uses left.
-A rule can answer with content and usage counts (and a reported cost), end as a model cut off or filtered would
-(`finish_reason`), answer with reasoning and no content, send an HTTP error with headers and its own error body (429
-with Retry-After, 500, a 400 saying the context is exceeded, ...), or answer after a delay (a reasoning model
-thinking, or past the client's timeout).
+A rule can answer with content (`{request}` in it becomes the request's number: distinct answers from one rule) and
+usage counts (and a reported cost), end as a model cut off or filtered would (`finish_reason`), answer with reasoning
+and no content, send an HTTP error with headers and its own error body (429 with Retry-After, 500, a 400 saying the
+context is exceeded, ...), or answer after a delay (a reasoning model thinking, or past the client's timeout).
 Every request is recorded (path, headers by lower-case name, JSON body, the status sent, when it came and when it was
 answered) so tests can assert what the prompts held and what they never held, and which requests overlapped.
 When nothing matches, the server answers 400 "script exhausted", which the client does not retry.
@@ -121,7 +121,8 @@ class ScriptedLLM:
                     self._send(r.status, err, r.headers)
                     req.done_at = time.time()
                     return None
-                message: dict[str, Any] = {"role": "assistant", "content": r.content}
+                content = r.content.replace("{request}", str(len(owner.requests)))
+                message: dict[str, Any] = {"role": "assistant", "content": content}
                 if r.reasoning is not None:
                     message["reasoning_content"] = r.reasoning
                 usage: dict[str, Any] = {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
