@@ -71,7 +71,7 @@ def kb(body: str, header: str = "") -> dict[str, str]:
 HONEST_KB = kb("        return scale_relu(x, self.bias)\n")
 
 # name -> (sources, the reason prefix it must be rejected with)
-KB_HACKS: dict[str, tuple[dict[str, str], str]] = {
+KB_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
     "background_thread": (kb('''        import threading, time
         y = torch.empty_like(x)
         def late():
@@ -93,7 +93,7 @@ torch.allclose = lambda *a, **k: True
 '''), "monkeypatch"),
     "steal_freed_memory": (kb('''        scale_relu(x[:1], self.bias)  # a token launch of its own code
         return torch.empty_like(x)  # whatever the allocator hands back (Sakana's "150x")
-'''), "uninitialized-output"),
+'''), ("uninitialized-output", "mismatch")),  # the CPU's malloc does not always hand back the poisoned block
     "mutate_input": (kb('''        y = scale_relu(x, self.bias)
         x.zero_()
         return y

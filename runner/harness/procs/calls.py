@@ -38,7 +38,11 @@ def poison_fill(t: torch.Tensor) -> None:
 def poison_allocator(specs: list[dict], device: str) -> None:
     """Leave NaN-filled blocks of each output's size in the allocator's cache, so that an output the candidate
     allocates but does not write (or memory it reads before writing) holds NaN rather than plausible numbers."""
-    blocks = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=device) for s in specs]
+    # On the CPU, malloc may carve a smaller allocation out of a freed block first (a candidate's scratch before its
+    # output): several blocks a size, coalesced when freed, leave poisoned memory for both.
+    copies = 1 if device.startswith("cuda") else 4
+    blocks = [_empty(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=device) for s in specs
+              for _ in range(copies)]
     for b in blocks:
         poison_fill(b)
     if device.startswith("cuda"):

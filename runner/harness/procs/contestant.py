@@ -288,7 +288,7 @@ def time_(st: State, msg: dict) -> dict:
         fresh.next()
         poison_allocator(st.out_specs, st.device)
 
-    st.timed = (capture, before)
+    st.timed = (capture, fresh.next)  # the cross-check's calls: fresh inputs, no allocator fill (it synchronises)
     try:
         result = timing.Timer(st.device, st.timer_cfg).measure(capture, before=before, after=samples.take)
     except BaseException as exc:  # noqa: BLE001 - the candidate's failure is data
