@@ -55,11 +55,10 @@ def _tensor(name: str, t, role: str) -> dict:
 
 
 def _describe(spec_path: Path) -> list[dict]:
-    # torch and the problem loader: only the confined child needs them, the prompt builder stays torch-free
-    import torch
+    import torch  # only the confined child needs torch: the prompt builder stays torch-free
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from runner.harness.problem import build_model, load, make_inputs
+    from runner.harness.problem import build_model, load, make_inputs  # imports torch: the child's alone
 
     problem = load(ProblemSpec.model_validate_json(spec_path.read_text()))
     sets = []
