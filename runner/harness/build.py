@@ -8,13 +8,11 @@ cached by a hash of the sources, the flags, the compiler's version and the targe
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -167,9 +165,7 @@ def _run_confined(cmd: list[str], work: Path, env: dict[str, str],
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.kill()
+        bwrap.kill_tree(proc.pid)
         proc.communicate()
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode), out.decode(errors="replace")

@@ -17,17 +17,22 @@ user opts out with FUSEBOT_UNSAFE_NO_SANDBOX=1 (then only the in-process layer o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import logging
 import os
 import shutil
+import signal
 import site
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from runner.errors import MachineError, UsageError
 
@@ -221,6 +226,40 @@ def wrap(cmd: Sequence[str], workdir: Path, *, write: Sequence[str | Path] = (),
         return list(cmd)
     return [mode.bwrap, *base_args(Path(workdir), user_namespace=mode.user_namespace, tmpfs_bytes=tmpfs_bytes,
                                    write=write, read=read), "--", *cmd]
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """Process `pid` and its descendants (under bwrap: every process of the sandbox)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def kill_tree(pid: int | None, *, also: Sequence[psutil.Process] = (), wait_s: float = 5.0) -> None:
+    """SIGKILL process `pid` (bwrap, or the command itself where the user opted out; a child not yet reaped, so that
+    its PID is still its own), its process group, every descendant and `also` (a tree taken earlier: psutil checks
+    that each is still the same process), and wait until they are gone: when this returns, nothing of the sandbox
+    runs any more."""
+    procs = [*(tree(pid) if pid is not None else []), *also]
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_running(p) for p in procs):
+        time.sleep(0.005)
+
+
+def _running(p: psutil.Process) -> bool:
+    """Alive and not a zombie (a zombie runs nothing; its reaper, not us, removes it)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def description(mode: SandboxMode) -> dict[str, bool]:

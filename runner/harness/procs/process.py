@@ -266,13 +266,12 @@ class Worker:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
+            bwrap.kill_tree(self.proc.pid)
             self.proc.wait()
 
     def close(self, timeout_s: float = 10.0) -> None:
+        # every process of the sandbox now: when the worker exits, what it left (daemons) must be gone too
+        procs = bwrap.tree(self.proc.pid) if self.proc is not None else []
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self._req.write(json.dumps({"cmd": "exit"}) + "\n")
@@ -281,6 +280,8 @@ class Worker:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
+        if procs:
+            bwrap.kill_tree(None, also=procs)  # (bwrap itself is reaped: its PID is no longer its own)
         if self._req is not None:
             with contextlib.suppress(OSError):
                 self._req.close()
