@@ -1,0 +1,157 @@
+"""The real-world suite (bench/suites/realworld) on the CPU at CI sizes (REALWORLD_SUITE_SMALL=1).
+
+Every problem, in fp32 and bf16: it imports (transformers and diffusers, from the `dev` extra), its reference runs
+through the harness's own loader, and the catalog's capture and recognition recognise it or say why. Each recognised
+problem's first catalog candidate (the first parameter set of its first strategy, on one thread) is then verified by
+the real harness (Evaluator, backend "cpu"). A problem is understood when that candidate is verified. The understood
+set is pinned in bench/suites/realworld/understood.json: a problem that was understood and is no longer fails the
+test (with its reason), and so does one newly understood that the file does not list yet (update the file
+deliberately: REALWORLD_UPDATE_UNDERSTOOD=1 rewrites it from the run).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.suites.realworld.make_bf16 import expected_bf16
+from runner.catalog.capture import capture_sources
+from runner.catalog.recognition import Pattern, recognise
+from runner.contract import Candidate, Verdict
+from runner.harness.evaluator import Evaluator, HarnessConfig
+from runner.harness.problem import build_model, load, make_inputs
+from runner.pipeline import problem_from_file
+from runner.proposers.catalog import CatalogProposer, label_of, remember
+from runner.search.types import ProblemContext
+from tests.runner.conftest import FAST_TIMER
+
+log = logging.getLogger(__name__)
+
+SUITE = Path(__file__).resolve().parents[2] / "bench/suites/realworld"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+EXPECTED = SUITE / "understood.json"
+SMALL = "REALWORLD_SUITE_SMALL"
+PROBLEMS = [f"{d}/{p.stem}" for d in DTYPES for p in sorted((SUITE / d).glob("*.py"))]
+
+
+def path_of(problem: str) -> Path:
+    return SUITE / f"{problem}.py"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def small_sizes():
+    """CI's sizes, in this process (the problems read the switch when imported) and in every process it starts."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SMALL, "1")
+        yield
+
+
+@pytest.fixture(scope="module")
+def patterns(small_sizes) -> dict[str, Pattern]:
+    """Every problem captured once, in two confined processes side by side (transformers is imported once in each),
+    and recognised; the proposers below reuse these captures."""
+    sources = {p: path_of(p).read_text() for p in PROBLEMS}
+    halves = [PROBLEMS[0::2], PROBLEMS[1::2]]
+    with ThreadPoolExecutor(2) as pool:
+        graphs = list(pool.map(lambda names: capture_sources([sources[n] for n in names], timeout_s=600), halves))
+    out = {}
+    for names, gs in zip(halves, graphs, strict=True):
+        for name, g in zip(names, gs, strict=True):
+            out[name] = recognise(g)
+            remember(sources[name], out[name])
+    return out
+
+
+def test_the_suite_has_30_problems_in_each_dtype_and_bf16_files_are_the_fp32_ones_in_bf16():
+    fp32 = sorted(p.name for p in (SUITE / "fp32").glob("*.py"))
+    assert len(fp32) >= 30
+    want = expected_bf16()
+    have = {p.name: p.read_text() for p in (SUITE / "bf16").glob("*.py")}
+    assert sorted(have) == sorted(want), "run python bench/suites/realworld/make_bf16.py"
+    stale = [n for n in want if have[n] != want[n]]
+    assert not stale, f"bf16 copies out of step with fp32 (run python bench/suites/realworld/make_bf16.py): {stale}"
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_the_reference_runs_at_ci_sizes(problem):
+    """Through the harness's own loader, on every declared shape: finite outputs, and a bf16 problem computes in bf16
+    (its weights, or else its floating inputs, are bf16)."""
+    spec = problem_from_file(path_of(problem))
+    loaded = load(spec)
+    model = build_model(loaded, loaded.model_cls, seed=0, device="cpu")
+    doc = (loaded.module.__doc__ or "").strip()
+    assert len(doc) > 80 and ("transformers" in doc or "diffusers" in doc), "the docstring names library and class"
+    for shape_set in range(loaded.shape_sets()):
+        inputs = make_inputs(loaded, seed=shape_set, shape_set=shape_set, randn=None, device="cpu")
+        with torch.no_grad():
+            out = model(*inputs)
+        outs = out if isinstance(out, tuple) else (out,)
+        assert outs and all(isinstance(t, torch.Tensor) and torch.isfinite(t.float()).all() for t in outs)
+        assert sum(t.numel() for t in inputs if isinstance(t, torch.Tensor)) < 1 << 16, "CI sizes are small"
+        floats = [t.dtype for t in [*inputs, *model.state_dict().values()] if t.is_floating_point()]
+        want = DTYPES[problem.split("/")[0]]
+        assert want in floats, (problem, floats)
+
+
+def first_candidate(name: str, pat: Pattern) -> Candidate:
+    """What the catalog proposes first for this problem on the CPU, on one thread (on a small shared CI machine an
+    OpenMP kernel's timings are too erratic for the harness's timer cross-check)."""
+    prop = CatalogProposer()
+    ctx = ProblemContext(name=name.replace("/", "_"), reference_source=path_of(name).read_text(), backend="cpu")
+    strategies = prop.strategies(ctx)
+    assert strategies, f"{name}: recognised ({pat.family}) but no strategy"
+    return prop.candidate(ctx, pat, replace(strategies[0].params[0], threads="one"))
+
+
+def _verify(name: str, cand: Candidate, cache: Path) -> Verdict:
+    """The harness's verdict; one whose only reason is the timer cross-check is measured once more (a preempted
+    process on a loaded CI machine fails it honestly; correctness is never retried)."""
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=cache)
+    with Evaluator(problem_from_file(path_of(name)), backend="cpu", config=cfg) as ev:
+        (v,) = ev.evaluate_many([cand])
+        if v.reasons and all(r.startswith("timer-escape") for r in v.reasons):
+            v = ev.evaluate(cand)
+        return v
+
+
+@pytest.fixture(scope="module")
+def outcomes(patterns, harness_cache) -> dict[str, str]:
+    """Problem -> "" where the catalog's first candidate is verified by the harness, else why not (the pattern's
+    reason, or the verdict's). One Evaluator per recognised problem, two at a time."""
+    out = {n: f"{p.family}: {p.reason}" for n, p in patterns.items() if p.family == "unsupported"}
+    names = [n for n in patterns if n not in out]
+    cands = {n: first_candidate(n, patterns[n]) for n in names}
+    with ThreadPoolExecutor(2) as pool:
+        verdicts = dict(zip(names, pool.map(lambda n: _verify(n, cands[n], harness_cache), names), strict=True))
+    for n, v in verdicts.items():
+        out[n] = "" if v.accepted and v.timing and v.timing.median_ms > 0 else \
+            f"{patterns[n].family}, candidate {label_of(cands[n])} rejected: {'; '.join(v.reasons)[:300]}"
+    return out
+
+
+def test_every_problem_is_understood_or_says_why(outcomes):
+    """Understood = recognised and its first candidate verified. The set is pinned: losing one fails, and so does
+    gaining one until understood.json lists it."""
+    assert all(why.strip() for why in outcomes.values() if why != ""), "every problem not understood says why"
+    now = {d: sorted(n.split("/")[1] for n, why in outcomes.items() if n.startswith(d + "/") and why == "")
+           for d in DTYPES}
+    for d in DTYPES:
+        log.info("understood %s: %d of %d", d, len(now[d]), sum(n.startswith(d + "/") for n in outcomes))
+    for n, why in sorted(outcomes.items()):
+        if why:
+            log.info("not understood: %s: %s", n, why)
+    if os.environ.get("REALWORLD_UPDATE_UNDERSTOOD") == "1":
+        EXPECTED.write_text(json.dumps(now, indent=1) + "\n")
+    pinned = json.loads(EXPECTED.read_text())
+    lost = [f"{d}/{n}: {outcomes[f'{d}/{n}']}" for d in DTYPES for n in pinned[d] if n not in now[d]]
+    gained = [f"{d}/{n}" for d in DTYPES for n in now[d] if n not in pinned[d]]
+    assert not lost, "no longer understood:\n" + "\n".join(lost)
+    assert not gained, (f"newly understood: {', '.join(gained)}; add them to {EXPECTED.name} "
+                        "(REALWORLD_UPDATE_UNDERSTOOD=1 rewrites it)")
