@@ -12,6 +12,7 @@ from runner.catalog.codegen.common import NotExpressible, full_output, op_code, 
 from runner.catalog.codegen.cpu import CpuParams
 from runner.catalog.codegen.cuda import CudaParams, broadcast_view
 from runner.catalog.codegen.cuda.columns import strided_refusal
+from runner.catalog.codegen.cuda.regs import short_row_params
 from runner.catalog.ir import Op, Program, walk
 
 SMS = 132  # H100; only the ordering of guesses depends on it
@@ -212,6 +213,11 @@ def _cuda(p: Program) -> list[Strategy]:
         # a block or a warp per row would leave three quarters of the GPU idle: split alone (the H100's hinge loss,
         # one row of 2^30: 124-238 ms for a block per row against 1.44-1.50 split, a round's budget spent on them)
         order = [s_split]
+    regs = short_row_params(p) if not few_rows else []
+    if regs:  # short rows, many of them: the row held in registers, read from memory once whatever the passes
+        order = [Strategy("cuda-rows-regs", f"Short rows held in registers: a group of lanes (or the block) per row, "
+                          f"several rows a block, {access} loads, the row read from memory once for every pass.",
+                          regs), *order]
     row_bytes = R * sum(_bytes(i.dtype) for k, i in enumerate(p.inputs) if p.access(k) == "full")
     sizes = [c for c in (1, 2, 4, 8, 16) if row_bytes / c <= 200 * 1024]
     if sizes and row_bytes:

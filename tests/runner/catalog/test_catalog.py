@@ -205,6 +205,10 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
     ("argmax", cuda.CudaParams("grid", vec=1, threads=128, slices=4, mode="online", buffers=1)),
     ("log_softmax", cuda.CudaParams("cluster", vec=4, threads=256, slices=2, mode="online", buffers=1, chunks=2)),
     ("gemm_groupnorm", cuda.CudaParams("rows", vec=4, threads=128, group=32, mode="online", fast_math=True)),
+    # short rows held in registers, groups of 8 lanes (rowblock inputs read by index)
+    ("gemm_groupnorm", cuda.CudaParams("regs", vec=4, threads=256, group=8, mode="twopass")),
+    ("gemm_groupnorm", cuda.CudaParams("regs", vec=4, threads=128, group=8, mode="twopass", fast_math=True)),
+    ("gemm_groupnorm", cuda.CudaParams("regs", vec=4, threads=128, group=0, mode="online")),
     # rowper inputs (targets repeating inside a row): a vector of their own at r % M
     ("hinge_loss", cuda.CudaParams("split", vec=4, threads=512, slices=64, unroll=2, interleave=True)),
     ("hinge_rows", cuda.CudaParams("rows", vec=4, threads=256, group=32, mode="online")),
