@@ -4,8 +4,8 @@ import json
 import subprocess
 import sys
 
-from .adversarial import FAST_HACKS, HONEST_FAST
-from .conftest import PROBLEMS
+from ..adversarial import FAST_HACKS, HONEST_FAST
+from ..conftest import PROBLEMS
 
 
 def run_eval(tmp_path, candidate_text: str, *extra: str, suffix=".cpp", problem="scale_relu.py"):
