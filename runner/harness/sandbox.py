@@ -234,6 +234,8 @@ def main(argv: list[str]) -> int:
         print(_USAGE, file=sys.stderr)  # noqa: T201
         return 2
     if os.environ.get(_MARK) != "bwrap":
+        # the caller logs the opt-out's warning; here it would land in the confined command's own output
+        logging.getLogger(bwrap.__name__).disabled = True
         try:
             mode = bwrap.require()
         except bwrap.SandboxUnavailable as exc:
