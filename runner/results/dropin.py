@@ -229,6 +229,7 @@ def _reference(key, args, state):
         out = torch.func.functional_call(module, dict(zip(module._fusebot_state_names, state)), tuple(args))
     finally:
         _REFERENCE.on -= 1
+    module._fusebot_single = isinstance(out, torch.Tensor)  # a tensor, or a tuple of them: returned alike
     return [out] if isinstance(out, torch.Tensor) else list(out)
 
 
@@ -360,7 +361,7 @@ class {name}(Original):
             out = _run(tensors, state, self._fusebot_key)
         else:
             out = fused(tensors, state, self._fusebot_key)
-        return out[0] if SINGLE_OUTPUT else tuple(out)
+        return out[0] if self.__dict__.get("_fusebot_single", SINGLE_OUTPUT) else tuple(out)
 
 
 def _count():

@@ -452,7 +452,7 @@ struct AccArgMin { float v; int i;  // an index along the reduced dims (the set-
 struct AccLse { float m; fb_acc s;
   FB_M void init() { m = -INFINITY; s = 0; }
   FB_M void add(float x, long long) {
-    if (x > m) { s = s * (fb_acc)fb_exp(m - x) + 1; m = x; } else { s += (fb_acc)fb_exp(x - m); } }
+    if (x > m) { s = s * (fb_acc)fb_exp(m - x) + 1; m = x; } else if (x != -INFINITY) { s += (fb_acc)fb_exp(x - m); } }
   FB_M void merge(const AccLse& o) {
     if (o.m == -INFINITY) return;
     if (o.m > m) { s = s * (fb_acc)fb_exp(m - o.m) + o.s; m = o.m; } else { s += o.s * (fb_acc)fb_exp(o.m - m); } } };

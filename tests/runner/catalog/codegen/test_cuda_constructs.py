@@ -96,8 +96,6 @@ def test_new_constructs_match_the_module_on_an_emulated_gpu(aten, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
-@pytest.mark.xfail(strict=True, reason="AccLse.add (codegen/common.py ACCUMULATORS) turns a -inf that follows its "
-                   "initial -inf into exp(-inf - -inf) = NaN: a thread whose first elements are masked")
 def test_an_online_log_sum_exp_over_masked_elements(aten, tmp_path):
     _match(aten, _rendered(aten, masked_online=True), tmp_path)
 
