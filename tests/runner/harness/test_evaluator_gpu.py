@@ -56,7 +56,14 @@ def test_kernelbench_cuda_hack_is_rejected(gpu_evaluator, name):
     sources, reason = KB_CUDA_HACKS[name]
     v = gpu_evaluator.evaluate(cand(name, sources))
     assert not v.accepted
-    assert any(r.startswith(reason) for r in v.reasons), v.reasons
+    # On the GPU, verification makes more calls than on the CPU (the profiled first call, the second shape): a kernel
+    # that turns lazy after a count of calls is caught while verifying, by what it then returns.
+    expected = reason if isinstance(reason, tuple) else (reason,)
+    caught = (*expected, *(("uninitialized-output", "shape", "mismatch", "stale-result") if name in LAZY_AFTER_CALLS else ()))
+    assert any(r.startswith(caught) for r in v.reasons), v.reasons
+
+
+LAZY_AFTER_CALLS = {"lazy_after_warmup", "replays_first_timed_output"}
 
 
 @pytest.mark.parametrize("name", sorted(FAST_CU_HACKS))
@@ -87,7 +94,10 @@ def test_every_cpu_crash_has_a_cuda_twin_that_is_a_verdict(gpu_evaluator):
     sources = {n: kb_cuda(*body_and_header(CRASHES[n][0])) for n in kb_names}
     verdicts = gpu_evaluator.evaluate_many([cand(n, sources[n]) for n in kb_names])
     for n, v in zip(kb_names, verdicts, strict=True):
-        assert any(r.startswith(CRASHES[n][1]) for r in v.reasons), (n, v.reasons)
+        # CUDA's runtime reports a process out of descriptors as an error of the call: a runtime verdict, still the
+        # candidate's (never a broken machine)
+        caught = (CRASHES[n][1], "runtime") if n == "exhausts_fds" else (CRASHES[n][1],)
+        assert not v.accepted and any(r.startswith(caught) for r in v.reasons), (n, v.reasons)
 
 
 @pytest.mark.parametrize("dtype, sources, accepted", [("bfloat16", HONEST_BF16_CU, True),
@@ -119,10 +129,13 @@ def test_load_inline_cuda_candidate_is_accepted(tmp_path):
     assert v.accepted, v.reasons
 
 
-def test_cuda_outputs_reach_the_judge_through_ipc(gpu_evaluator, caplog):
-    """No host copy of a CUDA output: the trial log names the hand-off, and the verdict is the honest one."""
+def test_cuda_outputs_reach_the_judge_by_the_path_the_sandbox_allows(gpu_evaluator, caplog):
+    """Under bubblewrap each worker has its own PID namespace, which CUDA IPC cannot cross: outputs go through files,
+    and the trial log says why; unconfined, they go by CUDA IPC. Either way the verdict is the honest one."""
     with caplog.at_level("INFO", logger="runner.harness.trials"):
         v = gpu_evaluator.evaluate(cand("honest-cu-ipc", HONEST_FAST_CU))
     assert v.accepted, v.reasons
     trials = [r.getMessage() for r in caplog.records if " trial " in r.getMessage()]
-    assert trials and all("outputs by cuda-ipc" in m for m in trials), trials
+    confined = (v.environment.sandbox or {}).get("bwrap")
+    hand_off = "outputs by files (each worker has its own PID namespace" if confined else "outputs by cuda-ipc"
+    assert trials and all(hand_off in m for m in trials), trials

@@ -31,11 +31,11 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ
 class Hostile:
     """A confined worker that runs the code it is given; its working directory is <eval>/cand, beside others."""
 
-    def __init__(self, root: Path, limits: Limits | None = None, *, confine: bool = True):
+    def __init__(self, root: Path, limits: Limits | None = None, *, confine: bool = True, read: tuple[Path, ...] = ()):
         self.workdir = root / "eval" / "cand"
         env = confined_env(self.workdir)
         env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(HERE)])
-        self.worker = Worker("hostile", self.workdir, env, limits or Limits(memory_bytes=2 << 30))
+        self.worker = Worker("hostile", self.workdir, env, limits or Limits(memory_bytes=2 << 30), read=list(read))
         self.confinement = self.worker.request({"cmd": "init", "confine": confine}, 60)["confinement"]
 
     def run(self, code: str, timeout_s: float = 60) -> object:
@@ -267,7 +267,7 @@ def test_a_cuda_kernel_built_and_run_inside_the_sandbox(tmp_path):
     out = build.build(Candidate(id="twice", format="fast", backend="cuda", sources={"k.cu": src}),
                       cuda_arch=f"sm_{major}{minor}", cache_dir=tmp_path / "cache")
     assert out.info.ok, out.info.log
-    h = Hostile(tmp_path)
+    h = Hostile(tmp_path, read=(out.library.parent,))  # the built library, read-only
     try:
         result = h.run(f"""
             import ctypes, glob, os, torch
