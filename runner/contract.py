@@ -322,7 +322,8 @@ def faster_baseline(baselines: Baselines | None) -> tuple[str, Timing] | None:
     return min(options, key=lambda nt: nt[1].median_ms) if options else None
 
 
-def _table_cell(text: str, limit: int) -> str:
+def table_cell(text: str, limit: int = 160) -> str:
+    """One markdown table cell: whitespace collapsed, pipes escaped, cut to `limit` characters."""
     text = " ".join(str(text).split()).replace("|", "\\|")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -352,7 +353,7 @@ def benchmark_table(baselines: Baselines | None, timing: Timing | None, roofline
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
              _table_row("PyTorch eager", b.eager if b else None, b, r)]
     if b and b.compile is None and b.compile_error:
-        lines.append(f"| torch.compile | failed: {_table_cell(b.compile_error, 80)} | | | | | | |")
+        lines.append(f"| torch.compile | failed: {table_cell(b.compile_error, 80)} | | | | | | |")
     else:
         lines.append(_table_row("torch.compile", b.compile if b else None, b, r))
     if timing is not None:

@@ -180,8 +180,8 @@ def _cuda(p: Program) -> list[Strategy]:
     # one or a few long rows (a whole-tensor norm): a row's blocks take turns along it, several vectors in flight
     # (Frobenius over 7.5 GB on the H100: 7.9 ms, against 8.5-8.7 with a contiguous chunk per block); more rows start
     # with a chunk per block and its turn-taking twin second (LayerNorm's 16 rows of 16.8 MB: 0.34 ms against
-    # 0.39-0.44 taking turns when 854946e added them; on 7f05970's kernels the twin is ahead, 0.300-0.302 against
-    # 0.307-0.308 in two sweeps, bench/results/h100-s16-layernorm)
+    # 0.39-0.44 taking turns with the first split kernels; with today's the twin is ahead, 0.300-0.302 against
+    # 0.307-0.308 in two sweeps: docs/measurements.md, "Why these layouts")
     turns = rows < 8
     split = [CudaParams("split", vec=wide, threads=t, slices=s, mode=m, unroll=u, interleave=turns)
              for m in modes for s in _slices(rows) for t, u in (((512, 2), (256, 4)) if turns else ((512, 1), (256, 1)))]
@@ -191,7 +191,7 @@ def _cuda(p: Program) -> list[Strategy]:
     if merge_once:
         # the row's partials merged once by a small kernel, then the output pass a tile per block in the row's order
         # (Frobenius over 7.5 GB on the H100: that pass 4.94 ms, torch.compile's own 4.97, against 5.27-5.53 with
-        # every block merging the partials and walking its turns; bench/results/h100-pass-times)
+        # every block merging the partials and walking its turns; docs/measurements.md, "Why these layouts")
         split = [replace(x, grid="once") for x in split] + split
     s_block = Strategy("cuda-rows-block",
                        f"One block per row: {access} loads along the row, {_what(p)} merged by warp shuffles then "
@@ -236,7 +236,7 @@ def _cuda(p: Program) -> list[Strategy]:
             # the first pass taking the slice in 4 parts as they land, where the output is the row's and the row is
             # whole vectors, first (H100, two-pass on clusters of 16, 4 parts against 1: log-softmax 4.59 against
             # 5.15 ms with 8-byte vectors, 4.79 against 4.80 with 16-byte ones, 4.54 on clusters of 8; softmax 4.75
-            # against 4.83; InstanceNorm 5.30 against 5.41; bench/results/h100-cluster-chunks)
+            # against 4.83; InstanceNorm 5.30 against 5.41; docs/measurements.md, "Why these layouts")
             [*(CudaParams("cluster", vec=v, threads=256, slices=c, mode=sorted(modes, reverse=True)[0], buffers=1,
                           chunks=4) for c, v in dict.fromkeys(((cs[0], wide // 2), (cs[0], wide), (cs[-1], wide)))
                if wide > 2 and R % wide == 0 and full_output(p)),

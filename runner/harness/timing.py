@@ -4,9 +4,9 @@ On CUDA: events around each call on the caller's stream, then, once its end even
 synchronize timed on the host: how much longer it took than the same synchronize after a call that does nothing,
 queued right after behind the same flush and lead, is added to the sample. So work a callee left on any other stream
 is inside the measurement, but the host's own latency is not: it drifts with the host's speed, and a floor measured
-once (the least of 20 no-op calls, the timer before session 14) charged torch.compile's MinGPT GELU, 182 us on its
+once (the least of 20 no-op calls, as an earlier timer did) charged torch.compile's MinGPT GELU, 182 us on its
 own stream on the H100 with a spread of 2 us, 7-53 us more depending on the process and the moment; against the
-paired no-op, 1-2 us (bench/results/h100-timer-spread, section 6). The L2 is flushed before every timed call by
+paired no-op, 1-2 us (docs/measurements.md, "The timer"). The L2 is flushed before every timed call by
 writing a buffer twice its size; warm-up, then repetitions until the median stops moving. On CPU: the same with a
 monotonic clock and a buffer larger than the last-level cache.
 
@@ -15,7 +15,7 @@ The host's own work before the call's first kernel is not timed either: after th
 warm-up (at most 1 ms), so the call's kernels are queued before the start event fires. Without it the events timed
 the GPU idling while the host ran the call's Python: on the H100 torch.compile's MinGPT GELU took 0.21-0.23 ms that
 way, its host work 83-105 us a call, against 0.1820-0.1825 ms with the GPU kept busy (eager tanh, 32 us of host
-work: 0.182 both ways; correlation of sample time and host time 0.96-0.98; bench/results/h100-timer-spread). A
+work: 0.182 both ways; correlation of sample time and host time 0.96-0.98; docs/measurements.md, "The timer"). A
 sample whose host work outlasted the lead is taken again behind a longer one, that sample alone; the lead then
 follows the median host time of the samples so far (`Timing.lead_ms`: the longest any kept sample ran behind). The
 host time per call is reported beside the GPU time (`Timing.host_ms`). What this gives up: work a call puts on

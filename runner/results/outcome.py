@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.contract import SCHEMA_VERSION, Baselines, Roofline, Timing, Verdict
+from runner.contract import SCHEMA_VERSION, Baselines, Roofline, Verdict, faster_baseline, table_cell
+from runner.contract import benchmark_table as contract_benchmark_table
 from runner.search.loop import SearchResult
 from runner.search.pool import Credit, credit_markdown
-from runner.search.types import Attempt, Idea, best_baseline_ms
+from runner.search.types import Attempt, Idea
 
 
 @dataclass
@@ -46,8 +47,8 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
     best = result.best
     if confirmed is not None and best is not None:
         return _confirmed_outcome(problem, result, best, confirmed, roofline)
-    base_ms = best_baseline_ms(baselines)
-    faster = "torch.compile" if baselines and baselines.compile and base_ms == baselines.compile.median_ms else "eager"
+    fb = faster_baseline(baselines)
+    faster, base_ms = (fb[0], fb[1].median_ms) if fb else ("eager", None)
     if best is None or best.median_ms is None:
         improved, message = False, "no candidate was verified: no kernel is proposed"
     elif best.verdict is not None and best.verdict.degenerate:
@@ -83,9 +84,8 @@ def _confirmed_outcome(problem: str, result: SearchResult, best: Attempt, v: Ver
                                     "on it is reportable, no kernel is proposed")
     else:
         per_round = c.speedup_vs_faster()
-        faster = "torch.compile" if c.compile_ms and v.baselines.compile.median_ms <= v.baselines.eager.median_ms \
-            else "eager"
-        base_ms = min(t.median_ms for t in (v.baselines.eager, v.baselines.compile) if t)
+        faster, base = faster_baseline(v.baselines)
+        base_ms = base.median_ms
         spread = f"{min(per_round):.2f}-{max(per_round):.2f}x over {c.rounds} alternating rounds"
         improved = min(per_round) > 1.0
         if improved:
@@ -102,38 +102,9 @@ def _confirmed_outcome(problem: str, result: SearchResult, best: Attempt, v: Ver
                    credit=list(result.credit))
 
 
-def _cell(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _row(label: str, t: Timing | None, baselines: Baselines | None, roofline: Roofline | None) -> str:
-    if t is None:
-        return f"| {label} | n/a | | | | | | |"
-    eager = baselines.eager.median_ms / t.median_ms if baselines and baselines.eager else None
-    comp = baselines.compile.median_ms / t.median_ms if baselines and baselines.compile else None
-    floor = 100.0 * roofline.floor_ms / t.median_ms if roofline else None
-    fmt = lambda x, unit: f"{x:.2f}{unit}" if x is not None else "n/a"  # noqa: E731
-    host = f"{t.host_ms * 1000:.0f}" if t.host_ms is not None else "n/a"
-    return (f"| {label} | {t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n} | {fmt(eager, 'x')} | {fmt(comp, 'x')} | "
-            f"{fmt(floor, '%')} | {host} |")
-
-
 def benchmark_table(o: Outcome) -> str:
-    b, r = o.baselines, o.roofline
-    lines = ["| | median ms | IQR ms | n | vs eager | vs torch.compile | % of floor | host us per call |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-             _row("PyTorch eager", b.eager if b else None, b, r)]
-    if b and b.compile is None and b.compile_error:
-        lines.append(f"| torch.compile | failed: {_cell(b.compile_error, 80)} | | | | | | |")
-    else:
-        lines.append(_row("torch.compile", b.compile if b else None, b, r))
-    if o.verdict and o.verdict.timing:
-        lines.append(_row(f"fusebot ({o.best.candidate.id if o.best and o.best.candidate else 'best'})",
-                          o.verdict.timing, b, r))
-    if r:
-        lines.append(f"| roofline floor | {r.floor_ms:.4g} | | | | | 100% | |")
-    return "\n".join(lines)
+    label = f"fusebot ({o.best.candidate.id if o.best and o.best.candidate else 'best'})"
+    return contract_benchmark_table(o.baselines, o.verdict.timing if o.verdict else None, o.roofline, label)
 
 
 def _verdict_text(a: Attempt) -> str:
@@ -151,14 +122,14 @@ def trace_markdown(o: Outcome) -> str:
         out.append(f"### Round {rnd}")
         ideas = [i for i in o.ideas if i.round == rnd]
         if ideas:
-            out.append("Ideas:\n" + "\n".join(f"- ({_cell(i.proposer, 40)}) {_cell(i.text, 400)}" for i in ideas))
+            out.append("Ideas:\n" + "\n".join(f"- ({table_cell(i.proposer, 40)}) {table_cell(i.text, 400)}" for i in ideas))
         rows = [a for a in o.attempts if a.round == rnd]
         if rows:
             out.append("| candidate | idea | verdict | reasons |\n| --- | --- | --- | --- |")
             for a in rows:
                 name = (a.candidate.id if a.candidate else "-") + (" (repair)" if a.repair_of else "")
-                why = "" if a.accepted else _cell("; ".join(a.reasons), 200)
-                out[-1] += f"\n| {name} | {_cell(a.idea, 80)} | {_verdict_text(a)} | {why} |"
+                why = "" if a.accepted else table_cell("; ".join(a.reasons), 200)
+                out[-1] += f"\n| {name} | {table_cell(a.idea, 80)} | {_verdict_text(a)} | {why} |"
     return "\n\n".join(out)
 
 
@@ -166,7 +137,7 @@ def report_markdown(o: Outcome) -> str:
     v = o.verdict
     head = [f"# fusebot: {o.problem}", "", ("**Improved**: " if o.improved else "**No improvement**: ") + o.message, ""]
     if v and v.warnings:
-        head += [f"> {_cell(w, 600)}" for w in v.warnings] + [""]
+        head += [f"> {table_cell(w, 600)}" for w in v.warnings] + [""]
     head += ["## Benchmark", "", benchmark_table(o), ""]
     if v and v.environment:
         e = v.environment

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runner.contract import Backend, Baselines, Candidate, Roofline, Verdict
+from runner.contract import Backend, Baselines, Candidate, Roofline, Verdict, faster_baseline
 
 
 class BudgetExhausted(Exception):  # noqa: N818 - a stop signal, not an error
@@ -107,8 +107,8 @@ class ProblemContext(_Data):
 
 def best_baseline_ms(baselines: Baselines | None) -> float | None:
     """The faster of eager and torch.compile: the time a kernel must beat."""
-    times = [t.median_ms for t in (baselines.eager, baselines.compile) if t] if baselines else []
-    return min(times) if times else None
+    fb = faster_baseline(baselines)
+    return fb[1].median_ms if fb else None
 
 
 class Attempt(_Data):

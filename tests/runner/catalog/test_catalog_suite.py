@@ -1,4 +1,4 @@
-"""Regressions from checking the catalog against the bench suite's patterns (bench/catalog_suite.txt), each on a small
+"""Regressions from checking the catalog against the bench suite's patterns (bench/suites/catalog.txt), each on a small
 module written here: the spellings of norms, instance and batch norms, losses and reductions the catalog must
 recognise, C++ candidates that must compute what torch does (all programs in one g++ build), and a proposer that never
 spends a trial on code it already measured or on a template that cannot run on the captured shapes."""
@@ -261,7 +261,7 @@ def get_init_inputs():
 
 def test_the_shared_c_blocks_read_the_same_inside_a_python_string():
     """code_key finds the shared blocks inside a KernelBench candidate (a Python file holding the CUDA source as a
-    string) by their repr(): a quote or a backslash in them (an apostrophe in a C comment, session 11) changes the
+    string) by their repr(): a quote or a backslash in them (an apostrophe in a C comment) changes the
     quoting or escaping, the blocks are no longer found, and a needless fast-math twin takes a trial of its own."""
     from runner.catalog.codegen.common import ACCUMULATORS, MATH
 
