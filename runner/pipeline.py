@@ -24,11 +24,11 @@ from pydantic import ValidationError
 
 from runner.contract import Backend, Job, JobResult, ProblemSpec, Progress, SearchBudget, TargetResult, TargetSpec
 from runner.errors import ProblemError, UsageError
+from runner.harness import dropin
 from runner.harness.evaluator import Evaluator, default_backend
 from runner.proposers.catalog import catalog_proposers
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
-from runner.results import dropin
 from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, report_markdown, result_json, trace_markdown

@@ -61,9 +61,7 @@ RANKS = {
 RUNS_THE_SEARCH = ("bot.demo", "bot.action")
 
 # "importer -> imported package" edges that point up or sideways today.
-UPWARD_ALLOWED: set[str] = {
-    "runner.harness.procs.contestant -> runner.results",
-}
+UPWARD_ALLOWED: set[str] = set()
 # Modules over MAX_LINES today.
 LONG_ALLOWED: set[str] = {
     "runner/catalog/codegen/common.py",
@@ -80,7 +78,6 @@ INNER_ALLOWED: set[str] = {
     "bot/demo.py: runner.results.outcome",
     "runner/catalog/capture.py: runner.harness.problem",
     "runner/catalog/capture.py: runner.harness.sandbox",
-    "runner/harness/procs/contestant.py: runner.results",
     "runner/harness/procs/judge.py: runner.harness.build",
     "runner/harness/procs/judge.py: runner.harness.procs.profile",
     "runner/harness/verify.py: runner.harness.procs",

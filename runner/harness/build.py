@@ -69,7 +69,7 @@ def _cpu_model() -> str:
     return os.uname().machine
 
 
-# The C++ backend's flags, also written into a drop-in (runner/results/dropin.py), an epilogue candidate's own build
+# The C++ backend's flags, also written into a drop-in (runner/harness/dropin.py), an epilogue candidate's own build
 # (runner/catalog/epilogue.py) and the LLM's prompt. -fno-trapping-math: with the default, g++ 12 on an AVX2 machine
 # (an AMD EPYC, znver3) kept a select such as relu's `t > 0 ? t : 0` as a branch and the loop scalar (1M floats:
 # 2.8 ms on 2 threads against 0.18 vectorized, and eager's 1.1-1.4); AVX-512 targets vectorized it either way. It

@@ -26,8 +26,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
+from runner.harness import dropin
 from runner.harness.sandbox import confined_env
-from runner.results import dropin
 from runner.results.dropin_test import dropin_test_source
 
 log = logging.getLogger(__name__)

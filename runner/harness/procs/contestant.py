@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from runner.contract import Candidate, ProblemSpec
-from runner.harness import timing, verify
+from runner.harness import dropin, timing, verify
 from runner.harness.guards import Guard
 from runner.harness.problem import ProblemError, build_model, load, make_inputs, strict_fp32
 from runner.harness.procs import calls, ipc
@@ -129,11 +129,9 @@ def init(st: State, msg: dict) -> dict:
 
 
 def _build_dropin(st: State, init_seed: int) -> torch.nn.Module:
-    """The module a PR would add for this kernel (runner/results/dropin.py's source, the reference beside it), bound to the
+    """The module a PR would add for this kernel (runner/harness/dropin.py's source, the reference beside it), bound to the
     library built here, with the reference's parameters: the timings call it as a user would (its forward, state
     lookup, output allocation, descriptors), not the bare library."""
-    from runner.results import dropin
-
     spec = st.problem.spec
     folder = st.workdir / "dropin"
     folder.mkdir(exist_ok=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.contract import ProblemSpec
-from runner.results.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, kernel_filename
+from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, kernel_filename
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBLEM = ROOT / "tests/fixtures/problems/scale_relu.py"

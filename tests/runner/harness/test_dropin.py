@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from runner.contract import ProblemSpec
-from runner.results.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, kernel_filename
+from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, kernel_filename
 from runner.results.dropin_test import dropin_test_source
 
 ROOT = Path(__file__).resolve().parents[3]
