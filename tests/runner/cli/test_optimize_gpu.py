@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from tests.fakes.llm_server import Reply, ScriptedLLM
+from tests.runner.cli.test_optimize import IDEAS_T, IMPL_T, REPAIR_T, ROOT, cli_env
 from tests.runner.cuda_kernels import BROKEN, PROBLEM, SCALAR, VEC4, WRONG, answer
 from tests.runner.llm_helpers import IDEAS
-from tests.runner.cli.test_optimize import IDEAS_T, IMPL_T, REPAIR_T, ROOT, cli_env
 
 pytestmark = pytest.mark.gpu
 
