@@ -17,7 +17,8 @@ from dataclasses import fields, replace
 from runner.catalog import epilogue
 from runner.catalog.capture import capture_source
 from runner.catalog.codegen import cpu, cuda
-from runner.catalog.codegen.common import ACCUMULATORS, MATH, NotExpressible
+from runner.catalog.codegen.common import NotExpressible
+from runner.catalog.codegen.head import ACCUMULATORS, MATH
 from runner.catalog.recognition import Pattern, recognise
 from runner.catalog.space import Strategy, strategies
 from runner.contract import Candidate, Verdict

@@ -12,22 +12,18 @@ import re
 from dataclasses import dataclass
 
 from runner.catalog.codegen.common import (
-    ACCUMULATORS,
     CTYPE_CPU,
-    MATH,
     AccRef,
     Emitter,
     NotExpressible,
-    args_struct,
     float_literal,
     full_output,
-    general_index_fn,
     index_code,
     plan_passes,
     row_result,
-    setup_code,
     signature,
 )
+from runner.catalog.codegen.head import ACCUMULATORS, MATH, args_struct, general_index_fn, setup_code
 from runner.catalog.ir import Program, rebuild, totals
 
 

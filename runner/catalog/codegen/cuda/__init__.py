@@ -21,20 +21,13 @@ from __future__ import annotations
 
 from math import prod
 
-from runner.catalog.codegen.common import (
-    ACCUMULATORS,
-    MATH,
-    NotExpressible,
-    args_struct,
-    general_index_fn,
-    setup_code,
-    signature,
-)
+from runner.catalog.codegen.common import NotExpressible, signature
 from runner.catalog.codegen.cuda import cluster, columns, flat, grid, regs, rows, split
 from runner.catalog.codegen.cuda.common import UNIT_RUNS, ctype_of, rowblock_inputs, workspace_code
 from runner.catalog.codegen.cuda.flat import broadcast_view
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.prelude import FAST, PRELUDE
+from runner.catalog.codegen.head import ACCUMULATORS, MATH, args_struct, general_index_fn, setup_code
 from runner.catalog.ir import Program
 
 __all__ = ["FAST", "CudaParams", "NotExpressible", "broadcast_view", "render", "rowblock_inputs", "strided_refusal",

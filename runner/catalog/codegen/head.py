@@ -1,0 +1,348 @@
+"""The fixed C text at the head of every CUDA and C++ source: the argument block and its set-up from the fast ABI,
+the math prelude, reduction accumulators and the index functions of broadcast, strided and rowblock inputs."""
+
+from __future__ import annotations
+
+from runner.catalog.codegen.common import NotExpressible
+from runner.catalog.ir import Iota, Program, Red, walk
+
+DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "int32": 4, "int64": 5, "bool": 6, "uint8": 7,
+              "int8": 8}
+
+
+# ---- the argument block and its set-up ---------------------------------------------------------------------
+
+
+def args_struct(p: Program) -> str:
+    nin, nd = max(len(p.inputs), 1), max(p.ndim, 1)
+    return f"""#define FB_NIN {len(p.inputs)}
+#define FB_ND {p.ndim}
+struct FbArgs {{
+  const void* in[{nin}];
+  void* out;
+  void* more[{max(len(p.more), 1)}];  // outputs 1, 2, ...
+  long long O, R, I, N;
+  long long F[{nd}];
+  long long st[{nin}][{nd}];
+  int gnd[{nin}];            // a general input's index: its dims merged and listed innermost first
+  long long gF[{nin}][{nd}];
+  long long gst[{nin}][{nd}];
+  int small;                 // every flat index fits in 32 bits: cheaper divisions
+  int a0;                    // the first reduced dim: a row's outer position o spans dims [0, a0)
+  long long vst[{nin}][{nd}], vsh[{nin}][{nd}], vsz[{nin}][{nd}], voff[{nin}];  // strided views (Input.strides)
+  int tn[{nin}], td[{nin}][{2 * nd}];                      // reshaped views (Input.terms): dim, div, mod, stride
+  long long tdiv[{nin}][{2 * nd}], tmod[{nin}][{2 * nd}], tst[{nin}][{2 * nd}];
+  unsigned bL[{nin}], bM[{nin}];  // a rowblock input: run length inside a row, and its divisor's magic multiplier
+  int bS[{nin}];                  // ... and shift (r / bL = (umulhi(r, bM) + r) >> bS for r < 2^31)
+}};
+"""
+
+
+def setup_code(p: Program, abi_offset: int = 0) -> str:
+    """`static int fb_setup(...)`: checks the ABI tensors and fills FbArgs (F from the inputs' run-time shapes)."""
+    nd = p.ndim
+    lines = ["static char fb_err[512];",
+             'FB_EXPORT const char* fusebot_last_error(void) { return fb_err; }',
+             "static int fb_fail(const char* msg) { snprintf(fb_err, sizeof fb_err, \"%s\", msg); return 1; }",
+             "static int fb_setup(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, FbArgs* ap) {",
+             "  FbArgs& a = *ap;",
+             f'  if (n_out != {1 + len(p.more)}) return fb_fail("expected {1 + len(p.more)} outputs");',
+             f"  long long shp[{max(len(p.inputs), 1)}][{max(nd, 1)}];"]
+    for k, inp in enumerate(p.inputs):
+        pos = inp.abi + abi_offset
+        lines.append(f"  if (n_in <= {pos}) return fb_fail(\"too few inputs\");")
+        lines.append(f"  if (in[{pos}].dtype != {DTYPE_CODE.get(inp.dtype, -1)}) return fb_fail(\"input {pos}: "
+                     f"expected {inp.dtype}\");")
+        lines.append(f"  {{ const fb_tensor& t = in[{pos}]; long long want = 1;")
+        lines.append("    for (int d = t.ndim - 1; d >= 0; --d) { if (t.shape[d] != 1 && t.strides[d] != want) "
+                     f"return fb_fail(\"input {pos} is not contiguous\"); want *= t.shape[d]; }}")
+        if inp.viewed:
+            numel = 1
+            for s in inp.shape:
+                numel *= s
+            if inp.strides is not None:
+                numel = inp.base
+                pv = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
+                for d in range(nd):
+                    j = d - (nd - len(inp.shape))
+                    st, sh = (inp.strides[j], (inp.shift or (0,) * len(inp.shape))[j]) if j >= 0 else (0, 0)
+                    lines.append(f"    a.vst[{k}][{d}] = {st}LL; a.vsh[{k}][{d}] = {sh}LL; a.vsz[{k}][{d}] = {pv[d]}LL;")
+                lines.append(f"    a.voff[{k}] = {inp.offset}LL;")
+                terms = inp.terms or ()
+                if len(terms) > 2 * nd:
+                    raise NotExpressible("a reshaped view with more terms than the argument block holds")
+                lines.append(f"    a.tn[{k}] = {len(terms)};")
+                pad = nd - len(inp.shape)
+                for j, (d, div, mod, st) in enumerate(terms):
+                    lines.append(f"    a.td[{k}][{j}] = {d + pad}; a.tdiv[{k}][{j}] = {div}LL; "
+                                 f"a.tmod[{k}][{j}] = {mod}LL; a.tst[{k}][{j}] = {st}LL;")
+            lines.append(f"    if (want != {numel}LL) return fb_fail(\"input {pos}: size differs from the captured "
+                         "view\");")
+            padded = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
+            for d in range(nd):
+                lines.append(f"    shp[{k}][{d}] = {padded[d]}LL;")
+        else:
+            lines.append(f"    if (t.ndim > {nd}) return fb_fail(\"input {pos}: too many dims\");")
+            lines.append(f"    for (int d = 0; d < {nd}; ++d) {{ int s = d - ({nd} - t.ndim); "
+                         f"shp[{k}][d] = s >= 0 ? t.shape[s] : 1; }}")
+        lines.append(f"    a.in[{k}] = t.data; }}")
+    if p.inputs:
+        # a dim no input spans (an index range's, a mask's from its structure) keeps its captured size
+        lines.append(f"  const long long fcap[{max(nd, 1)}] = {{{', '.join(f'{x}LL' for x in p.shape) or '1LL'}}};")
+        plain = ", ".join("0" if i.strides is not None else "1" for i in p.inputs)  # a strided view keeps its size
+        lines.append(f"  const int plain[{len(p.inputs)}] = {{{plain}}};")
+        lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1; int seen = 0;")
+        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (plain[k] && shp[k][d] != 1) {{ seen = 1; "
+                     "if (f != 1 && f != shp[k][d]) return fb_fail(\"inputs do not broadcast\"); f = shp[k][d]; }")
+        if any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)) or any(i.strides is not None
+                                                                                for i in p.inputs):
+            lines.append("    a.F[d] = seen ? f : fcap[d]; }")
+        else:
+            lines.append("    (void)fcap; a.F[d] = f; }")
+    else:
+        for d in range(nd):
+            lines.append(f"  a.F[{d}] = {p.shape[d]}LL;")
+    ax = p.axes
+    a0, a1 = (ax[0], ax[-1] + 1) if ax else (nd, nd)
+    lines.append("  a.O = 1; a.R = 1; a.I = 1;")
+    lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ if (d < {a0}) a.O *= a.F[d]; else if (d < {a1}) a.R *= a.F[d]; "
+                 "else a.I *= a.F[d]; }")
+    lines.append("  a.N = a.O * a.R * a.I;")
+    if any(isinstance(e, Red) and e.kind in ("argmax", "argmin") for e in walk(p.out)):
+        lines.append("  if (a.R > 0x7fffffffLL) return fb_fail(\"an index along rows of 2^31 or more elements\");")
+    for k in range(len(p.inputs)):
+        lines.append(f"  {{ long long s = 1; for (int d = {nd} - 1; d >= 0; --d) {{ "
+                     f"a.st[{k}][d] = shp[{k}][d] == 1 ? 0 : s; s *= shp[{k}][d]; }} }}")
+        kind = p.access(k)
+        if kind == "full":
+            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != a.F[d]) "
+                         f"return fb_fail(\"input {k}: expected the full shape\");")
+        elif kind == "scalar":
+            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != 1) "
+                         f"return fb_fail(\"input {k}: expected a single element\");")
+        elif kind in ("rowblock", "rowper"):
+            # rowblock: constant over runs of L elements inside a row (it varies along the reduced dims before c);
+            # rowper: repeats every L elements (it varies along those from c on); L: the reduced dims from c on
+            if kind == "rowblock":
+                c = p.block_split(k)
+                first, varies, what = a0, f"d < {c}", "a per-run"
+            else:
+                c = p.period_split(k)
+                first, varies, what = 0, f"(d >= {c} && d < {a1})", "a repeating"
+            lines.append(f"  for (int d = {first}; d < {nd}; ++d) if (shp[{k}][d] != ({varies} ? a.F[d] : 1)) "
+                         f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
+            lines.append(f"  {{ long long L = 1; for (int d = {c}; d < {a1}; ++d) L *= a.F[d];")
+            lines.append(f"    if (a.R >= 0x7fffffffLL) return fb_fail(\"rows of 2^31 elements or more with {what} "
+                         "input\");")
+            lines.append(f"    fb_set_runs(a, {k}, L); }}")
+        elif kind in ("rowvec", "outer"):
+            inside = f"(d >= {a0} && d < {a1})"
+            cond = inside if kind == "rowvec" else f"!{inside}"
+            lines.append(f"  for (int d = 0; d < {nd}; ++d) if (shp[{k}][d] != ({cond} ? a.F[d] : 1)) "
+                         f"return fb_fail(\"input {k}: broadcast pattern differs from the captured one\");")
+    lines.append("  a.small = a.N < 0x7fffffffLL;")
+    lines.append(f"  a.a0 = {a0};")
+    lines.append(f"  for (int k = 0; k < {len(p.inputs)}; ++k) {{  /* merge dims that index like one; stop at broadcast */")
+    lines.append("    int n = 0; long long run_sz = 1, run_st = -1;")
+    lines.append(f"    for (int d = {nd} - 1; d >= 0; --d) {{")
+    lines.append("      long long sz = a.F[d], st = a.st[k][d];")
+    lines.append("      if (sz == 1) continue;")
+    lines.append("      if (run_st >= 0 && st == run_st * run_sz) { run_sz *= sz; continue; }")
+    lines.append("      if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
+    lines.append("      run_sz = sz; run_st = st;")
+    lines.append("    }")
+    lines.append("    if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
+    lines.append("    while (n > 0 && a.gst[k][n - 1] == 0) --n;  /* outer broadcast dims change nothing */")
+    lines.append("    a.gnd[k] = n;")
+    lines.append("  }")
+    full_out = not p.is_row or p.level(p.out) == "full"
+    want = "1" if p.has_totals else "a.N" if full_out else "(a.O * a.I)"
+    for j, o in enumerate(p.outputs):
+        lines.append(f"  {{ long long n = 1; for (int d = 0; d < out[{j}].ndim; ++d) n *= out[{j}].shape[d];")
+        lines.append(f"    if (n != {want}) return fb_fail(\"output {j}: size differs from the program's\"); }}")
+        lines.append(f"  if (out[{j}].dtype != {DTYPE_CODE.get(o.dtype, -1)}) return fb_fail(\"output {j}: dtype\");")
+        lines.append(f"  a.{'out' if j == 0 else f'more[{j - 1}]'} = out[{j}].data;")
+    lines.append("  return 0;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# (no apostrophe inside: code_key finds this text, repr()-quoted, inside a drop-in source, and repr() escapes one
+# differently inside a longer string)
+ACCUMULATORS = r"""
+struct AccSum { fb_acc s;
+  FB_M void init() { s = 0; }
+  FB_M void add(float x, long long) { s += x; }
+  FB_M void merge(const AccSum& o) { s += o.s; } };
+struct AccProd { fb_acc p;
+  FB_M void init() { p = 1; }
+  FB_M void add(float x, long long) { p *= x; }
+  FB_M void merge(const AccProd& o) { p *= o.p; } };
+struct AccMax { float m;
+  FB_M void init() { m = -INFINITY; }
+  FB_M void add(float x, long long) { m = (x > m || x != x) ? x : m; }
+  FB_M void merge(const AccMax& o) { add(o.m, 0); } };
+struct AccMin { float m;
+  FB_M void init() { m = INFINITY; }
+  FB_M void add(float x, long long) { m = (x < m || x != x) ? x : m; }
+  FB_M void merge(const AccMin& o) { add(o.m, 0); } };
+struct AccArgMax { float v; int i;  // an index along the reduced dims (the set-up refuses rows of 2^31 or more)
+  FB_M void init() { v = -INFINITY; i = -1; }  // i < 0: nothing seen yet
+  // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element); selects,
+  // not a branch, so the compiler can issue the loads of an unrolled loop before it uses any (measured: a branch here kept
+  // one load in flight per thread)
+  FB_M void add(float x, long long j) {
+    const bool t = (x > v) | ((x != x) & (v == v)) | ((x == v) & (i < 0)); v = t ? x : v; i = t ? (int)j : i; }
+  FB_M void merge(const AccArgMax& o) {
+    if (o.i < 0) return;
+    if (i < 0 || o.v > v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };
+struct AccArgMin { float v; int i;  // an index along the reduced dims (the set-up refuses rows of 2^31 or more)
+  FB_M void init() { v = INFINITY; i = -1; }  // i < 0: nothing seen yet
+  // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element); selects,
+  // not a branch, so the compiler can issue the loads of an unrolled loop before it uses any (measured: a branch here kept
+  // one load in flight per thread)
+  FB_M void add(float x, long long j) {
+    const bool t = (x < v) | ((x != x) & (v == v)) | ((x == v) & (i < 0)); v = t ? x : v; i = t ? (int)j : i; }
+  FB_M void merge(const AccArgMin& o) {
+    if (o.i < 0) return;
+    if (i < 0 || o.v < v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };
+struct AccLse { float m; fb_acc s;
+  FB_M void init() { m = -INFINITY; s = 0; }
+  FB_M void add(float x, long long) {
+    if (x > m) { s = s * (fb_acc)fb_exp(m - x) + 1; m = x; } else if (x != -INFINITY) { s += (fb_acc)fb_exp(x - m); } }
+  FB_M void merge(const AccLse& o) {
+    if (o.m == -INFINITY) return;
+    if (o.m > m) { s = s * (fb_acc)fb_exp(m - o.m) + o.s; m = o.m; } else { s += o.s * (fb_acc)fb_exp(o.m - m); } } };
+struct AccWelford { fb_acc n, mean, m2;
+  FB_M void init() { n = 0; mean = 0; m2 = 0; }
+  // on the GPU the step of the mean, d / n, through the fast reciprocal (2 instructions, not an IEEE division per element:
+  // the step is small against the mean, so its last-bit error is far below the rounding of the sum itself)
+#ifdef __CUDA_ARCH__
+  FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += __fdividef(d, n); m2 += d * (x - mean); }
+#else
+  FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += d / n; m2 += d * (x - mean); }
+#endif
+  // on chip, the values of one thread in two local passes instead (no division per element): add_sum over them,
+  // then center(), then add_dev over them again; the result is the same triple, merged as usual
+  FB_M void add_sum(float x) { n += 1; mean += x; }
+  FB_M void center() { if (n > 0) mean = mean / n; m2 = 0; }
+  FB_M void add_dev(float x) { fb_acc d = x - mean; m2 += d * d; }
+  FB_M void merge(const AccWelford& o) {
+    if (o.n == 0) return;
+    if (n == 0) { n = o.n; mean = o.mean; m2 = o.m2; return; }
+    // one reciprocal per merge (fast on the GPU, as in add): the merges of a block sit where its memory pipe waits
+    fb_acc t = n + o.n, d = o.mean - mean, w = o.n * fb_rcp(t);
+    mean += d * w; m2 += o.m2 + d * d * n * w; n = t; } };
+"""
+
+MATH = r"""
+#ifdef FB_FAST
+FB_HD float fb_exp(float x) { return FB_FAST_EXP(x); }
+FB_HD float fb_div(float x, float y) { return FB_FAST_DIV(x, y); }
+FB_HD float fb_tanh(float x) { return 1.0f - fb_div(2.0f, fb_exp(2.0f * x) + 1.0f); }
+FB_HD float fb_log(float x) { return FB_FAST_LOG(x); }
+#else
+FB_HD float fb_exp(float x) { return expf(x); }
+FB_HD float fb_div(float x, float y) { return x / y; }
+FB_HD float fb_tanh(float x) { return tanhf(x); }
+FB_HD float fb_log(float x) { return logf(x); }
+#endif
+#ifdef __CUDA_ARCH__
+FB_HD fb_acc fb_rcp(fb_acc x) { return __frcp_rn(x); }
+#else
+FB_HD fb_acc fb_rcp(fb_acc x) { return (fb_acc)1 / x; }
+#endif
+FB_HD float fb_sigmoid(float x) { return fb_div(1.0f, 1.0f + fb_exp(-x)); }
+#ifdef __CUDACC__
+FB_HD float fb_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+FB_HD float fb_round_fp16(float x) { return __half2float(__float2half_rn(x)); }
+#else
+FB_HD float fb_round_bf16(float x) { return (float)fb_bf16(x); }
+FB_HD float fb_round_fp16(float x) { return (float)(_Float16)x; }
+#endif
+#ifdef __CUDACC__
+FB_HD float fb_rsqrt(float x) { return rsqrtf(x); }
+#else
+FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
+#endif
+"""
+
+
+def general_index_fn() -> str:
+    """The element index of a broadcast input: one division per merged dim, none past the last strided dim (32-bit
+    when the tensor is small); the coordinate of a flat position along one F dim (Iota)."""
+    return """FB_HD long long fb_iota(const FbArgs& a, int d, long long flat) {
+  for (int k = FB_ND - 1; k > d; --k) flat /= a.F[k];
+  return flat % a.F[d];
+}
+FB_HD long long fb_sidx(const FbArgs& a, int k, long long flat) {
+  long long idx = a.voff[k];
+  for (int d = FB_ND - 1; d >= 0; --d) {
+    long long c = flat % a.F[d];
+    flat /= a.F[d];
+    const long long n = a.vsz[k][d];
+    if (n != 1) { c -= a.vsh[k][d]; c = c < 0 ? 0 : (c >= n ? n - 1 : c); idx += c * a.vst[k][d]; }
+  }
+  return idx;
+}
+FB_HD long long fb_tidx(const FbArgs& a, int k, long long flat) {
+  long long c[FB_ND > 0 ? FB_ND : 1];
+  for (int d = FB_ND - 1; d >= 0; --d) { c[d] = flat % a.F[d]; flat /= a.F[d]; }
+  long long idx = a.voff[k];
+  for (int j = 0; j < a.tn[k]; ++j) idx += ((c[a.td[k][j]] / a.tdiv[k][j]) % a.tmod[k][j]) * a.tst[k][j];
+  return idx;
+}
+FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
+  const int n = a.gnd[k];
+  if (a.small) {
+    unsigned f = (unsigned)flat, idx = 0;
+    for (int d = 0; d < n; ++d) {
+      const unsigned sz = (unsigned)a.gF[k][d], st = (unsigned)a.gst[k][d];
+      if (st) idx += (f % sz) * st;
+      f /= sz;
+    }
+    return (long long)idx;
+  }
+  long long idx = 0;
+  for (int d = 0; d < n; ++d) {
+    const long long sz = a.gF[k][d], st = a.gst[k][d];
+    if (st) idx += (flat % sz) * st;
+    flat /= sz;
+  }
+  return idx;
+}
+""" + rowblock_index_fns()
+
+
+def rowblock_index_fns() -> str:
+    """A rowblock input's index: its offset at the row's start (once per row: a division per outer dim) and the
+    run r // bL it is in (a multiply-high and a shift on the GPU); a rowper input's, r % bL the same way."""
+    return """FB_HD long long fb_obase(const FbArgs& a, int k, long long o) {
+  long long idx = 0;
+  for (int d = a.a0 - 1; d >= 0; --d) {
+    const long long sz = a.F[d];
+    idx += (o % sz) * a.st[k][d];
+    o /= sz;
+  }
+  return idx;
+}
+// (host) run length L < 2^31 and its magic numbers: r / L = (umulhi(r, M) + r) >> S for every r < 2^31
+static void fb_set_runs(FbArgs& a, int k, long long L) {
+  a.bL[k] = (unsigned)(L > 0 ? L : 1);
+  int sh = 0;
+  while ((1ULL << sh) < a.bL[k]) ++sh;
+  a.bS[k] = sh;
+  a.bM[k] = (unsigned)(((1ULL << 32) * ((1ULL << sh) - a.bL[k])) / a.bL[k] + 1);
+}
+FB_HD unsigned fb_rbq(const FbArgs& a, int k, long long r) {
+#ifdef __CUDA_ARCH__
+  const unsigned n = (unsigned)r;
+  return (__umulhi(n, a.bM[k]) + n) >> a.bS[k];
+#else
+  return (unsigned)((unsigned long long)r / a.bL[k]);
+#endif
+}
+// a rowper input's index r % P (P in bL: its period inside the row)
+FB_HD long long fb_rper(const FbArgs& a, int k, long long r) { return r - (long long)fb_rbq(a, k, r) * a.bL[k]; }
+"""
+
