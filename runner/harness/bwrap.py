@@ -204,10 +204,12 @@ def base_args(workdir: Path, *, user_namespace: bool, tmpfs_bytes: int = TMPFS_D
             "--setenv", "FUSEBOT_SANDBOX", "bwrap"]
     if user_namespace:
         args += ["--unshare-user", "--disable-userns"]
-    args += _system_view() + _python_view() + _cuda_view() + _toolchain_view()
-    args += ["--proc", "/proc", "--dev", "/dev", *_gpu_devices()]
+    # The private /tmp and /dev/shm first: the views bound after them may lie below /tmp (a checkout or a virtualenv
+    # there), and a tmpfs mounted later would hide them.
     size = str(int(tmpfs_bytes))
+    args += ["--proc", "/proc", "--dev", "/dev", *_gpu_devices()]
     args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
+    args += _system_view() + _python_view() + _cuda_view() + _toolchain_view()
     for p in dict.fromkeys(os.path.realpath(r) for r in read):
         args += _ro(p)
     wd = os.path.realpath(workdir)
