@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from runner.catalog.ir import Program
-from runner.catalog.recognition import Heavy, Pattern
+from runner.catalog.pattern import Heavy, Pattern
 from runner.catalog.schedule import Plan, stage_of, view_calls
 from runner.harness.build import CPU_FLAGS
 

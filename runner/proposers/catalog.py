@@ -19,7 +19,8 @@ from runner.catalog.capture import capture_source
 from runner.catalog.codegen import cpu, cuda
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.codegen.head import ACCUMULATORS, MATH
-from runner.catalog.recognition import Pattern, recognise
+from runner.catalog.pattern import Pattern
+from runner.catalog.recognition import recognise
 from runner.catalog.space import Strategy, strategies
 from runner.contract import Candidate, Verdict
 from runner.search.types import History, Idea, ProblemContext, Session

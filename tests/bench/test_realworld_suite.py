@@ -23,7 +23,8 @@ import torch
 
 from bench.suites.realworld.make_bf16 import expected_bf16
 from runner.catalog.capture import capture_sources
-from runner.catalog.recognition import Pattern, recognise
+from runner.catalog.pattern import Pattern
+from runner.catalog.recognition import recognise
 from runner.contract import Candidate, Verdict
 from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.harness.problem import build_model, load, make_inputs

@@ -303,7 +303,7 @@ def test_fast_math_where_nothing_uses_it_is_the_same_code():
 def test_an_odd_row_length_proposes_the_scalar_kernels_it_would_run():
     """Rows of 65535 (level1 38/39): the vector path needs a row length divisible by the width, so every float4
     candidate ran its scalar kernel: the proposer names them as what they are (vec=1), and proposes each once."""
-    from runner.catalog.recognition import Pattern
+    from runner.catalog.pattern import Pattern
     from runner.proposers.catalog import effective
 
     prog = Program(inputs=[Input(0, (64, 65535), "float32")], out=Op("div", (Load(0), Red("sum", Op("abs", (Load(0),))))),
