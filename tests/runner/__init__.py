@@ -1,0 +1,3 @@
+"""Tests of runner/, mirroring its packages. Beside the modules named by a test_<module>.py in the mirrored folder:
+errors: harness/test_problem.py and harness/test_faults.py (ProblemError and MachineError as raised and reported)
+"""

@@ -1,0 +1,5 @@
+"""Tests of runner/harness/. Beside the modules named by a test_<module>.py here:
+bwrap: test_sandbox.py and test_build.py (every confined process, its view, its namespaces, its whole tree killed)
+checks, plan, reference, trials, config: test_evaluator.py, test_contestants.py and test_oracle.py (the stages the
+  evaluator runs, through its public methods)
+"""

@@ -1,0 +1,3 @@
+"""Tests of runner/results/. Beside the modules named by a test_<module>.py here:
+dropin_test: tests/runner/harness/test_dropin.py (the generated test module run against the drop-in)
+"""
