@@ -23,8 +23,15 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$VPY" -m pip install -q --disable-pip-version-check -e ".[dev]"
   touch "$stamp"
 fi
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  # The sandbox untrusted code runs in (make test, make demo, fusebot eval/optimize/worker); installed where this
+  # user may install packages without a password (root, or passwordless sudo).
+  SUDO=$([ "$(id -u)" = 0 ] && echo "" || { sudo -n true 2>/dev/null && echo sudo -n; } || echo none)
+  if [ "$SUDO" != none ]; then
+    $SUDO apt-get update -qq >/dev/null && $SUDO apt-get install -y -qq bubblewrap >/dev/null || true
+  fi
+fi
 if ! command -v bwrap >/dev/null 2>&1; then
-  # Only where untrusted code runs (make test, make demo, fusebot eval/optimize/worker); the bot's host needs none.
   echo "bootstrap: bubblewrap (bwrap) is not installed: fusebot will refuse to evaluate code here" \
        "(Debian/Ubuntu: apt-get install bubblewrap; or FUSEBOT_UNSAFE_NO_SANDBOX=1 at your own risk)" >&2
 fi
