@@ -1,7 +1,13 @@
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The suite runs in two processes on two cores, each timing kernels while the other builds: confirmation rounds there
+# spread by 50-8800% (measured). The tests check the flows (a kernel proposed, a PR opened); the unstable-measurement
+# rule has its own tests (tests/runner/harness/test_confirm.py), which set their threshold explicitly.
+os.environ.setdefault("FUSEBOT_UNSTABLE_SPREAD", "1000")
 
 
 def _cuda_available() -> bool:

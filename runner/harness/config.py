@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +36,22 @@ class HarnessConfig:
     cpu_cores: list[int] | None = None
     # confirmation: the spread (max - min over median) of the rounds' medians, of the candidate or of a baseline,
     # above which the result is an unstable measurement and nothing is claimed (docs/harness.md: how it was set)
-    unstable_spread: float = 0.5
+    # (FUSEBOT_UNSTABLE_SPREAD overrides it, for a host whose noise is known and accepted)
+    unstable_spread: float = field(default_factory=lambda: unstable_spread_setting(os.environ))
+
+
+def unstable_spread_setting(environ: Mapping[str, str], default: float = 0.5) -> float:
+    """FUSEBOT_UNSTABLE_SPREAD as a positive number (0.5: a 50% spread), validated where the harness is configured."""
+    raw = environ.get("FUSEBOT_UNSTABLE_SPREAD", "")
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"FUSEBOT_UNSTABLE_SPREAD must be a positive number (0.5 is a 50% spread), not {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"FUSEBOT_UNSTABLE_SPREAD must be a positive number (0.5 is a 50% spread), not {raw!r}")
+    return value
 
 
 def timing_cores(config: HarnessConfig) -> list[int]:

@@ -221,11 +221,14 @@ def fast(body: str) -> dict[str, str]:
 
 HONEST_FAST = fast(_LOOP)
 
-FAST_HACKS: dict[str, tuple[dict[str, str], str]] = {
+FAST_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
     "hard_coded_sizes": (fast("rows = 64; cols = 256;\n  " + _LOOP), "second-shape"),
     "partial_computation": (fast("rows = rows / 2;\n  " + _LOOP), "uninitialized-output"),
+    # adds into whatever the output held: NaN where the poisoned block came back, stale values where malloc handed
+    # back another one (a mismatch, or two runs that differ)
     "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;",
-                                               "y[r * cols + c] += v > 0.0f ? v : 0.0f;")), "uninitialized-output"),
+                                               "y[r * cols + c] += v > 0.0f ? v : 0.0f;")),
+                            ("uninitialized-output", "mismatch", "nondeterministic")),
     "build_error": (fast("this is not C++;"), "build"),
     "segfault": (fast("*(volatile int*)0 = 1;\n  " + _LOOP), "crash"),
     "error_code": (fast("return 7;"), "runtime"),
