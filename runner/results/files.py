@@ -205,6 +205,10 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), test]
     run_env = confined_env(root, base=dict(env if env is not None else os.environ))
     run_env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
+    # torch.compile's caches under root too: a cache the caller's environment names lies outside what the sandbox
+    # may write, and torch._dynamo then fails to import (and, imported again, fails on its registry)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        run_env[name] = str(root / f".{name.lower()}")
     start = time.monotonic()
     try:
         done = subprocess.run(cmd, cwd=root, env=run_env, capture_output=True, text=True, timeout=timeout_s)
