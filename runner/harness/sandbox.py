@@ -211,7 +211,8 @@ def confined_env(workdir: Path, base: dict[str, str] | None = None) -> dict[str,
         TRITON_CACHE_DIR=os.path.join(wd, ".triton"),
         TORCH_EXTENSIONS_DIR=os.path.join(wd, "torch_extensions"),
     )
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(wd, "inductor"))
+    # always its own: torch writes its default (under the parent's /tmp) into os.environ once it has used it
+    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(wd, "inductor")
     return env
 
 

@@ -16,6 +16,7 @@ import git
 import pytest
 
 from bot.publish import pr
+from tests.session_env import session_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BRANCH = "fusebot/main/examples"
@@ -34,7 +35,7 @@ def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:
         for name in EXAMPLES:
             shutil.copy(ROOT / "examples" / name, examples / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
-    env |= {"FUSEBOT_CACHE_DIR": os.environ["FUSEBOT_CACHE_DIR"], "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
+    env |= session_env() | {"FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
             "PYTHONPATH": str(ROOT)}  # the harness's worker processes import this checkout's runner too
     return subprocess.run([sys.executable, "-m", "bot.cli", "demo", "--workdir", str(workdir), "--examples",
                            str(examples), "--rounds", "1"], cwd=ROOT, env=env, capture_output=True, text=True,

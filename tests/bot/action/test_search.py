@@ -14,7 +14,6 @@ keeps the search to one idea with one implementation: one candidate, verified an
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ROOT, action_outputs, context_for, run_fusebot_step
 from tests.bot.action_world import TOKEN, ActionWorld
 from tests.bot.helpers import APP_ID, INSTALLATION, MODULE, REPO, GitRepo, rsa_keys
+from tests.session_env import session_env
 
 TARGET = "models.row_gain.RowGain"
 CONFIG = "budget: {rounds: 1, ideas_per_round: 1, implementations_per_idea: 1, wall_seconds: 120}\n"
@@ -62,7 +62,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     context = context_for(env, budget="120")
     proc = run_fusebot_step(w, env, context, {
         "PYTHONPATH": str(ROOT),  # the harness's worker processes import this checkout's runner
-        "FUSEBOT_CACHE_DIR": os.environ["FUSEBOT_CACHE_DIR"], "FUSEBOT_DROPIN_CACHE": str(w.tmp / "dropin-cache"),
+        **session_env(), "FUSEBOT_DROPIN_CACHE": str(w.tmp / "dropin-cache"),
     }, timeout=540)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli.bench import BenchRow, bench_markdown, geomean, write_table
+from tests.session_env import session_env
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests/fixtures/problems"
@@ -20,7 +21,7 @@ FIXTURES = ROOT / "tests/fixtures/problems"
 
 def env_without_llm(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
-    return env | {"FUSEBOT_CACHE_DIR": os.environ["FUSEBOT_CACHE_DIR"],  # the session's (tests/conftest.py)
+    return env | session_env() | {
                   "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
                   "OMP_NUM_THREADS": "1",
                   # the harness's workers start in their own directories: import this checkout, not an installed one

@@ -18,6 +18,7 @@ from runner.search.trace import read_events
 from tests.fakes.llm_server import Reply, ScriptedLLM
 from tests.runner.cpu_kernels import BROKEN, GOOD, PROBLEM, SLOW, WRONG, answer
 from tests.runner.llm_helpers import IDEAS, SECRET
+from tests.session_env import session_env
 
 ROOT = Path(__file__).resolve().parents[3]
 IDEAS_T, IMPL_T, REPAIR_T = "## Task: ideas", "## Task: implement", "## Task: repair"
@@ -27,7 +28,7 @@ def cli_env(url: str, tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
     return env | {"FUSEBOT_LLM_BASE_URL": url, "FUSEBOT_LLM_API_KEY": SECRET, "FUSEBOT_LLM_MODELS": "scripted-a",
                   "FUSEBOT_LLM_BACKOFF_INITIAL_S": "0.01", "FUSEBOT_LLM_TIMEOUT_S": "30",
-                  "FUSEBOT_CACHE_DIR": os.environ["FUSEBOT_CACHE_DIR"],  # the session's (tests/conftest.py)
+                  **session_env(),
                   "FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
                   # one thread for eager torch: on a small shared CI machine a thread pool makes baselines erratic
                   "OMP_NUM_THREADS": "1"}

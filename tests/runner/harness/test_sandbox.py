@@ -289,3 +289,11 @@ def test_a_cuda_kernel_built_and_run_inside_the_sandbox(tmp_path):
     rc, total, devices, max_pid = result
     assert rc == 0 and total == 2048.0 and max_pid < 50, result
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} <= set(devices), devices
+
+
+def test_a_confined_process_keeps_torch_compile_s_cache_in_its_own_directory(tmp_path, monkeypatch):
+    # torch writes its default cache path (under the parent's /tmp) into os.environ once the parent has compiled
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_someone")
+    env = confined_env(tmp_path)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert env["TMPDIR"] == env["HOME"] == str(tmp_path)
