@@ -6,11 +6,13 @@ of the offending YAML node and a message, ready to become a check-run annotation
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import types
 import zoneinfo
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from croniter import croniter
@@ -21,6 +23,7 @@ from runner.contract import DType, SearchBudget
 CONFIG_PATH = ".github/fusebot.yml"
 DEFAULT_LABEL = "optimize-kernels"
 DEFAULT_CRON = "0 3 * * *"
+SCHEMA_URL = "https://github.com/fusebot/fusebot/blob/main/bot/schema/fusebot-config.schema.json"
 
 
 class _Strict(BaseModel):
@@ -116,7 +119,7 @@ class FusebotConfig(_Strict):
 def json_schema() -> dict[str, Any]:
     schema = FusebotConfig.model_json_schema(by_alias=True)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://github.com/fusebot/fusebot/bot/schema/fusebot-config.schema.json"
+    schema["$id"] = SCHEMA_URL
     return schema
 
 
@@ -156,6 +159,46 @@ def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
     return node
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's annotation holds (through `X | None`, `list[X]`, `dict[str, X]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) in (Union, types.UnionType, list, dict):
+        return [m for arg in get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model whose keys are valid at `loc` (a path of keys and list indexes from the top level)."""
+    model: type[BaseModel] | None = FusebotConfig
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue  # an index into a list: the list's items are the same model
+        field = next((f for name, f in model.model_fields.items() if part in (name, f.alias)), None)
+        models = _models_in(field.annotation) if field is not None else []
+        model = models[0] if models else None
+    return model
+
+
+def valid_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the config takes at `loc` (their YAML spelling: `class`, not `class_name`)."""
+    model = _model_at(loc)
+    return sorted(f.alias or name for name, f in model.model_fields.items()) if model is not None else []
+
+
+def unknown_key_hint(loc: tuple[Any, ...]) -> str:
+    """For an unknown key at `loc`: the nearest valid key at its level, or the valid keys when none is near."""
+    keys = valid_keys(loc[:-1])
+    if not keys:
+        return ""
+    near = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
+    if near:
+        return f" (did you mean `{near[0]}`?)"
+    return " (valid keys here: " + ", ".join(f"`{k}`" for k in keys) + ")"
+
+
 def line_of(text: str | None, loc: tuple[Any, ...]) -> int:
     """The 1-based line of the YAML node at `loc` (e.g. ("targets", 0, "class")) in `text`; 1 when not found."""
     try:
@@ -189,5 +232,7 @@ def load_config(text: str | None, path: str = CONFIG_PATH) -> FusebotConfig:
             node = _node_at(root, loc)
             line = node.start_mark.line + 1 if node is not None else 1
             where = ".".join(str(p) for p in loc) or "(top level)"
-            problems.append(ConfigProblem(path, line, f"{where}: {err['msg']}"))
+            unknown = err["type"] == "extra_forbidden" and loc  # pydantic's "Extra inputs are not permitted"
+            message = f"unknown key{unknown_key_hint(loc)}" if unknown else err["msg"]
+            problems.append(ConfigProblem(path, line, f"{where}: {message}"))
         raise ConfigError(problems) from None

@@ -80,3 +80,30 @@ def test_errors_point_at_the_line(text, line, fragment):
     assert problem.path == CONFIG_PATH
     assert problem.line == line, problem
     assert fragment in problem.message
+
+
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        ("budgett:\n  rounds: 1\n", 2, "budgett: unknown key (did you mean `budget`?)"),
+        ("budget:\n  roundz: 1\n", 2, "budget.roundz: unknown key (did you mean `rounds`?)"),
+        ("schedule: {cronn: '0 4 * * *'}\n", 1, "schedule.cronn: unknown key (did you mean `cron`?)"),
+        ("targets:\n  - file: a.py\n    class: A\n    tolerance: {atoll: 1}\n", 4,
+         "targets.0.tolerance.atoll: unknown key (did you mean `atol`?)"),
+        ("targets:\n  - file: a.py\n    class: A\n    init_arg: [1]\n", 4,
+         "targets.0.init_arg: unknown key (did you mean `init_args`?)"),
+    ],
+)
+def test_an_unknown_key_names_the_nearest_valid_key_at_its_level(text, line, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(text)
+    [problem] = e.value.problems
+    assert (problem.line, problem.message) == (line, message)
+
+
+def test_an_unknown_key_far_from_every_valid_one_lists_the_valid_keys():
+    with pytest.raises(ConfigError) as e:
+        load_config("targets:\n  - file: a.py\n    class: A\n    zzz: 1\n")
+    [problem] = e.value.problems
+    assert problem.message.startswith("targets.0.zzz: unknown key (valid keys here: `class`, `dtype`, `file`,")
+    assert "class_name" not in problem.message  # the YAML spelling, not the model's field name
