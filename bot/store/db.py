@@ -1,7 +1,8 @@
 """Tables and engine. SQLite file by default, PostgreSQL by URL; SQLAlchemy 2.0 typed declarative models.
 
-Three tables: `deliveries` (the inbox: each webhook or internal event once, keyed by X-GitHub-Delivery), `jobs` (what
-runners lease) and `repos` (installed repositories and their schedule).
+Four tables: `deliveries` (the inbox: each webhook or internal event once, keyed by X-GitHub-Delivery), `jobs` (what
+a trigger asked for, and its gathered result), `units` (what runners lease: one per target of a search job, one for a
+benchmark or hygiene job) and `repos` (installed repositories and their schedule).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Engine, Index, Integer, String, Text, create_engine, event
+from sqlalchemy import BigInteger, DateTime, Engine, Index, Integer, String, Text, UniqueConstraint, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -91,6 +92,36 @@ class JobRow(Base):
     __table_args__ = (
         Index("ix_jobs_state_created", "state", "created_at"),
         Index("ix_jobs_repo_pr", "repo", "pr_number"),
+    )
+
+
+class UnitRow(Base):
+    """One target of a job (or the whole of a one-target, benchmark or hygiene job: then its id is the job's)."""
+
+    __tablename__ = "units"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    idx: Mapped[int] = mapped_column(Integer)  # the target's place in the job: the gathered result keeps this order
+    repo: Mapped[str] = mapped_column(String(200))
+    target: Mapped[str] = mapped_column(String(300), default="")
+    state: Mapped[str] = mapped_column(String(20), default="queued")
+    spec: Mapped[str] = mapped_column(Text)  # runner.contract.Job as JSON: the job narrowed to this unit's target
+    lease_hash: Mapped[str | None] = mapped_column(String(64))
+    leased_by: Mapped[str | None] = mapped_column(String(100))
+    leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # the last lease: round-robin over repositories
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    progress: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("job_id", "idx", name="uq_units_job_idx"),
+        Index("ix_units_state_created", "state", "created_at"),
+        Index("ix_units_repo_leased", "repo", "leased_at"),
     )
 
 

@@ -1,29 +1,31 @@
-"""Jobs and their leases: the `Jobs` part of the database (bot/store/store.py puts the parts together).
+"""Jobs: the `Jobs` part of the database (bot/store/store.py puts the parts together).
 
-Every transition is one compare-and-swap UPDATE (`... WHERE state IN (...)`), so it is correct with several bot
-processes, on SQLite and PostgreSQL alike. Job ids derive from a dedupe key (delivery id + index), so handling one
-delivery twice (after a crash) never records a second job.
+A job is what a trigger asked for (a PR's or a nightly run's targets at one commit); runners lease its units
+(bot/store/units.py: one per target of a search, one for a benchmark or hygiene job), and the job follows them: it is
+leased or running while a unit is, and finishes once, with the units' results gathered in target order, when the last
+unit finishes. Every transition is one compare-and-swap UPDATE (`... WHERE state IN (...)`), so it is correct with
+several bot processes, on SQLite and PostgreSQL alike. Job ids derive from a dedupe key (delivery id + index), so
+handling one delivery twice (after a crash) never records a second job, nor second units: they are written in the
+same transaction.
 
-Job states: queued -> leased -> running -> succeeded | failed; any active state -> cancelled;
-leased/running with an expired lease -> queued again (or failed after `max_attempts`).
+Job states: queued -> leased -> running -> succeeded | failed; any active state -> cancelled (and its units with it);
+running -> queued again when no unit is leased any more (a released or expired lease).
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
-import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from bot.store.base import StoreBase, writes
-from bot.store.db import ACTIVE_STATES, TERMINAL_STATES, JobRow, utcnow
+from bot.store.db import ACTIVE_STATES, JobRow, UnitRow, utcnow
 from runner.contract import Job, JobResult, Progress
 
 log = logging.getLogger(__name__)
@@ -31,22 +33,32 @@ _JOB_NS = uuid.UUID("6f1d3f0e-2b7a-4c51-9a0e-5b8f2f7c9d11")
 
 
 class LeaseError(Exception):
-    """The caller does not hold a live lease on this job (wrong token, expired and re-leased, or finished)."""
+    """The caller does not hold a live lease on this unit (wrong token, expired and re-leased, or finished)."""
 
 
 def job_id_for(dedupe_key: str) -> str:
     return uuid.uuid5(_JOB_NS, dedupe_key).hex
 
 
-def _hash(token: str) -> str:
+def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class Lease:
-    job: Job
+    job: Job  # the unit: the job narrowed to one target, its id the unit's (the job's own when it has one unit)
     token: str
     expires_at: datetime
+
+
+def split_job(job: Job) -> list[tuple[str, str, Job]]:
+    """A job's units as (unit id, target name, the job narrowed to that target). A search of several targets has one
+    unit per target, `<job id>.<index>`; a one-target search, a benchmark and a hygiene job have one unit, whose id is
+    the job's own (a runner that leases it sees the job as it always did)."""
+    if job.kind != "search" or len(job.targets) <= 1:
+        return [(job.id, job.targets[0].name if job.targets else "", job)]
+    return [(f"{job.id}.{i}", t.name, job.model_copy(update={"id": f"{job.id}.{i}", "targets": [t]}))
+            for i, t in enumerate(job.targets)]
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,7 @@ def _info(row: JobRow) -> JobInfo:
 
 
 class Jobs(StoreBase):
-    """Jobs: recorded once per dedupe key, leased by runners, finished, cancelled, and their check runs' outbox."""
+    """Jobs: recorded once per dedupe key (with their units), cancelled, and their check runs' outbox."""
 
     @writes
     def enqueue(
@@ -118,7 +130,11 @@ class Jobs(StoreBase):
                     source_path=source_path,
                 )
             )
-            try:
+            now = utcnow()
+            for i, (unit_id, target, spec) in enumerate(split_job(job)):
+                s.add(UnitRow(id=unit_id, job_id=job.id, idx=i, repo=job.repo, target=target, state="queued",
+                              spec=spec.model_dump_json(), created_at=now))
+            try:  # the job and its units in one transaction: all of them once, or none
                 s.commit()
                 created = True
             except IntegrityError:
@@ -148,148 +164,6 @@ class Jobs(StoreBase):
             return {state: n for state, n in rows}
 
     @writes
-    def requeue_expired(self, now: datetime | None = None) -> int:
-        """Leases whose holder went quiet: back to the queue, or failed once attempts are spent."""
-        now = now or utcnow()
-        expired = (JobRow.state.in_(("leased", "running"))) & (JobRow.lease_expires_at < now)
-        with self._s() as s:
-            failed = s.execute(
-                update(JobRow)
-                .where(expired, JobRow.attempts >= self.max_attempts)
-                .values(state="failed", error="lease expired on every attempt", lease_hash=None, finished_at=now)
-            ).rowcount
-            requeued = s.execute(
-                update(JobRow)
-                .where(expired, JobRow.attempts < self.max_attempts)
-                .values(state="queued", lease_hash=None, leased_by=None, lease_expires_at=None)
-            ).rowcount
-            s.commit()
-        if failed or requeued:
-            log.info("expired leases: %d requeued, %d failed", requeued, failed)
-        return failed + requeued
-
-    @writes
-    def lease(self, runner: str, ttl_seconds: float, now: datetime | None = None) -> Lease | None:
-        now = now or utcnow()
-        self.requeue_expired(now)
-        with self._s() as s:
-            for _ in range(10):
-                ids = s.scalars(
-                    select(JobRow.id).where(JobRow.state == "queued").order_by(JobRow.created_at).limit(5)
-                ).all()
-                if not ids:
-                    return None
-                for job_id in ids:
-                    token = secrets.token_urlsafe(32)
-                    expires = now + timedelta(seconds=ttl_seconds)
-                    res = s.execute(
-                        update(JobRow)
-                        .where(JobRow.id == job_id, JobRow.state == "queued")
-                        .values(
-                            state="leased",
-                            lease_hash=_hash(token),
-                            leased_by=runner,
-                            lease_expires_at=expires,
-                            attempts=JobRow.attempts + 1,
-                            progress=None,
-                        )
-                    )
-                    s.commit()
-                    if res.rowcount == 1:
-                        row = s.get(JobRow, job_id)
-                        assert row is not None
-                        s.refresh(row)
-                        log.info("job %s leased by runner %s (attempt %d)", job_id, runner, row.attempts)
-                        return Lease(job=Job.model_validate_json(row.spec), token=token, expires_at=expires)
-        return None
-
-    def check_lease(self, job_id: str, token: str, now: datetime | None = None) -> JobInfo:
-        """The job, if `token` is its live lease; LeaseError otherwise."""
-        now = now or utcnow()
-        with self._s() as s:
-            row = s.get(JobRow, job_id)
-            if (
-                row is None
-                or row.lease_hash is None
-                or not hmac.compare_digest(row.lease_hash, _hash(token))
-                or row.state not in ("leased", "running")
-                or row.lease_expires_at is None
-                or row.lease_expires_at < now
-            ):
-                raise LeaseError(f"no live lease on job {job_id} for this token")
-            return _info(row)
-
-    @writes
-    def heartbeat(
-        self, job_id: str, token: str, progress: Progress, ttl_seconds: float, now: datetime | None = None
-    ) -> str:
-        """Extend the lease and store progress. Returns the job's state ('cancelled' tells the runner to stop)."""
-        now = now or utcnow()
-        with self._s() as s:
-            res = s.execute(
-                update(JobRow)
-                .where(
-                    JobRow.id == job_id,
-                    JobRow.lease_hash == _hash(token),
-                    JobRow.state.in_(("leased", "running")),
-                    JobRow.lease_expires_at >= now,
-                )
-                .values(
-                    state="running",
-                    progress=progress.model_dump_json(),
-                    lease_expires_at=now + timedelta(seconds=ttl_seconds),
-                )
-            )
-            s.commit()
-            if res.rowcount == 1:
-                return "running"
-            row = s.get(JobRow, job_id)
-            if row is not None and row.state == "cancelled" and row.lease_hash == _hash(token):
-                return "cancelled"
-        raise LeaseError(f"no live lease on job {job_id} for this token")
-
-    def complete(self, job_id: str, token: str, result: JobResult, now: datetime | None = None) -> bool:
-        """Record the runner's result exactly once. True when recorded now, False when it was already recorded
-        (a retried upload); LeaseError when the caller's lease is not the one holding the job."""
-        if result.job_id != job_id:
-            raise ValueError("result.job_id does not match the job")
-        now = now or utcnow()
-        state = "succeeded" if result.ok else "failed"
-        return self._finish(job_id, token, now, state=state, result=result.model_dump_json(), error=result.error)
-
-    def fail(self, job_id: str, token: str, error: str, now: datetime | None = None) -> bool:
-        return self._finish(job_id, token, utcnow() if now is None else now, state="failed", error=error[:10_000])
-
-    @writes
-    def _finish(self, job_id: str, token: str, now: datetime, **values: Any) -> bool:
-        with self._s() as s:
-            res = s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.lease_hash == _hash(token), JobRow.state.in_(("leased", "running")))
-                .values(finished_at=now, lease_expires_at=None, **values)
-            )
-            s.commit()
-            if res.rowcount == 1:
-                log.info("job %s finished: %s", job_id, values["state"])
-                return True
-            row = s.get(JobRow, job_id)
-            if row is not None and row.lease_hash == _hash(token) and row.state in TERMINAL_STATES:
-                return False  # the same lease already finished it (or it was cancelled under it)
-        raise LeaseError(f"no live lease on job {job_id} for this token")
-
-    @writes
-    def release(self, job_id: str, token: str) -> bool:
-        """The runner gives the job back (it is shutting down): straight back to the queue."""
-        with self._s() as s:
-            res = s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.lease_hash == _hash(token), JobRow.state.in_(("leased", "running")))
-                .values(state="queued", lease_hash=None, leased_by=None, lease_expires_at=None)
-            )
-            s.commit()
-            return res.rowcount == 1
-
-    @writes
     def cancel(self, repo: str, pr_number: int | None = None, job_id: str | None = None) -> list[str]:
         """Cancel active jobs of a repository (optionally one PR's, or one job). Returns their ids."""
         with self._s() as s:
@@ -304,6 +178,12 @@ class Jobs(StoreBase):
                     update(JobRow)
                     .where(JobRow.id.in_(ids), JobRow.state.in_(ACTIVE_STATES))
                     .values(state="cancelled", finished_at=utcnow())
+                )
+                # the lease hashes stay: a holder's heartbeat learns of the cancellation, its late result is refused
+                s.execute(
+                    update(UnitRow)
+                    .where(UnitRow.job_id.in_(ids), UnitRow.state.in_(ACTIVE_STATES))
+                    .values(state="cancelled", finished_at=utcnow(), lease_expires_at=None)
                 )
                 s.commit()
         if ids:

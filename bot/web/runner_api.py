@@ -1,14 +1,19 @@
 """The runner API: runners pull work, so they can sit behind NAT and never hold GitHub credentials.
 
-Every call carries the runner's bearer token (one per runner, from settings). Calls about one job also carry the
-lease token the runner got when it leased that job (`X-Fusebot-Lease`): a runner can touch only the job it holds.
+What a runner leases is a unit (bot/store/units.py): one target of a job, handed out as a Job narrowed to that target
+whose `id` is the unit's (a one-target, benchmark or hygiene job is one unit with the job's own id). Every call
+carries the runner's bearer token (one per runner, from settings). Calls about one unit also carry the lease token the
+runner got when it leased that unit (`X-Fusebot-Lease`): a runner can touch only the unit it holds.
 
-    POST /runner/v1/lease                     -> 200 {job, lease_token, lease_expires_at, lease_ttl_seconds} | 204
+    POST /runner/v1/lease                     -> 200 {job, unit, lease_token, lease_expires_at, lease_ttl_seconds} | 204
     POST /runner/v1/jobs/{id}/heartbeat       Progress -> {state}   (state "cancelled": stop working)
     GET  /runner/v1/jobs/{id}/source          -> the job's source, .tar.gz
     POST /runner/v1/jobs/{id}/result          JobResult -> {recorded}
     POST /runner/v1/jobs/{id}/fail            {error} -> {recorded}
     POST /runner/v1/jobs/{id}/release         -> {released}   (shutting down: back to the queue now)
+
+`{id}` is the leased unit's id (`job.id` in the lease). `unit` says which job and target it is:
+{job_id, index, target}.
 """
 
 # no `from __future__ import annotations`: FastAPI must see the local Annotated aliases below as objects
@@ -37,6 +42,7 @@ class FailIn(BaseModel):
 def make_router(ctx: Context) -> APIRouter:
     tokens = {name: t.get_secret_value().encode() for name, t in ctx.settings.runner_tokens.items()}
     ttl = ctx.settings.lease_ttl_seconds
+    per_repo = ctx.settings.max_units_per_repo
     store, metrics = ctx.store, ctx.metrics
 
     def runner_name(authorization: Annotated[str | None, Header()] = None) -> str:
@@ -56,13 +62,16 @@ def make_router(ctx: Context) -> APIRouter:
 
     @r.post("/lease")
     def lease(runner: Runner) -> Response:
-        got = store.lease(runner, ttl)
+        got = store.lease(runner, ttl, max_per_repo=per_repo)
         if got is None:
             metrics.runner_calls.labels("lease", "empty").inc()
             return Response(status_code=204)
         metrics.runner_calls.labels("lease", "ok").inc()
+        unit = store.unit(got.job.id)
+        ctx.wake.set()  # the check run shows the job running
         body = {
             "job": got.job.model_dump(mode="json"),
+            "unit": {"job_id": unit.job_id, "index": unit.index, "target": unit.target} if unit else None,
             "lease_token": got.token,
             "lease_expires_at": got.expires_at.isoformat(),
             "lease_ttl_seconds": ttl,
@@ -85,7 +94,7 @@ def make_router(ctx: Context) -> APIRouter:
             job = store.check_lease(job_id, lease_token)
         except LeaseError:
             metrics.runner_calls.labels("source", "denied").inc()
-            log.warning("runner %s asked for job %s's source without its lease", runner, job_id)
+            log.warning("runner %s asked for unit %s's source without its lease", runner, job_id)
             raise HTTPException(403, "this lease does not hold that job") from None
         if job.source_path is None or not Path(job.source_path).is_file():
             raise HTTPException(410, "the job's source is gone")
@@ -116,7 +125,8 @@ def make_router(ctx: Context) -> APIRouter:
     @r.post("/jobs/{job_id}/release")
     def release(job_id: str, runner: Runner, lease_token: LeaseToken) -> dict:
         released = store.release(job_id, lease_token)
-        log.info("runner %s released job %s: %s", runner, job_id, released)
+        log.info("runner %s released unit %s: %s", runner, job_id, released)
+        ctx.wake.set()
         return {"released": released}
 
     return r

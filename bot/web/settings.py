@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     check_run_name: str = "fusebot"
     lease_ttl_seconds: Annotated[float, Field(gt=0)] = 300.0
     max_attempts: Annotated[int, Field(ge=1)] = 3
+    # units (targets) one repository may have leased at once, over every runner: a busy repository leaves GPUs to the
+    # others (repositories also take turns: bot/store/units.py)
+    max_units_per_repo: Annotated[int, Field(ge=1, le=10_000)] = 8
     delivery_claim_seconds: Annotated[float, Field(gt=0)] = 60.0  # a crashed handler's delivery is retried after this
     scheduler_interval_seconds: Annotated[float, Field(gt=0)] = 60.0
     worker_poll_seconds: Annotated[float, Field(gt=0)] = 1.0

@@ -1,5 +1,6 @@
 """The bot's worker thread (miss-islington's split): the web process only records deliveries; this loop handles
-them, requeues expired leases, keeps check runs current and ticks the nightly scheduler."""
+them, requeues expired unit leases (a job whose last unit finished is gathered by the store), keeps check runs
+current and ticks the nightly scheduler."""
 
 from __future__ import annotations
 
@@ -79,6 +80,7 @@ class Background:
         self._sync_after = 0.0
         self._next_retention = 0.0
         self._sync_failures = 0
+        self._backfilled = False
 
     def handle_one(self, now: datetime | None = None) -> bool:
         """Handle the next pending delivery. False when there was none."""
@@ -98,6 +100,9 @@ class Background:
 
     def housekeeping(self, now: datetime | None = None) -> None:
         now = now or utcnow()
+        if not self._backfilled:  # once per process: jobs queued by a bot from before units
+            self.ctx.store.backfill_units()
+            self._backfilled = True
         self.ctx.store.requeue_expired(now)
         if time.monotonic() >= self._sync_after:
             try:

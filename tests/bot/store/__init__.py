@@ -1,3 +1,3 @@
 """Tests of bot/store/. Beside the modules named by a test_<module>.py here:
-store, base, db, inbox, repos: test_jobs.py (on SQLite and PostgreSQL) and test_durability.py
+store, base, db, inbox, repos: test_jobs.py, test_units.py (on SQLite and PostgreSQL) and test_durability.py
 """
