@@ -2,7 +2,8 @@
 
     for each round:
         the round's branches are shared among the proposers (rotating: runner/search/pool.py)
-        in the first round, builtin proposers (the catalog) go first: their verified kernels are the first beam
+        in the first round, builtin proposers (the catalog) go first: their verified kernels are the first beam;
+        a proposer of share 0 with a `first_round_ideas` quota (source rewrites) gives that many ideas then, only
         every proposer gives its share of ideas, then implementations of each idea, each call on the proposer's own
         worker threads (as many at once as it declares), all of them concurrently
         candidates queue as they arrive; the harness evaluates them (this thread) while calls are still in flight
@@ -247,6 +248,8 @@ class _Search(Evaluation):
         live = self._live()
         alloc = shares(self.budget.ideas_per_round, [w for _, w in live], [self.given.get(p.name, 0) for p, _ in live])
         group = [(p, k) for (p, _), k in zip(live, alloc, strict=True) if k]
+        if self.round == 1:  # a proposer with a first-round quota (source rewrites) runs beside the catalog, unshared
+            group += [(p, q) for p, w in live if not w and (q := int(getattr(p, "first_round_ideas", 0) or 0))]
         for p, k in group:
             self.given[p.name] = self.given.get(p.name, 0) + k
         builtin = [(p, k) for p, k in group if not is_remote(p)]
