@@ -29,6 +29,7 @@ from runner.harness.evaluator import Evaluator, default_backend
 from runner.proposers.catalog import catalog_proposers
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
+from runner.proposers.rewrite import rewrite_proposers
 from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, report_markdown, result_json, trace_markdown
@@ -57,9 +58,11 @@ GENERATED = (dropin.DROPIN_FILE, TEST_FILE, dropin.REFERENCE_FILE, dropin.HEADER
 # ---- proposers -------------------------------------------------------------------------------------------------
 
 def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
-    """The builtin catalog, and beside it every configured model when an endpoint is configured (FUSEBOT_LLM_* or
-    --model): one population, the catalog's kernels the first beam the models refine (runner/search/loop.py)."""
+    """The builtin catalog and the source rewrites, and beside them every configured model when an endpoint is
+    configured (FUSEBOT_LLM_* or --model): one population, the catalog's kernels the first beam the models refine
+    (runner/search/loop.py)."""
     pool: list[tuple[Proposer, float]] = [(p, 1.0) for p in catalog_proposers()]
+    pool += [(p, 0.0) for p in rewrite_proposers()]  # source rewrites: their own first-round quota, no share
     if models or os.environ.get("FUSEBOT_LLM_BASE_URL"):
         try:
             settings = LLMSettings(**({"models": ",".join(models)} if models else {}))
