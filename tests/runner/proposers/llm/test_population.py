@@ -7,6 +7,7 @@ from runner.contract import Candidate, SearchBudget
 from runner.pipeline import make_proposers
 from runner.proposers.catalog import CatalogProposer
 from runner.proposers.llm.proposer import LLMProposer, llm_proposers
+from runner.proposers.rewrite import RewriteProposer
 from runner.results.outcome import outcome, report_markdown
 from runner.search.loop import search
 from runner.search.types import Idea
@@ -40,12 +41,12 @@ def test_with_models_configured_the_catalog_joins_the_pool_first(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.delenv("FUSEBOT_LLM_BASE_URL", raising=False)
     alone = make_proposers([])
-    assert [type(p) for p, _ in alone] == [CatalogProposer]
+    assert [type(p) for p, _ in alone] == [CatalogProposer, RewriteProposer]
     monkeypatch.setenv("FUSEBOT_LLM_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("FUSEBOT_LLM_API_KEY", "sk-real")
     pool = make_proposers(["m-1:2", "m-2"])
-    assert [(p.name, w) for p, w in pool] == [("catalog", 1.0), ("m-1", 2.0), ("m-2", 1.0)]
-    assert isinstance(pool[0][0], CatalogProposer) and all(isinstance(p, LLMProposer) for p, _ in pool[1:])
+    assert [(p.name, w) for p, w in pool] == [("catalog", 1.0), ("rewrite", 0.0), ("m-1", 2.0), ("m-2", 1.0)]
+    assert isinstance(pool[0][0], CatalogProposer) and all(isinstance(p, LLMProposer) for p, _ in pool[2:])
 
 
 def test_the_catalogs_verified_kernels_are_the_first_beam_the_model_sees(tmp_path):
