@@ -30,9 +30,10 @@ from runner.proposers.catalog import catalog_proposers
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
 from runner.proposers.rewrite import rewrite_proposers
+from runner.results.choice import confirm_finalists
 from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
-from runner.results.outcome import Outcome, outcome, report_markdown, result_json, trace_markdown
+from runner.results.outcome import Outcome, outcome, proposal, report_markdown, result_json, trace_markdown
 from runner.results.remeasure import run_kernel_job
 from runner.search.loop import EvaluatorLike, search
 from runner.search.pool import is_remote
@@ -173,13 +174,11 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     ctx = problem_context(spec, evaluator, backend,
                           describe=any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers))
     result = search(ctx, evaluator, proposers, budget, trace, progress=progress)
-    confirmed = None
-    if result.best is not None and result.best.candidate is not None and hasattr(evaluator, "confirm"):
-        # The fastest of many noisy measurements is partly the luckiest: re-time it against both baselines.
-        if progress:
-            progress(Progress(round=result.rounds, message="confirming the best kernel against the baselines"))
-        confirmed = evaluator.confirm(result.best.candidate, rounds=confirm_rounds)
-    o = outcome(spec.name, result, ctx.baselines, ctx.roofline, confirmed=confirmed)
+    # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are
+    # re-timed against both baselines, and the outcome proposes one of them, or nothing.
+    confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, confirm_rounds, progress)
+    o = outcome(spec.name, result, ctx.baselines, ctx.roofline, confirmed=confirmed,
+                confirmed_rewrite=confirmed_rewrite)
     write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
     return o
 
@@ -225,7 +224,8 @@ def accepted_result(job: Job, target: TargetSpec, spec: ProblemSpec, outcome, so
         shutil.copytree(source_dir, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
         return target_result(dropin_spec(spec), outcome.improved, outcome.message, best.candidate if best else None,
                              verdict, Provenance.for_verdict(target.name, verdict, repo=job.repo, commit=job.sha),
-                             trace_markdown(outcome), root=Path(scratch), kernels_dir=kernels_dir, file=target.file)
+                             trace_markdown(outcome), root=Path(scratch), kernels_dir=kernels_dir, file=target.file,
+                             **proposal(outcome))
 
 
 def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,

@@ -39,6 +39,18 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values) if values else 0.0
 
 
+# The least gain over the faster baseline a claim needs, whatever the rounds say (docs/pull-requests.md, "The minimum
+# effect"): on the H100, kernels doing the same memory-bound work as torch.compile at the roofline floor (where nothing
+# can be faster) measured 0.98-1.02x over five alternating rounds (bench/results/h100-catalog).
+MIN_EFFECT = 0.03
+
+
+def margin(conf: Confirmation, floor: float = MIN_EFFECT) -> float:
+    """How much faster than the faster baseline a kernel must be for a claim, as a fraction (0.03: 3%): the larger of
+    `floor` and the spread of the rounds' speedups over the faster baseline (what the same comparison moved by)."""
+    return max(floor, spread(conf.speedup_vs_faster()))
+
+
 def spread_text(conf: Confirmation) -> str:
     parts = [f"the kernel {min(conf.candidate_ms):.4g}-{max(conf.candidate_ms):.4g} ms "
              f"({100 * spread(conf.candidate_ms):.0f}%)",

@@ -1,6 +1,7 @@
 """What a search found, as data, markdown and JSON: pure functions (the PR bodies build on them).
 
-`outcome()` decides whether the best verified kernel beats the faster of eager and torch.compile; `benchmark_table()`
+`outcome()` decides what is proposed: the best verified kernel or PyTorch rewrite (runner/results/choice.py), when its
+confirmation beat the faster of eager and torch.compile in every round and by the minimum effect; `benchmark_table()`
 and `trace_markdown()` render it; `report_markdown()` is report.md and `result_json()` is result.json.
 """
 
@@ -9,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.contract import SCHEMA_VERSION, Baselines, Roofline, Verdict, faster_baseline, table_cell
+from runner.contract import SCHEMA_VERSION, Baselines, Roofline, Timing, Verdict, faster_baseline, table_cell
 from runner.contract import benchmark_table as contract_benchmark_table
+from runner.results.choice import DEGENERATE, KERNEL, REWRITE, REWRITE_LABEL, choose, claim, finalists, is_rewrite
 from runner.search.loop import SearchResult
 from runner.search.pool import Credit, credit_markdown
 from runner.search.types import Attempt, Idea
@@ -34,6 +36,10 @@ class Outcome:
     attempts: list[Attempt] = field(default_factory=list)
     ideas: list[Idea] = field(default_factory=list)
     credit: list[Credit] = field(default_factory=list)  # per proposer
+    change: str = KERNEL  # what `best` is: "kernel" (a kernel and its drop-in) or "rewrite" (a new module source)
+    margin: float | None = None  # the minimum effect the claim was held to (0.03: 3% over the faster baseline)
+    rewrite: Attempt | None = None  # the best verified PyTorch rewrite (shown in every table), whichever is proposed
+    choice: str = ""  # why the kernel and not the rewrite, or the other way round ("" with no rewrite)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -41,19 +47,30 @@ class Outcome:
 
 
 def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roofline: Roofline | None,
-            confirmed: Verdict | None = None) -> Outcome:
-    """`confirmed`: the best kernel re-verified and re-timed against both baselines in alternating rounds
-    (Evaluator.confirm). When given, it decides: the kernel must beat the faster baseline in every round."""
+            confirmed: Verdict | None = None, confirmed_rewrite: Verdict | None = None) -> Outcome:
+    """`confirmed`, `confirmed_rewrite`: the best kernel and the best PyTorch rewrite re-verified and re-timed against
+    both baselines in alternating rounds (choice.confirm_finalists). When given, they decide (choice.claim, choose)."""
+    kernel, rewrite = finalists(result)
+    stats = dict(stop_reason=result.stop_reason, rounds=result.rounds, candidates=result.candidates,
+                 tokens_used=result.tokens_used, cost_usd=result.cost_usd, gpu_seconds=result.gpu_seconds,
+                 wall_seconds=result.wall_seconds, attempts=list(result.history.attempts),
+                 ideas=list(result.history.ideas), credit=list(result.credit))
+    k = claim(kernel, confirmed) if kernel is not None and confirmed is not None else None
+    w = claim(rewrite, confirmed_rewrite) if rewrite is not None and confirmed_rewrite is not None else None
+    if k is not None or w is not None:
+        chosen, why = choose(k, w)
+        v = chosen.attempt.verdict
+        return Outcome(problem=problem, improved=chosen.eligible, message=chosen.message, best=chosen.attempt,
+                       baselines=v.baselines if v else baselines, roofline=roofline or (v.roofline if v else None),
+                       change=chosen.kind, margin=chosen.margin, rewrite=w.attempt if w else rewrite, choice=why,
+                       **stats)
     best = result.best
-    if confirmed is not None and best is not None:
-        return _confirmed_outcome(problem, result, best, confirmed, roofline)
     fb = faster_baseline(baselines)
     faster, base_ms = (fb[0], fb[1].median_ms) if fb else ("eager", None)
     if best is None or best.median_ms is None:
         improved, message = False, "no candidate was verified: no kernel is proposed"
     elif best.verdict is not None and best.verdict.degenerate:
-        improved, message = False, ("the problem is degenerate (its output does not depend on its input): no speedup "
-                                    "on it is reportable, no kernel is proposed")
+        improved, message = False, DEGENERATE
     elif base_ms is not None and best.median_ms >= base_ms:
         improved, message = False, (f"nothing beat {faster} ({base_ms:.4g} ms): the fastest verified kernel took "
                                     f"{best.median_ms:.4g} ms; no kernel is proposed")
@@ -62,61 +79,78 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
         message = f"{best.median_ms:.4g} ms, {base_ms / best.median_ms:.2f}x faster than {faster} ({base_ms:.4g} ms)" \
             if base_ms else f"{best.median_ms:.4g} ms (no baseline was measured)"
     return Outcome(problem=problem, improved=improved, message=message, best=best, baselines=baselines,
-                   roofline=roofline, stop_reason=result.stop_reason, rounds=result.rounds,
-                   candidates=result.candidates,
-                   tokens_used=result.tokens_used, cost_usd=result.cost_usd, gpu_seconds=result.gpu_seconds,
-                   wall_seconds=result.wall_seconds, attempts=list(result.history.attempts),
-                   ideas=list(result.history.ideas),
-                   credit=list(result.credit))
+                   roofline=roofline, change=REWRITE if best is not None and is_rewrite(best.candidate) else KERNEL,
+                   rewrite=rewrite if rewrite is not best else None, **stats)
 
 
-def _confirmed_outcome(problem: str, result: SearchResult, best: Attempt, v: Verdict,
-                       roofline: Roofline | None) -> Outcome:
-    if best.verdict is not None:  # the search's trials (every shape and distribution), then the confirmation's
-        v = v.model_copy(update={"trials": [*best.verdict.trials, *v.trials]})
-    best = best.model_copy(update={"verdict": v})
-    c = v.confirmation
-    if not v.accepted or c is None or v.timing is None:
-        improved = False
-        message = "the fastest kernel failed when verified again: " + "; ".join(v.reasons[:2])
-    elif v.degenerate:
-        improved, message = False, ("the problem is degenerate (its output does not depend on its input): no speedup "
-                                    "on it is reportable, no kernel is proposed")
-    else:
-        per_round = c.speedup_vs_faster()
-        faster, base = faster_baseline(v.baselines)
-        base_ms = base.median_ms
-        spread = f"{min(per_round):.2f}-{max(per_round):.2f}x over {c.rounds} alternating rounds"
-        improved = min(per_round) > 1.0
-        if improved:
-            message = (f"{v.timing.median_ms:.4g} ms, {base_ms / v.timing.median_ms:.2f}x faster than {faster} "
-                       f"({base_ms:.4g} ms; {spread})")
-        else:
-            message = (f"nothing beat {faster} in every round: the fastest verified kernel took "
-                       f"{v.timing.median_ms:.4g} ms against {base_ms:.4g} ms ({spread}); no kernel is proposed")
-    return Outcome(problem=problem, improved=improved, message=message, best=best, baselines=v.baselines,
-                   roofline=roofline or v.roofline, stop_reason=result.stop_reason, rounds=result.rounds,
-                   candidates=result.candidates, tokens_used=result.tokens_used, cost_usd=result.cost_usd,
-                   gpu_seconds=result.gpu_seconds, wall_seconds=result.wall_seconds,
-                   attempts=list(result.history.attempts), ideas=list(result.history.ideas),
-                   credit=list(result.credit))
+def proposal(o: Outcome) -> dict[str, Any]:
+    """What the result's files say beyond the verdict (runner.results.files.target_result's keywords): which change,
+    why, the margin, and the PyTorch rewrite's attempt."""
+    return {"change": o.change, "choice": o.choice, "margin": o.margin, "rewrite": o.rewrite}
+
+
+def rewrite_timing(o: Outcome) -> Timing | None:
+    """The PyTorch rewrite's timing when one was verified and is not itself the proposed change's row."""
+    if o.rewrite is None or o.rewrite is o.best or o.rewrite.verdict is None:
+        return None
+    return o.rewrite.verdict.timing
+
+
+def with_row(table: str, baselines: Baselines | None, roofline: Roofline | None, label: str,
+             timing: Timing | None) -> str:
+    """`table` (contract.benchmark_table) with one more contestant's row before the roofline floor's."""
+    if timing is None:
+        return table
+    row = next(line for line in contract_benchmark_table(baselines, timing, roofline, label).splitlines()
+               if line.startswith(f"| {label} |"))
+    lines = table.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("| roofline floor |")), len(lines))
+    return "\n".join([*lines[:at], row, *lines[at:]])
 
 
 def benchmark_table(o: Outcome) -> str:
-    label = f"fusebot ({o.best.candidate.id if o.best and o.best.candidate else 'best'})"
-    return contract_benchmark_table(o.baselines, o.verdict.timing if o.verdict else None, o.roofline, label)
+    """Eager, torch.compile, the proposed change (or the fastest verified), the PyTorch rewrite when one was verified
+    and is not that change, and the roofline floor."""
+    what = REWRITE_LABEL if o.change == REWRITE else "fusebot"
+    label = f"{what} ({o.best.candidate.id if o.best and o.best.candidate else 'best'})"
+    table = contract_benchmark_table(o.baselines, o.verdict.timing if o.verdict else None, o.roofline, label)
+    return with_row(table, o.baselines, o.roofline, REWRITE_LABEL, rewrite_timing(o))
 
 
 def _verdict_text(a: Attempt) -> str:
     if a.candidate is None:
         return "no candidate"
+    kind = "rewrite, " if is_rewrite(a.candidate) else ""
     if a.accepted and a.median_ms is not None:
-        return f"verified, {a.median_ms:.4g} ms"
-    return f"rejected at {a.verdict.stage}" if a.verdict else "not evaluated"
+        return f"{kind}verified, {a.median_ms:.4g} ms"
+    return f"{kind}rejected at {a.verdict.stage}" if a.verdict else "not evaluated"
+
+
+def why_text(a: Attempt, o: Outcome) -> str:
+    """The trace's "why" cell: a rejection's reasons; for a verified candidate, how it stood against the faster
+    baseline and the fastest one; never empty."""
+    if a.candidate is None:
+        return a.failure or "the answer held no usable code"
+    if not a.accepted:
+        if a.reasons:
+            return "; ".join(a.reasons)
+        return "verified but not timed" if a.verdict is not None and a.verdict.accepted else \
+            f"rejected at {a.verdict.stage if a.verdict else 'evaluation'} (no reason recorded)"
+    fb = faster_baseline(o.baselines)
+    parts = [f"{fb[1].median_ms / a.median_ms:.2f}x over {fb[0]}"] if fb and a.median_ms else []
+    best = o.best.candidate.id if o.best and o.best.candidate else None
+    fastest = min((x.median_ms for x in o.attempts if x.accepted and x.median_ms), default=None)
+    if best == a.candidate.id:
+        parts.append("proposed" if o.improved else "the finalist (not proposed: see above)")
+    elif o.rewrite is not None and o.rewrite.candidate and o.rewrite.candidate.id == a.candidate.id:
+        parts.append("the best PyTorch rewrite")
+    elif fastest and a.median_ms and a.median_ms > fastest:
+        parts.append(f"{100 * (a.median_ms / fastest - 1):.0f}% slower than the fastest")
+    return "; ".join(parts) or "verified"
 
 
 def trace_markdown(o: Outcome) -> str:
-    """The search trace: per round, the ideas, then every attempt with its verdict and reasons."""
+    """The search trace: per round, the ideas, then every attempt with its verdict and why (never empty)."""
     out = []
     for rnd in sorted({i.round for i in o.ideas} | {a.round for a in o.attempts}):
         out.append(f"### Round {rnd}")
@@ -125,17 +159,20 @@ def trace_markdown(o: Outcome) -> str:
             out.append("Ideas:\n" + "\n".join(f"- ({table_cell(i.proposer, 40)}) {table_cell(i.text, 400)}" for i in ideas))
         rows = [a for a in o.attempts if a.round == rnd]
         if rows:
-            out.append("| candidate | idea | verdict | reasons |\n| --- | --- | --- | --- |")
+            out.append("| candidate | idea | verdict | why |\n| --- | --- | --- | --- |")
             for a in rows:
                 name = (a.candidate.id if a.candidate else "-") + (" (repair)" if a.repair_of else "")
-                why = "" if a.accepted else table_cell("; ".join(a.reasons), 200)
-                out[-1] += f"\n| {name} | {table_cell(a.idea, 80)} | {_verdict_text(a)} | {why} |"
+                out[-1] += (f"\n| {name} | {table_cell(a.idea, 80)} | {_verdict_text(a)} | "
+                            f"{table_cell(why_text(a, o), 200)} |")
     return "\n\n".join(out)
 
 
 def report_markdown(o: Outcome) -> str:
     v = o.verdict
     head = [f"# fusebot: {o.problem}", "", ("**Improved**: " if o.improved else "**No improvement**: ") + o.message, ""]
+    if o.choice:
+        head += [f"Proposed change: {'a PyTorch rewrite of the module' if o.change == REWRITE else 'a kernel'}: "
+                 f"{o.choice}.", ""]
     if v and v.warnings:
         head += [f"> {table_cell(w, 600)}" for w in v.warnings] + [""]
     head += ["## Benchmark", "", benchmark_table(o), ""]
@@ -160,7 +197,11 @@ def result_json(o: Outcome, files: list[str] | None = None) -> dict[str, Any]:
         "problem": o.problem,
         "improved": o.improved,
         "message": o.message,
+        "change": o.change,
+        "margin": o.margin,
+        "choice": o.choice,
         "verdict": o.verdict.model_dump() if o.verdict else None,
+        "rewrite_verdict": o.rewrite.verdict.model_dump() if o.rewrite and o.rewrite.verdict else None,
         "baselines": o.baselines.model_dump() if o.baselines else None,
         "roofline": o.roofline.model_dump() if o.roofline else None,
         "files": list(files or []),

@@ -1,0 +1,132 @@
+"""What a search proposes: the best kernel, the best PyTorch rewrite, or nothing. Pure, but for `confirm_finalists`.
+
+    kernel, rewrite = finalists(result)                     # the fastest verified of each kind
+    k, w = claim(kernel, confirmed), claim(rewrite, confirmed_rewrite)
+    chosen, why = choose(k, w)
+
+A claim is eligible when its confirmation (alternating rounds against both baselines, runner.harness.confirm) won
+every round and its speedup over the faster baseline clears the minimum effect: the larger of a fixed floor and the
+spread of the rounds' speedups (`runner.harness.confirm.margin`; docs/pull-requests.md, "The minimum effect"). When
+the rewrite is eligible and within that margin of the best kernel, or faster, the rewrite wins: a few lines of
+PyTorch in the user's own module are a smaller change to review than a kernel, a drop-in and a build at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runner.contract import Candidate, Progress, Verdict, faster_baseline
+from runner.harness.confirm import MIN_EFFECT, margin, spread
+from runner.search.loop import SearchResult
+from runner.search.types import Attempt
+
+KERNEL, REWRITE = "kernel", "rewrite"
+REWRITE_LABEL = "PyTorch rewrite"
+
+
+def is_rewrite(candidate: Candidate | None) -> bool:
+    """A source rewrite of the user's module (runner/proposers/rewrite.py): its `rewrite` holds the new file."""
+    return bool(getattr(candidate, "rewrite", ""))
+
+
+def finalists(result: SearchResult) -> tuple[Attempt | None, Attempt | None]:
+    """(the fastest verified kernel, the fastest verified PyTorch rewrite): the beam first, then the whole archive."""
+    ranked = [*result.beam, *result.history.accepted()]
+    kernel = next((a for a in ranked if not is_rewrite(a.candidate)), None)
+    rewrite = next((a for a in ranked if is_rewrite(a.candidate)), None)
+    return kernel, rewrite
+
+
+def confirm_finalists(result: SearchResult, evaluator: object, rounds: int,
+                      progress: Callable[[Progress], None] | None = None) -> tuple[Verdict | None, Verdict | None]:
+    """Each finalist timed again against both baselines in alternating rounds (Evaluator.confirm): the fastest of many
+    noisy measurements is partly the luckiest. (None, None) for an evaluator that cannot confirm."""
+    confirm = getattr(evaluator, "confirm", None)
+    out: list[Verdict | None] = []
+    for what, a in zip((KERNEL, REWRITE), finalists(result), strict=True):
+        if confirm is None or a is None or a.candidate is None:
+            out.append(None)
+            continue
+        if progress:
+            progress(Progress(round=result.rounds, message=f"confirming the best {what} against the baselines"))
+        out.append(confirm(a.candidate, rounds=rounds))
+    return out[0], out[1]
+
+
+@dataclass
+class Claim:
+    """One finalist after its confirmation: whether it may be proposed, and the sentence that says so or why not."""
+
+    attempt: Attempt  # its verdict: the search's trials, then the confirmation's trials, timing and rounds
+    eligible: bool
+    message: str
+    speedup: float | None = None  # over the faster baseline, pooled over the rounds
+    margin: float | None = None  # the minimum effect it was held to (0.03: 3%)
+    baseline: str = ""  # "eager" or "torch.compile"
+
+    @property
+    def kind(self) -> str:
+        return REWRITE if is_rewrite(self.attempt.candidate) else KERNEL
+
+
+DEGENERATE = ("the problem is degenerate (its output does not depend on its input): no speedup on it is reportable, "
+              "no kernel is proposed")
+
+
+def claim(best: Attempt, v: Verdict) -> Claim:
+    """`best` judged by its confirmation `v`: eligible only when verified again, won every round and cleared the
+    margin."""
+    if best.verdict is not None:  # the search's trials (every shape and distribution), then the confirmation's
+        v = v.model_copy(update={"trials": [*best.verdict.trials, *v.trials]})
+    best = best.model_copy(update={"verdict": v})
+    what = REWRITE_LABEL if is_rewrite(best.candidate) else "kernel"
+    c = v.confirmation
+    fb = faster_baseline(v.baselines)
+    if not v.accepted or c is None or v.timing is None or fb is None:
+        return Claim(best, False, f"the fastest {what} failed when verified again: " + "; ".join(v.reasons[:2]))
+    if v.degenerate:
+        return Claim(best, False, DEGENERATE)
+    faster, base_ms = fb[0], fb[1].median_ms
+    per_round = c.speedup_vs_faster()
+    m = margin(c)
+    s = base_ms / v.timing.median_ms
+    rounds = f"{min(per_round):.2f}-{max(per_round):.2f}x over {c.rounds} alternating rounds"
+    figures = f"{v.timing.median_ms:.4g} ms against {base_ms:.4g} ms ({rounds})"
+    if min(per_round) <= 1.0:
+        message = f"nothing beat {faster} in every round: the fastest verified {what} took {figures}; not proposed"
+        return Claim(best, False, message, s, m, faster)
+    if s < 1.0 + m:
+        message = (f"below the minimum effect: the fastest verified {what} is {s:.2f}x faster than {faster}, under the "
+                   f"{100 * m:.0f}% margin (the larger of a {100 * MIN_EFFECT:.0f}% floor and the rounds' "
+                   f"{100 * spread(per_round):.0f}% spread); {figures}; not proposed")
+        return Claim(best, False, message, s, m, faster)
+    message = (f"{v.timing.median_ms:.4g} ms, {s:.2f}x faster than {faster} ({base_ms:.4g} ms; {rounds}; margin "
+               f"{100 * m:.0f}%)")
+    return Claim(best, True, message, s, m, faster)
+
+
+def choose(kernel: Claim | None, rewrite: Claim | None) -> tuple[Claim | None, str]:
+    """(the claim to propose, or the one that says why nothing is; why this one and not the other, "" when there
+    was no other)."""
+    if rewrite is None:
+        return kernel, ""
+    if kernel is None:
+        return rewrite, "" if not rewrite.eligible else "no kernel was verified: the PyTorch rewrite is proposed"
+    m = max(kernel.margin or MIN_EFFECT, rewrite.margin or MIN_EFFECT)
+    ks, ws = kernel.speedup, rewrite.speedup
+    if rewrite.eligible and not kernel.eligible:
+        return rewrite, (f"the PyTorch rewrite cleared the minimum effect and no kernel did ({_x(ks)} over the faster "
+                         "baseline): the rewrite is proposed")
+    if rewrite.eligible and ks is not None and ws is not None and ws * (1.0 + m) >= ks:
+        return rewrite, (f"the PyTorch rewrite ({ws:.2f}x) is as fast as the best kernel ({ks:.2f}x) within the "
+                         f"{100 * m:.0f}% margin, or faster: the simpler change is proposed, no kernel")
+    if kernel.eligible:
+        return kernel, (f"the best kernel ({_x(ks)}) beats the PyTorch rewrite ({_x(ws)}) by more than the "
+                        f"{100 * m:.0f}% margin" if rewrite.eligible else
+                        f"the PyTorch rewrite did not clear the minimum effect ({_x(ws)})") + ": the kernel is proposed"
+    return kernel, f"neither the best kernel ({_x(ks)}) nor the PyTorch rewrite ({_x(ws)}) cleared the minimum effect"
+
+
+def _x(s: float | None) -> str:
+    return f"{s:.2f}x" if s is not None else "not timed"

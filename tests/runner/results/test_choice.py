@@ -1,0 +1,122 @@
+"""What a search proposes: the minimum effect on both sides of its margin, and the PyTorch rewrite against the best
+kernel (as fast within the margin: the rewrite; clearly slower: the kernel)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.contract import Baselines, Candidate, Confirmation, Verdict
+from runner.harness.confirm import MIN_EFFECT, margin, spread
+from runner.harness.timing import summarize
+from runner.results.choice import choose, claim, confirm_finalists, finalists
+from runner.results.outcome import benchmark_table, outcome, report_markdown, trace_markdown
+from runner.search.loop import SearchResult
+from runner.search.types import Attempt, History
+
+
+def confirmed(cand_ms: list[float], base_ms: list[float]) -> Verdict:
+    """A confirmation whose faster baseline (torch.compile) took `base_ms` per round; eager twice as long."""
+    t = lambda xs: summarize(xs, clock="monotonic", l2_flushed=True)  # noqa: E731
+    eager = [2 * b for b in base_ms]
+    conf = Confirmation(rounds=len(cand_ms), candidate_ms=cand_ms, eager_ms=eager, compile_ms=base_ms,
+                        speedup_vs_eager=[e / c for e, c in zip(eager, cand_ms, strict=True)],
+                        speedup_vs_compile=[b / c for b, c in zip(base_ms, cand_ms, strict=True)])
+    return Verdict(candidate_id="c", problem="p", accepted=True, timing=t(cand_ms),
+                   baselines=Baselines(eager=t(eager), compile=t(base_ms)), confirmation=conf)
+
+
+def attempt(cid: str, ms: float, rewrite: str = "") -> Attempt:
+    fmt = "kernelbench" if rewrite else "fast"
+    c = Candidate(id=cid, format=fmt, backend="cpu", sources={"model_new.py" if rewrite else "kernel.cpp": "x"},
+                  rewrite=rewrite)
+    v = Verdict(candidate_id=cid, problem="p", accepted=True, timing=summarize([ms], clock="monotonic",
+                                                                               l2_flushed=True))
+    return Attempt(round=1, proposer="m", idea=f"idea {cid}", candidate=c, verdict=v)
+
+
+def search_result(*attempts: Attempt) -> SearchResult:
+    beam = sorted((a for a in attempts if a.accepted), key=lambda a: a.median_ms)
+    return SearchResult(history=History(attempts=list(attempts)), beam=beam, stop_reason="rounds", rounds=1,
+                        tokens_used=0, cost_usd=0.0, gpu_seconds=0.0, wall_seconds=0.0, candidates=len(attempts))
+
+
+def test_the_margin_is_the_larger_of_the_floor_and_the_rounds_spread():
+    steady = confirmed([1.0, 1.0, 1.0], [1.02, 1.02, 1.02]).confirmation
+    assert spread(steady.speedup_vs_faster()) == 0 and margin(steady) == MIN_EFFECT
+    noisy = confirmed([1.0, 1.0, 1.0], [1.1, 1.3, 1.2]).confirmation
+    assert margin(noisy) == pytest.approx(0.2 / 1.2)
+
+
+@pytest.mark.parametrize(("base_ms", "proposed"), [
+    ([1.02, 1.02, 1.02], False),  # 2% in every round: under the 3% floor
+    ([1.04, 1.04, 1.04], True),  # 4%: over it
+    ([1.05, 1.25, 1.15], False),  # 1.15x pooled, but the rounds spread by 17%: under the margin
+    ([1.10, 1.30, 1.20], True),  # 1.20x pooled against a 16.7% spread: over it
+])
+def test_a_kernel_is_proposed_only_above_the_minimum_effect(base_ms, proposed):
+    best = attempt("k", 1.0)
+    o = outcome("p", search_result(best), None, None, confirmed=confirmed([1.0, 1.0, 1.0], base_ms))
+    assert o.improved is proposed, o.message
+    assert o.margin == pytest.approx(max(MIN_EFFECT, spread([b / 1.0 for b in base_ms])))
+    if proposed:
+        assert f"margin {100 * o.margin:.0f}%" in o.message
+    else:
+        assert o.message.startswith("below the minimum effect") and "not proposed" in o.message
+
+
+def test_the_finalists_are_the_fastest_kernel_and_the_fastest_rewrite_and_both_are_confirmed():
+    k, w, w2 = attempt("k", 1.0), attempt("w", 1.1, rewrite="new module"), attempt("w2", 1.5, rewrite="other")
+    result = search_result(k, w, w2)
+    assert finalists(result) == (k, w)
+    asked = []
+
+    class Ev:
+        def confirm(self, candidate, rounds=5):
+            asked.append((candidate.id, rounds))
+            return confirmed([1.0], [2.0])
+
+    kv, wv = confirm_finalists(result, Ev(), 4)
+    assert asked == [("k", 4), ("w", 4)] and kv is not None and wv is not None
+    assert confirm_finalists(search_result(k), Ev(), 4)[1] is None  # no rewrite: one confirmation
+    assert confirm_finalists(result, object(), 4) == (None, None)  # an evaluator that cannot confirm
+
+
+@pytest.mark.parametrize(("kernel_ms", "rewrite_ms", "chosen"), [
+    (1.0, 1.02, "rewrite"),  # 2% slower than the kernel: within the 3% margin, the simpler change wins
+    (1.0, 0.9, "rewrite"),  # faster
+    (1.0, 1.2, "kernel"),  # 20% slower: the kernel
+    (1.0, 1.99, "kernel"),  # the rewrite does not clear the minimum effect over the 2 ms baseline: the kernel
+])
+def test_the_rewrite_wins_when_it_is_as_fast_as_the_kernel_within_the_margin(kernel_ms, rewrite_ms, chosen):
+    k, w = attempt("k", kernel_ms), attempt("w", rewrite_ms, rewrite="new text")
+    o = outcome("p", search_result(k, w), None, None, confirmed=confirmed([kernel_ms] * 3, [2.0] * 3),
+                confirmed_rewrite=confirmed([rewrite_ms] * 3, [2.0] * 3))
+    assert o.improved and o.change == chosen and o.best.candidate.id == {"kernel": "k", "rewrite": "w"}[chosen]
+    assert ("simpler change" in o.choice) is (chosen == "rewrite")
+    assert o.rewrite is not None and o.rewrite.candidate.id == "w"
+    table = benchmark_table(o)
+    assert "| PyTorch rewrite" in table  # the rewrite's row, whichever is proposed
+    assert f"Proposed change: {'a PyTorch rewrite of the module' if chosen == 'rewrite' else 'a kernel'}" in \
+        report_markdown(o)
+
+
+def test_a_rewrite_alone_is_proposed_and_nothing_that_misses_the_margin_is():
+    w = claim(attempt("w", 1.0, rewrite="x"), confirmed([1.0] * 3, [1.5] * 3))
+    k = claim(attempt("k", 1.0), confirmed([1.0] * 3, [1.01] * 3))
+    assert w.eligible and not k.eligible
+    assert choose(None, w)[0] is w and choose(k, w)[0] is w and "no kernel did" in choose(k, w)[1]
+    slow = claim(attempt("w", 1.0, rewrite="x"), confirmed([1.0] * 3, [1.01] * 3))
+    chosen, why = choose(k, slow)
+    assert chosen is k and not chosen.eligible and why.startswith("neither")
+
+
+def test_every_trace_row_says_why():
+    bad = Attempt(round=1, proposer="m", idea="i", candidate=Candidate(id="b", format="fast", sources={"k": "x"}),
+                  verdict=Verdict(candidate_id="b", problem="p", accepted=False, stage="build"))
+    k, slower = attempt("k", 1.0), attempt("s", 1.5)
+    o = outcome("p", search_result(k, slower, bad), None, None, confirmed=confirmed([1.0] * 3, [2.0] * 3))
+    rows = [line for line in trace_markdown(o).splitlines() if line.startswith("| ") and "---" not in line][1:]
+    cells = [row.split(" | ")[-1].rstrip(" |") for row in rows]
+    assert len(cells) == 3 and all(cells), rows
+    assert "proposed" in cells[0] and "50% slower than the fastest" in cells[1]
+    assert "rejected at build (no reason recorded)" in cells[2]
