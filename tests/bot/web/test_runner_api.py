@@ -7,7 +7,8 @@ import tarfile
 
 import pytest
 
-from tests.bot.helpers import RUNNER_TOKENS, pr_payload
+from tests.bot.conftest import make_world
+from tests.bot.helpers import REPO, RUNNER_TOKENS, comment_payload, pr_payload
 from tests.fakes.github_server import Pull
 
 LEASE = "X-Fusebot-Lease"
@@ -91,3 +92,34 @@ def test_fail_and_release(two_jobs):
     w.drain()  # the failure reaches the check run
     failed_run = next(r for r in w.fake.check_runs.values() if r["external_id"] == a["job"]["id"])
     assert failed_run["conclusion"] == "failure" and "GPU fell off the bus" in failed_run["output"]["summary"]
+
+
+def run_all(world) -> None:
+    world.fake.add_comment(REPO, 2, 900, "/fusebot run all", "maintainer")
+    world.post("issue_comment", comment_payload("/fusebot run all", number=2, comment_id=900))
+    world.drain()
+
+
+def test_each_target_is_leased_with_its_unit_and_the_jobs_source(world):
+    run_all(world)
+    [job] = world.jobs()
+    a, b = lease(world, "gpu-a"), lease(world, "gpu-b")
+    assert world.client.post("/runner/v1/lease", headers=world.runner("gpu-a")).status_code == 204
+    assert [a["unit"], b["unit"]] == [{"job_id": job.id, "index": i, "target": t.name}
+                                      for i, t in enumerate(job.spec.targets)]
+    for x, runner in ((a, "gpu-a"), (b, "gpu-b")):
+        unit_id, hdr = x["job"]["id"], {**world.runner(runner), LEASE: x["lease_token"]}
+        assert [t["name"] for t in x["job"]["targets"]] == [x["unit"]["target"]]
+        assert world.client.get(f"/runner/v1/jobs/{unit_id}/source", headers=hdr).status_code == 200
+        result = {"job_id": unit_id, "ok": True, "targets": [{"target": x["unit"]["target"], "improved": False}]}
+        assert world.client.post(f"/runner/v1/jobs/{unit_id}/result", json=result, headers=hdr).json() == {
+            "recorded": True}
+    assert world.ctx.store.get(job.id).state == "succeeded"
+
+
+def test_the_per_repository_limit_applies_to_leases(tmp_path, fake_github):
+    w = make_world(tmp_path, fake_github, max_units_per_repo=1)
+    with w.client:
+        run_all(w)
+        assert w.client.post("/runner/v1/lease", headers=w.runner("gpu-a")).status_code == 200
+        assert w.client.post("/runner/v1/lease", headers=w.runner("gpu-b")).status_code == 204  # the repo's one GPU

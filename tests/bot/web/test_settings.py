@@ -20,9 +20,10 @@ def good(**over):
     return values
 
 
-def test_valid_settings_load():
+def test_valid_settings_load(monkeypatch):
+    monkeypatch.setenv("FUSEBOT_MAX_UNITS_PER_REPO", "3")
     s = Settings(**good())
-    assert s.database_url.startswith("sqlite:///")
+    assert s.database_url.startswith("sqlite:///") and s.max_units_per_repo == 3
     assert WEBHOOK_SECRET not in repr(s) and rsa_keys()[0] not in repr(s)
 
 
@@ -50,6 +51,7 @@ def test_a_database_url_given_by_name_is_the_one_used(monkeypatch, tmp_path):
         ({"private_key": None}, "private_key"),
         ({"app_id": 0}, "app_id"),
         ({"database_url": "mysql://db/fusebot"}, "database_url"),
+        ({"max_units_per_repo": 0}, "max_units_per_repo"),
     ],
 )
 def test_unsafe_settings_refused(over, message):

@@ -120,16 +120,17 @@ def test_label_comment_and_nightly_each_become_one_completed_job(live, caplog):
     worker = live.worker(search)
     lease = worker.lease
     worker.lease = lambda: (got := lease()) and (leases.append(got["lease_token"]) or got)  # type: ignore[method-assign]
-    assert worker.run(once=True) == 3
+    assert worker.run(once=True) == 5  # `run all` and the nightly run: two targets each, two units each
     assert live.worker(search, runner="gpu-b").run(once=True) == 0  # nothing left: nothing runs twice
 
     jobs = w.jobs()
     assert sorted(j.trigger for j in jobs) == ["comment", "label", "schedule"]
-    assert sorted(search.ran) == sorted(j.id for j in jobs)
+    assert sorted(search.ran) == sorted(u.id for j in jobs for u in w.ctx.store.units(j.id))
     assert {j.state for j in jobs} == {"succeeded"}
     nightly = next(j for j in jobs if j.trigger == "schedule")
     assert nightly.sha == sha["main"] and nightly.pr_number is None and len(nightly.spec.targets) == 2
     assert [j.result.targets[0].message for j in jobs] == ["1.70x faster than torch.compile"] * 3
+    assert [t.target for t in nightly.result.targets] == [t.name for t in nightly.spec.targets]  # gathered in order
     wait_for(lambda: quiet(live), what="check runs")
     runs = [r for r in w.fake.check_runs.values() if r["name"] == "fusebot"]
     assert len(runs) == 3 and {r["conclusion"] for r in runs} == {"success"}
@@ -149,7 +150,7 @@ def test_label_comment_and_nightly_each_become_one_completed_job(live, caplog):
     # no secret in any log line: webhook secret, App key, runner tokens, installation tokens, lease tokens
     text = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
     assert "POST /app/installations/1/access_tokens" in text and len(caplog.records) > 50  # the logs were there
-    assert len(leases) == 3 and w.fake.tokens
+    assert len(leases) == 5 and w.fake.tokens
     for secret in [WEBHOOK_SECRET, *RUNNER_TOKENS.values(), *w.fake.tokens, *leases]:
         assert secret not in text
     for line in rsa_keys()[0].splitlines()[1:-1]:
@@ -315,3 +316,35 @@ def test_worker_with_a_wrong_token_stops_at_once(live, monkeypatch, caplog):
         signal.signal(signal.SIGTERM, previous)
     assert result.exit_code == 3 and "refused this runner's token" in caplog.text
     assert "not-a-runner-token-0123456789" not in caplog.text
+
+
+def test_two_workers_work_one_jobs_targets_at_once_and_it_is_delivered_once(live):
+    """`/fusebot run all` on PR 2: two targets, two units; two workers (two GPUs) each run one at the same time, and
+    the job's one result is delivered once: one PR per target (the default grouping), one check run, one status."""
+    w = live.world
+    w.fake.add_comment(REPO, 2, 901, "/fusebot run all", "maintainer")
+    w.post("issue_comment", comment_payload("/fusebot run all", number=2, comment_id=901))
+    [job] = wait_for(lambda: w.jobs(), what="a job")
+    both = threading.Barrier(2, timeout=15)  # each unit waits for the other to be running: they overlap
+    search = StubSearch()
+
+    def run_job(job, source_dir, progress):
+        both.wait()
+        return search(job, source_dir, progress)
+
+    workers = [live.worker(run_job, runner=r) for r in ("gpu-a", "gpu-b")]
+    threads = [threading.Thread(target=x.run, kwargs={"max_jobs": 1}) for x in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(search.ran) == [f"{job.id}.0", f"{job.id}.1"]
+    info = w.ctx.store.get(job.id)
+    assert info.state == "succeeded" and [t.target for t in info.result.targets] == [t.name for t in job.spec.targets]
+    assert {u.leased_by for u in w.ctx.store.units(job.id)} == {"gpu-a", "gpu-b"}
+    wait_for(lambda: quiet(live), what="delivery")
+    bot_pulls = [pr for pr in w.fake.pulls.values() if pr.user == "fusebot[bot]"]
+    assert len(bot_pulls) == 2 == len({pr.head_ref for pr in bot_pulls})
+    runs = [r for r in w.fake.check_runs.values() if r["external_id"] == job.id]
+    assert len(runs) == 1 and runs[0]["conclusion"] == "success"
+    assert len([c for c in w.fake.comments_on(REPO, 2) if "fusebot:status" in c]) == 1
