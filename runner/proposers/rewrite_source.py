@@ -342,20 +342,26 @@ def apply(text: str, edits: list[Edit]) -> str | None:
     spans.sort(key=lambda s: s[0])
     if any(x[1] > y[0] for x, y in zip(spans, spans[1:], strict=False)):
         return None
-    expected = ast.dump(_Swap({e.at: e for e in edits}).visit(ast.parse(text)))
-    for parens in (False, True):  # parentheses only where the context needs them
-        out = text
-        for start, end, new in reversed(spans):
-            body = "" if new is None else _quoted_like(text, ast.unparse(new))
-            if parens and new is not None and not _atomic(new):
+    # parentheses only where the context needs them: each replacement is tried bare, alone, against its own tree
+    bodies = []
+    for start, end, new in spans:
+        body = "" if new is None else _quoted_like(text, ast.unparse(new))
+        if new is not None and not _atomic(new):
+            alone = _Swap({e.at: e for e in edits if e.new is new}).visit(ast.parse(text))
+            if _dump(text[:start] + body + text[end:]) != ast.dump(alone):
                 body = f"({body})"
-            out = out[:start] + body + out[end:]
-        try:
-            if ast.dump(ast.parse(out)) == expected:
-                return out
-        except SyntaxError:
-            continue
-    return None
+        bodies.append(body)
+    out = text
+    for (start, end, _), body in reversed(list(zip(spans, bodies, strict=True))):
+        out = out[:start] + body + out[end:]
+    return out if _dump(out) == ast.dump(_Swap({e.at: e for e in edits}).visit(ast.parse(text))) else None
+
+
+def _dump(text: str) -> str | None:
+    try:
+        return ast.dump(ast.parse(text))
+    except SyntaxError:
+        return None
 
 
 def _atomic(node: ast.expr) -> bool:
@@ -364,6 +370,6 @@ def _atomic(node: ast.expr) -> bool:
 
 def _quoted_like(text: str, expr: str) -> str:
     """ast.unparse quotes strings with '; a file that quotes with " gets its own style for plain words."""
-    if text.count('"') > text.count("'"):
+    if text.count('"') >= text.count("'"):
         return re.sub(r"'(\w*)'", r'"\1"', expr)
     return expr
