@@ -8,9 +8,21 @@
  * caller: contiguous, with the reference's shapes and dtypes, filled with garbage the kernel must overwrite.
  * `stream` is the caller's cudaStream_t (NULL on the CPU backend): launch every kernel on it, and on nothing else.
  * Return 0 on success; any other value is an error, described by fusebot_last_error() when the library exports it.
+ *
+ * Optional exports, each looked up by name (a library without them is called as above):
+ *   const char* fusebot_last_error(void);
+ *       what the last failed call on this thread refused or failed on.
+ *   void fusebot_set_workspace(void* ptr, size_t bytes);
+ *   size_t fusebot_workspace_need(void);
+ *       device scratch memory from the caller (the drop-in takes it from torch's caching allocator, on the tensors'
+ *       device and ordered on `stream`), for the next fusebot_forward on this thread; ptr NULL, bytes 0: none. A
+ *       library that needs more than it was given returns nonzero (or takes a path without scratch memory) and
+ *       reports the bytes it wanted through fusebot_workspace_need(); the caller gives that much next time. Without
+ *       fusebot_set_workspace before a call, the library allocates for itself.
  */
 #ifndef FUSEBOT_H
 #define FUSEBOT_H
+#include <stddef.h>
 #include <stdint.h>
 
 #define FB_MAX_DIMS 8

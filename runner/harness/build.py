@@ -88,6 +88,47 @@ def toolchain(backend: str, cuda_arch: str | None = None) -> Toolchain:
     return Toolchain(cxx, _version(cxx), _cpu_model(), CPU_FLAGS)
 
 
+# x86-64 micro-architecture levels (the psABI's), highest first, by the /proc/cpuinfo flags each adds to the last.
+X86_LEVELS = (("x86-64-v4", frozenset({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"})),
+              ("x86-64-v3", frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"})),
+              ("x86-64-v2", frozenset({"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"})))
+
+
+@functools.cache
+def cpu_level() -> str:
+    """This CPU as a shipped library names it: the highest x86-64 level it has all of, or the machine (aarch64)."""
+    machine = os.uname().machine
+    if machine != "x86_64":
+        return machine
+    have: set[str] = set()
+    try:
+        have = next((set(line.split(":", 1)[1].split()) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags")), set())
+    except OSError:
+        pass
+    level = "x86-64"
+    for name, need in reversed(X86_LEVELS):
+        if not need <= have:
+            break
+        level = name
+    return level
+
+
+def shippable_toolchain(backend: str, cuda_arch: str | None = None) -> Toolchain:
+    """How the library a PR ships beside its drop-in is built: CUDA with the runtime linked statically and PTX beside
+    the SASS (it needs only the driver's libcuda, and later GPUs run it through the driver's JIT); C++ for this CPU's
+    x86-64 level instead of -march=native (the level is its name; a host with that level runs it)."""
+    if backend == "cuda":
+        arch = cuda_arch or "sm_90"
+        num = arch.removeprefix("sm_")
+        flags = (*CUDA_FLAGS, "-cudart", "static", f"-gencode=arch=compute_{num},code={arch}",
+                 f"-gencode=arch=compute_{num},code=compute_{num}")
+        return Toolchain("nvcc", _version("nvcc"), arch, flags)
+    cxx, level = os.environ.get("CXX", "g++"), cpu_level()
+    march = (f"-march={level}", "-mtune=native") if level.startswith("x86-64") else ()
+    return Toolchain(cxx, _version(cxx), level, (*(f for f in CPU_FLAGS if f != "-march=native"), *march))
+
+
 def cache_key(candidate: Candidate, tc: Toolchain) -> str:
     h = hashlib.sha256()
     for part in (tc.compiler, tc.version, tc.target, *tc.flags, *candidate.extra_cflags, (CSRC / "fusebot.h").read_text()):
@@ -115,11 +156,12 @@ def _sources_ok(candidate: Candidate) -> str | None:
 
 
 def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path | None = None,
-          timeout_s: float = 300.0) -> BuildOutput:
-    """Compile one fast-format candidate. A compiler error is a BuildInfo with ok=False, never an exception."""
+          timeout_s: float = 300.0, tc: Toolchain | None = None) -> BuildOutput:
+    """Compile one fast-format candidate (with `tc`'s flags where given: shippable_toolchain). A compiler error is a
+    BuildInfo with ok=False, never an exception."""
     start = time.monotonic()
     problem = _sources_ok(candidate)
-    tc = toolchain(candidate.backend, cuda_arch)
+    tc = tc or toolchain(candidate.backend, cuda_arch)
     if problem:
         return BuildOutput(BuildInfo(ok=False, seconds=0.0, log=problem, compiler=tc.compiler), None)
     cache = Path(cache_dir or default_cache_dir())

@@ -1,5 +1,7 @@
 """The drop-in's test module: pytest source comparing the drop-in with the original module over several seeds and
-every declared shape, forward and gradients (skipped without CUDA for a CUDA kernel). Pure: problem in, text out."""
+every declared shape (values and the output's layout), its guard (another dtype calls the original, with a warning),
+its switches (FUSEBOT_DISABLE, `fusebot_enabled`), the shipped library being what runs where it fits, and gradients
+(which the original forward computes). Skipped without CUDA for a CUDA kernel. Pure: problem in, text out."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ def tolerance(problem: ProblemSpec) -> tuple[float, float]:
 
 def dropin_test_source(problem: ProblemSpec, backend: str, seeds: int = DEFAULT_SEEDS) -> str:
     """A pytest module comparing the drop-in with the original over several seeds and every declared shape, forward
-    and gradients (skipped without CUDA for a CUDA kernel)."""
+    and gradients, with its guard, switches and shipped library (skipped without CUDA for a CUDA kernel)."""
     atol, rtol = tolerance(problem)
     init = f"_resolve({problem.init_inputs!r})()" if problem.init_inputs else repr(problem.init_args)
     dtype = f"torch.{problem.dtype}" if problem.dtype else "None"
@@ -26,8 +28,10 @@ def dropin_test_source(problem: ProblemSpec, backend: str, seeds: int = DEFAULT_
             if backend == "cuda" else "")
     return f'''"""The fused drop-in for {problem.name} against the original {problem.class_name}, by fusebot."""
 
+import copy
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
@@ -75,10 +79,39 @@ def _inputs(shape, seed):
     return [_to(x) for x in _resolve(shape)()]
 
 
-def test_same_state_dict_keys_and_class():
+def test_same_class_state_dict_signature_guard_and_switches(monkeypatch):
     original, fused = _pair(0)
     assert list(fused.state_dict()) == list(original.state_dict())
     assert isinstance(fused, dropin.Original)
+    assert inspect.signature(fused.forward) == inspect.signature(original.forward)
+    inputs = _inputs(SHAPES[0], 0)
+    cls = dropin.{problem.class_name}
+    with torch.no_grad():
+        want = original(*inputs)
+        calls = cls.kernel_calls
+        monkeypatch.setenv("FUSEBOT_DISABLE", "1")
+        torch.testing.assert_close(fused(*inputs), want, atol=ATOL, rtol=RTOL)
+        monkeypatch.delenv("FUSEBOT_DISABLE")
+        fused.fusebot_enabled = False
+        torch.testing.assert_close(fused(*inputs), want, atol=ATOL, rtol=RTOL)
+        assert cls.kernel_calls == calls, "switched off, the kernel still ran"
+        del fused.fusebot_enabled
+        other = torch.float32 if (DTYPE or torch.float32) == torch.float64 else torch.float64
+        moved = [x.to(other) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        try:
+            want_other = copy.deepcopy(original).to(other)(*moved)
+        except Exception:  # noqa: BLE001 - the original itself does not run in that dtype
+            want_other = None
+        if want_other is not None:
+            dropin._SEEN.discard("dtype")
+            with pytest.warns(dropin.FallbackWarning):
+                got = copy.deepcopy(fused).to(other)(*moved)
+            torch.testing.assert_close(got, want_other)
+            assert cls.kernel_calls == calls, "a dtype it was not verified for ran the kernel"
+    device = torch.device(DEVICE)
+    arch = dropin._host_arch(device if DEVICE == "cuda" else None)
+    if any(dropin._fits(a, arch) for a in dropin.SHIPPED):
+        assert dropin._shipped(arch) is not None, "the shipped library fits this host but was refused"
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -92,6 +125,9 @@ def test_dropin_matches_original(seed, shape):
         got = fused(*inputs)
     assert dropin.{problem.class_name}.kernel_calls == calls + 1, "the fused kernel did not run"
     torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
+    for g, w in zip([got] if isinstance(got, torch.Tensor) else got, [want] if isinstance(want, torch.Tensor) else want):
+        if w.numel() > 1 and dropin._dense(tuple(w.shape), w.stride()):
+            assert g.stride() == w.stride(), f"strides {{g.stride()}}, the original's {{w.stride()}}"
 
 
 @pytest.mark.parametrize("shape", SHAPES)

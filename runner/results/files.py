@@ -156,8 +156,8 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     files = {
         f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
-        f"{folder}/{dropin.DROPIN_FILE}": dropin.dropin_source(spec, candidate.backend, candidate.extra_cflags, digest,
-                                                              built_for=built_for, root_depth=root_depth),
+        **{f"{folder}/{name}": text for name, text in dropin.dropin_files(  # the drop-in and its shipped library
+            spec, candidate, digest, built_for=built_for, root_depth=root_depth).items()},
         f"{folder}/{test_name}": dropin_test_source(spec, candidate.backend),
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check),

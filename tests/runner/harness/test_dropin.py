@@ -1,7 +1,9 @@
-"""The generated drop-in module and its generated test, run for real: g++ builds the kernel, ctypes calls it."""
+"""The generated drop-in module and its generated test, run for real: g++ builds the kernel, ctypes calls it.
+(Helpers here are shared by the other test_dropin_*.py modules.)"""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -9,29 +11,35 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.contract import ProblemSpec
-from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_source, kernel_filename
+from runner.contract import Candidate, ProblemSpec
+from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_files, dropin_source, kernel_filename
 from runner.results.dropin_test import dropin_test_source
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBLEM = ROOT / "tests/fixtures/problems/scale_relu.py"
 KERNEL = (ROOT / "tests/fixtures/candidates/scale_relu_ok.cpp").read_text()
 SPEC = ProblemSpec(name="scale_relu", path=str(PROBLEM))
+SPEC2 = ProblemSpec(name="scale_relu", path=str(PROBLEM), second_inputs="get_second_inputs")  # (64|193, 256)
 
 
-def write_folder(folder: Path, kernel: str, spec: ProblemSpec = SPEC) -> Path:
+def write_folder(folder: Path, kernel: str, spec: ProblemSpec = SPEC, *, ship: bool = False,
+                 reference: str | None = None) -> Path:
+    """A drop-in's folder as a PR adds it (CPU backend); `ship`: with the library built here beside it."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / kernel_filename("cpu")).write_text(kernel)
     (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
-    (folder / REFERENCE_FILE).write_text(PROBLEM.read_text())
-    (folder / "dropin.py").write_text(dropin_source(spec, "cpu"))
+    (folder / REFERENCE_FILE).write_text(reference if reference is not None else PROBLEM.read_text())
+    if ship:
+        cand = Candidate(id="t", format="fast", backend="cpu", sources={"kernel.cpp": kernel})
+        for name, text in dropin_files(spec, cand, "0123abcd" * 8).items():
+            (folder / name).write_text(text)
+    else:
+        (folder / "dropin.py").write_text(dropin_source(spec, "cpu"))
     (folder / "test_dropin.py").write_text(dropin_test_source(spec, "cpu"))
     return folder
 
 
 def load(folder: Path, name: str):
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(name, folder / "dropin.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -39,22 +47,28 @@ def load(folder: Path, name: str):
     return mod
 
 
+def pair(mod, features: int = 256, seed: int = 0):
+    torch.manual_seed(seed)
+    original = mod.Original(features).eval()
+    fused = mod.Model(features).eval()
+    fused.load_state_dict(original.state_dict())
+    return original, fused
+
+
 def test_the_dropin_is_the_original_class_with_the_kernel_inside(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
-    mod = load(write_folder(tmp_path / "out", KERNEL), "dropin_ok")
-    torch.manual_seed(0)
-    original = mod.Original(256)
-    fused = mod.Model(256)
-    fused.load_state_dict(original.state_dict())
+    mod = load(write_folder(tmp_path / "out", KERNEL, SPEC2), "dropin_ok")
+    original, fused = pair(mod)
     assert isinstance(fused, mod.Original) and list(fused.state_dict()) == ["bias"]
-    x = torch.randn(7, 256)  # a shape the harness never showed it
-    with torch.no_grad():
-        got, want = fused(x), original(x)
-    assert mod.Model.kernel_calls == 1
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    assert len(list((tmp_path / "cache").glob("*/kernel.so"))) == 1
-    # with autograd wanting a graph the kernel still runs; its backward recomputes the original's forward
-    y = fused(x.requires_grad_(True))
+    for rows in (64, 193):  # both declared shapes
+        x = torch.randn(rows, 256)
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), original(x), atol=1e-5, rtol=1e-5)
+    assert mod.Model.kernel_calls == 2
+    assert len(list((tmp_path / "cache").glob("*/kernel.so"))) == 1  # nothing shipped: built from source, cached
+    # autograd wanting gradients: the original forward (the kernel is for inference), the same gradients
+    x = torch.randn(64, 256, requires_grad=True)
+    y = fused(x)
     assert y.requires_grad and mod.Model.kernel_calls == 2
     y.sum().backward()
     xr = x.detach().clone().requires_grad_(True)
@@ -62,38 +76,28 @@ def test_the_dropin_is_the_original_class_with_the_kernel_inside(tmp_path, monke
     torch.testing.assert_close(x.grad, xr.grad)
 
 
-def test_a_plain_eager_call_skips_the_custom_op_and_everything_else_goes_through_it(tmp_path, monkeypatch):
-    """The op's dispatch costs tens of microseconds a call (as much as a short kernel): a plain eager call runs the
-    kernel directly; autograd, meta tensors and torch.compile (which needs the op) still get the op."""
+def test_an_eager_call_skips_the_custom_op(tmp_path, monkeypatch):
+    """The op's dispatch costs tens of microseconds a call (as much as a short kernel): an eager call runs the kernel
+    directly; torch.compile gets the op (test_dropin_forward.py)."""
     monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
     mod = load(write_folder(tmp_path / "out", KERNEL), "dropin_fast")
     through_op = []
     op = mod.fused
     monkeypatch.setattr(mod, "fused", lambda *a: through_op.append(1) or op(*a))
-    torch.manual_seed(0)
-    original, fused = mod.Original(256), mod.Model(256)
-    fused.load_state_dict(original.state_dict())
-    x = torch.randn(5, 256)
+    original, fused = pair(mod)
+    x = torch.randn(64, 256)
     with torch.no_grad():
         torch.testing.assert_close(fused(x), original(x), atol=1e-5, rtol=1e-5)
-    assert through_op == [] and mod.Model.kernel_calls == 1  # the kernel ran, not the op
-    assert fused(x).requires_grad  # grad mode: the module's bias wants a gradient, so autograd records the op
-    assert through_op == [1] and mod.Model.kernel_calls == 2
+    assert through_op == [] and mod.Model.kernel_calls == 1
     fused.requires_grad_(False)
-    fused(x)  # grad mode, but nothing wants a gradient: plain again
-    assert through_op == [1] and mod.Model.kernel_calls == 3
-    y = fused(x.clone().requires_grad_(True))
-    assert through_op == [1, 1] and y.requires_grad and mod.Model.kernel_calls == 4
-    with torch.no_grad():
-        m = mod.Model(256).to("meta")(x.to("meta"))
-    assert through_op == [1, 1, 1] and m.shape == (5, 256) and m.device.type == "meta"
-    assert mod.Model.kernel_calls == 4  # (meta tensors: the op's fake, no kernel)
-    assert not mod._plain_eager([torch.nn.Parameter(torch.ones(2))]) and mod._plain_eager([torch.ones(2)])
+    fused(x)  # grad mode, but nothing wants a gradient: the kernel
+    assert mod.Model.kernel_calls == 2
     # the state is looked up where it lives at each call: a parameter replaced after construction is the one used
     with torch.no_grad():
         fused.bias = torch.nn.Parameter(fused.bias + 1.0, requires_grad=False)
         original.bias += 1.0
         torch.testing.assert_close(fused(x), original(x), atol=1e-5, rtol=1e-5)
+    assert mod.Model.kernel_calls == 3
 
 
 NESTED = """import torch
@@ -150,21 +154,23 @@ def test_the_packed_tensor_descriptors_are_the_abi_structs_field_by_field(tmp_pa
 
 def test_the_generated_test_passes_for_a_right_kernel_and_fails_for_a_wrong_one(tmp_path):
     env = {"FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    ok = write_folder(tmp_path / "ok", KERNEL)
-    bad = write_folder(tmp_path / "bad", KERNEL.replace("v > 0.0f ? v : 0.0f", "v"))  # forgot the ReLU
+    ok = write_folder(tmp_path / "ok", KERNEL, ship=True)
+    bad = write_folder(tmp_path / "bad", KERNEL.replace("v > 0.0f ? v : 0.0f", "v"), ship=True)  # forgot the ReLU
     run = lambda d: subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(d)],  # noqa: E731
                                    cwd=d, env=env, capture_output=True, text=True, timeout=300)
     good = run(ok)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "5 passed" in good.stdout  # state_dict keys, 3 seeds, gradients (one declared shape)
+    assert "5 passed" in good.stdout  # class, guard and switches; 3 seeds; gradients (one declared shape)
     wrong = run(bad)
-    assert wrong.returncode == 1 and "3 failed, 2 passed" in wrong.stdout  # (gradients recompute the original)
+    assert wrong.returncode == 1 and "3 failed, 2 passed" in wrong.stdout  # (gradients: the original's)
+    assert not (tmp_path / "cache").exists()  # the shipped library ran: nothing was built
 
 
 def test_a_cuda_dropin_test_is_skipped_without_a_gpu():
     src = dropin_test_source(SPEC, "cuda")
     assert "pytest.mark.skipif(not torch.cuda.is_available()" in src and "DEVICE = 'cuda'" in src
     assert "nvcc" in dropin_source(SPEC, "cuda") and "kernel.cu" in dropin_source(SPEC, "cuda")
+    assert "test_dropin.py" not in dropin_source(SPEC, "cuda")  # it names the test found beside it
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])

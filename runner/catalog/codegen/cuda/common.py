@@ -124,12 +124,22 @@ def align_check(p: Program, vec_inputs: set[int], out_t: str, V: int, extra: str
 
 
 def workspace_code(fields: str) -> str:
-    """A library's device workspace: `struct FbWs { fields }` and fb_workspace(bytes, stream), which grows one buffer
-    on the caller's stream (never shrinks it) and returns 0, keeping nothing, when the allocation fails."""
+    """A library's device workspace: `struct FbWs { fields }` and fb_workspace(bytes, stream): the caller's scratch
+    memory where it gave some (fusebot_set_workspace, runner/csrc/fusebot.h: per thread, used once), else one buffer
+    grown on the caller's stream (never shrunk); 0, keeping nothing, when the allocation fails or what was given is
+    too small (fusebot_workspace_need() then says how much)."""
     return f"""struct FbWs {{ {fields or 'int unused;'} }};
 static void* fb_ws = 0;
 static size_t fb_ws_bytes = 0;
+static thread_local void* fb_given = 0;
+static thread_local size_t fb_given_bytes = 0, fb_need = 0;
+static thread_local int fb_given_set = 0;
+FB_EXPORT void fusebot_set_workspace(void* p, size_t bytes) {{
+  fb_given = p; fb_given_bytes = bytes; fb_given_set = 1; fb_need = 0;
+}}
+FB_EXPORT size_t fusebot_workspace_need(void) {{ return fb_need; }}
 static void* fb_workspace(size_t need, cudaStream_t s) {{
+  if (fb_given_set) {{ fb_given_set = 0; fb_need = need; return need <= fb_given_bytes ? fb_given : 0; }}
   if (need > fb_ws_bytes) {{
     if (fb_ws) cudaFreeAsync(fb_ws, s);
     fb_ws_bytes = 0;

@@ -1,0 +1,276 @@
+"""The drop-in's forward and class, as source text (runner/harness/dropin.py puts them into every drop-in).
+
+The forward keeps the original's signature (`forward.__wrapped__`: inspect.signature, keyword calls, and what
+fx.symbolic_trace reads) and holds no registry of modules, so deepcopy and pickling (torch.save of the whole module,
+loaded in another process) need nothing but the drop-in importable. Three paths:
+- eager: the guard (runner/harness/dropin_guard.py), then the kernel called directly through ctypes (no dispatch);
+- torch.compile: the same checks on the traced tensors, then the custom op with the original's output layout (the
+  original forward is traced only for its output shapes; the compiled graph does not use its values);
+- the original forward: autograd wanting gradients, jit.trace, fx.symbolic_trace, vmap and other torch.func
+  transforms, jit.script (`__prepare_scriptable__` hands TorchScript the original class), and whatever the guard
+  refuses.
+"""
+
+from __future__ import annotations
+
+RUNTIME_FORWARD = r'''
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_NUMBERS = {"bool": (bool, torch.bool), "int": (int, torch.int64), "float": (float, torch.float32)}
+
+
+def _slots(module):
+    """The module's state_dict names and where each tensor lives (submodule path, name), computed once."""
+    slots = module.__dict__.get("_fusebot_slots")
+    if slots is None:
+        names = list(module.state_dict(keep_vars=True))
+        slots = [(tuple(n.split(".")[:-1]), n.split(".")[-1]) for n in names]
+        module.__dict__["_fusebot_state_names"] = names
+        module.__dict__["_fusebot_slots"] = slots
+    return slots
+
+
+def _names(module):
+    _slots(module)
+    return module.__dict__["_fusebot_state_names"]
+
+
+def _state(module):
+    """The module's tensors in state_dict order, looked up where they live now (a replaced parameter or submodule
+    is seen), without walking every submodule as named_parameters() does."""
+    out = []
+    for path, leaf in _slots(module):
+        m = module
+        for p in path:
+            m = m._modules[p]
+        t = m._parameters.get(leaf)
+        out.append(t if t is not None else m._buffers[leaf])
+    return out
+
+
+def _transformed():
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(active is not None and active())
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            names |= _code_names(c)
+    return names
+
+
+def _train_dependent(module):
+    """A submodule whose forward behaves differently in training mode (dropout, batch norm, a forward reading
+    `self.training`), by class name; None when there is none."""
+    for m in module.modules():
+        if isinstance(m, (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)):
+            return type(m).__name__
+        code = getattr(inspect.unwrap(type(m).forward), "__code__", None)
+        if code is not None and "training" in _code_names(code):
+            return type(m).__name__
+    return None
+
+
+def _at_default(value, default):
+    if value is default:
+        return True
+    simple = (bool, int, float, str, type(None))
+    return isinstance(value, simple) and type(value) is type(default) and value == default
+
+
+def _positional(module, args, kwargs, n):
+    """The call as the first `n` positional parameters (what the harness passed), or (None, why) where another
+    parameter is not at its default; (None, None) for a call the original itself refuses."""
+    sig = inspect.signature(Original.forward)
+    try:
+        bound = sig.bind(module, *args, **kwargs)
+    except TypeError:
+        return None, None
+    bound.apply_defaults()
+    given = []
+    for p in list(sig.parameters.values())[1:]:
+        value = bound.arguments.get(p.name, p.default)
+        if p.kind is p.VAR_POSITIONAL:
+            given += [(p.name, v, inspect.Parameter.empty) for v in value]
+        elif p.kind is p.VAR_KEYWORD:
+            given += [(k, v, inspect.Parameter.empty) for k, v in value.items()]
+        else:
+            given.append((p.name, value, p.default))
+    for name, value, default in given[n:]:
+        if not _at_default(value, default):
+            return None, f"argument {name!r} is not at its default (the kernel was verified without it)"
+    if len(given) < n:
+        return None, None
+    return [v for _, v, _ in given[:n]], None
+
+
+def _fallback(module, args, kwargs, key, text, warn=True):
+    if STRICT:
+        raise RuntimeError(f"fusebot drop-in {TARGET}: {text}")
+    _note(key, text + "; the original forward runs", warn)
+    return Original.forward(module, *args, **kwargs)
+
+
+def _eager(module, args, kwargs):
+    """An eager call: the kernel through ctypes where the guard lets it, else the original forward."""
+    if not module.fusebot_enabled or _env_off(type(module).__name__):
+        return Original.forward(module, *args, **kwargs)
+    if torch.jit.is_tracing() or _transformed() or any(isinstance(a, torch.fx.Proxy)
+                                                       for a in (*args, *kwargs.values())):
+        return _fallback(module, args, kwargs, "trace", "traced (jit.trace, fx) or under a torch.func transform such "
+                         "as vmap", warn=False)
+    table = _verified()[0]
+    call = args
+    n = len(table[0][0]) if table else len(args)
+    if kwargs or len(args) != n:
+        call, why = _positional(module, args, kwargs, n)
+        if call is None:
+            if why is None:
+                return Original.forward(module, *args, **kwargs)  # the original's own error
+            return _fallback(module, args, kwargs, "args", why)
+    state = _state(module)
+    items = [*call, *state]
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in items):
+        return _fallback(module, args, kwargs, "grad", "autograd wants gradients here (the kernel is for inference)",
+                         warn=False)
+    if any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in items):
+        kind = next(type(t).__name__ for t in items if isinstance(t, torch.Tensor) and type(t) not in _PLAIN)
+        return _fallback(module, args, kwargs, "subclass", f"a tensor subclass ({kind})")
+    if module.training:
+        what = _train_dependent(module)
+        if what:
+            return _fallback(module, args, kwargs, "training", f"the module is in training mode and {what} behaves "
+                             "differently there (the kernel was verified in eval mode)")
+    plans = module.__dict__.get("_fusebot_plans")
+    if plans is None:
+        plans = module.__dict__["_fusebot_plans"] = {}
+    key = tuple((a.dtype, a.shape, a.device, a.layout) if isinstance(a, torch.Tensor) else type(a) for a in items)
+    plan = plans.get(key)
+    if plan is None:
+        if len(plans) > 256:
+            plans.clear()
+        plan = plans[key] = _plan(module, items, len(state))
+    if plan[0] == "original":
+        return _fallback(module, args, kwargs, plan[1], plan[2])
+    _, specs, single, exact = plan
+    device = next(t.device for t in items if isinstance(t, torch.Tensor)) if any(
+        isinstance(t, torch.Tensor) for t in items) else torch.device(BACKEND)
+    inputs = [(a if a.is_contiguous() else a.contiguous()) if isinstance(a, torch.Tensor)
+              else torch.tensor(a, dtype=_NUMBERS[type(a).__name__][1], device=device) for a in items]
+    try:
+        outs = _run(inputs, specs)
+    except BuildError as exc:
+        return _fallback(module, args, kwargs, "library", str(exc))
+    except KernelError as exc:
+        if exact or STRICT:
+            raise
+        plans[key] = ("original", "kernel", f"the kernel refused a size it was not verified on ({exc})")
+        return _fallback(module, args, kwargs, "kernel", plans[key][2])
+    return outs[0] if single else tuple(outs)
+
+
+@torch.compiler.assume_constant_result
+def _compile_info(cls_name):
+    """What a compiled call checks, fixed when torch.compile traces: (off, verified sets as dtype codes, sizes)."""
+    table = _verified()[0]
+    codes = None if table is None else tuple(
+        (tuple((v[0], v[1]) if v[0] == "number" else (v[0], _DTYPES.get(v[1], -1), v[2]) for v in args),
+         tuple((_DTYPES.get(d, -1), s) for d, s in state)) for args, state in table)
+    return _env_off(cls_name), codes, _sizes()
+
+
+def _fits_traced(items, codes, sizes):
+    """The guard on traced (fake) tensors, in operations torch.compile follows."""
+    for vargs, vstate in codes or ():
+        want = [*vargs, *[("tensor", d, s) for d, s in vstate]]
+        if len(want) != len(items):
+            continue
+        ok = True
+        for pos, (a, v) in enumerate(zip(items, want)):
+            if v[0] == "number":
+                ok = ok and not isinstance(a, torch.Tensor) and type(a) is _NUMBERS[v[1]][0]
+            elif not isinstance(a, torch.Tensor) or v[1] not in _CODES:
+                ok = False
+            else:
+                ok = (ok and a.dtype == _CODES[v[1]] and a.device.type == BACKEND and a.layout == torch.strided
+                      and a.dim() == len(v[2]) and (tuple(a.shape) == v[2] or (
+                          sizes is not None and a.numel() > 0 and (pos not in sizes or a.numel() == sizes[pos]))))
+        if ok:
+            return True
+    return False
+
+
+def _traced(module, args, kwargs):
+    """A call torch.compile traces: the custom op where the guard lets it, else the original forward."""
+    out = Original.forward(module, *args, **kwargs)  # its output layout (unused by the graph when the op runs)
+    off, codes, sizes = _compile_info(type(module).__name__)
+    if kwargs or off or not module.fusebot_enabled:
+        return out
+    state = _state(module)
+    items = [*args, *state]
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in items):
+        return out
+    outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+    if outs is None or not _fits_traced(items, codes, sizes) or not all(
+            isinstance(o, torch.Tensor) and o.dtype in _DTYPES for o in outs):
+        return out
+    device = next(t.device for t in items if isinstance(t, torch.Tensor))
+    meta = []
+    for o in outs:
+        meta += [_DTYPES[o.dtype], o.dim(), *o.shape, *o.stride()]
+    tensors = [a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=_NUMBERS[type(a).__name__][1],
+                                                                  device=device) for a in args]
+    res = fused(tensors, list(state), meta)
+    return res[0] if isinstance(out, torch.Tensor) else tuple(res)
+'''
+
+CLASS = '''
+
+class __NAME__(Original):
+    """__NAME__ with its forward computed by the fused kernel in __KERNEL__ (found and verified by fusebot).
+
+    Same constructor, state_dict and forward signature as the original, so its checkpoints and calls work unchanged.
+    The kernel runs where a call is one it was verified for (device, dtype, rank, sizes; inference: no gradients
+    wanted); every other call runs the original forward (a FallbackWarning once per reason). torch.compile calls the
+    kernel as the custom op `__OP__`; jit.script, jit.trace, fx.symbolic_trace and vmap get the original forward.
+    Switch it off with FUSEBOT_DISABLE=1 (every drop-in), FUSEBOT_DISABLE=__TARGET__ (this one), or
+    `__NAME__.fusebot_enabled = False` (the class, or one instance).
+    """
+
+    kernel_calls = 0
+    fusebot_enabled = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _slots(self)
+
+    def _fusebot_state(self):
+        return _state(self)
+
+    def forward(self, *args, **kwargs):
+        if getattr(_REFERENCE, "on", 0):
+            return Original.forward(self, *args, **kwargs)
+        if torch.compiler.is_compiling():
+            return _traced(self, args, kwargs)
+        return _eager(self, args, kwargs)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_fusebot_plans", None)
+        return state
+
+    def __prepare_scriptable__(self):
+        """torch.jit.script compiles the original class's forward: TorchScript cannot call the kernel."""
+        plain = Original.__new__(Original)
+        plain.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_fusebot_")})
+        return plain
+
+
+__NAME__.forward.__wrapped__ = Original.forward  # the original's signature (inspect, fx.symbolic_trace)
+
+
+def _count():
+    __NAME__.kernel_calls += 1
+'''

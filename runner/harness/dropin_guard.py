@@ -1,0 +1,290 @@
+"""The drop-in's guard, as source text (runner/harness/dropin.py puts it into every drop-in): what it checks before
+the kernel runs, and where it calls the original forward instead.
+
+The kernel takes a call only when it is what was verified: the backend's device type (all tensors on one device),
+the verified dtypes and ranks, strided tensors (non-contiguous ones are copied, as the harness's own inputs were), and
+the problem's shape sets: exactly, unless the source is a catalog kernel that reads every size from the call's tensors
+(`// fusebot catalog:`), whose other sizes are accepted too, except an input whose element count the source checks
+(`if (want != N)`, a captured view), an empty input, and a `// fixed sizes:` line naming more than element counts.
+Everything else calls the original forward, warning once per reason (FallbackWarning): another device, dtype, rank,
+shape or layout, a non-default extra argument, no library for this host, or a kernel error at an unverified size.
+Without a warning: FUSEBOT_DISABLE, the class's `fusebot_enabled`, autograd wanting gradients (the kernel is for
+inference), jit.trace, fx.symbolic_trace, vmap and other torch.func transforms. A kernel error at a verified shape
+raises RuntimeError with the kernel's own message (fusebot_last_error()).
+"""
+
+from __future__ import annotations
+
+RUNTIME_GUARD = r'''
+
+class FallbackWarning(UserWarning):
+    """The drop-in called the original forward for a call the kernel was not verified for (once per reason)."""
+
+
+STRICT = False  # the harness's timed drop-in: a call the kernel does not take raises instead (what was timed ran it)
+_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3, torch.int32: 4, torch.int64: 5,
+           torch.bool: 6, torch.uint8: 7, torch.int8: 8}
+_CODES = {v: k for k, v in _DTYPES.items()}
+_PACK = struct.Struct("<qii8q8q")  # _FbTensor's bytes: one pack per tensor, not a ctypes field write per number
+_SEEN = set()
+_REFERENCE = threading.local()
+_WS_NEED = {}  # (device, input shapes) -> the workspace bytes the kernel asked for
+_VERIFIED = []  # [(the verified shape sets, or None), why not]
+_SIZES = []  # [None: every size fixed, or {ABI input: element count}]
+
+
+def _note(key, message, warn=True):
+    """Say `message` once per `key`: a FallbackWarning, or (an expected path) an INFO log line."""
+    if key in _SEEN:
+        return
+    _SEEN.add(key)
+    if warn:
+        warnings.warn(f"fusebot drop-in {TARGET}: {message}", FallbackWarning, stacklevel=4)
+    else:
+        log.info("fusebot drop-in %s: %s", TARGET, message)
+
+
+def _describe_all(tensors):
+    """The fb_tensor array for `tensors` (at least one element: the ABI's arrays are never empty)."""
+    parts = []
+    for t in tensors:
+        pad = (0,) * (8 - t.dim())
+        parts.append(_PACK.pack(t.data_ptr(), _DTYPES[t.dtype], t.dim(), *t.shape, *pad, *t.stride(), *pad))
+    return (_FbTensor * max(len(parts), 1)).from_buffer_copy(b"".join(parts) or bytes(_PACK.size))
+
+
+def _env_off(cls_name):
+    """FUSEBOT_DISABLE: 1/true/all turns every drop-in off; a comma-separated list of targets or class names, these."""
+    value = os.environ.get("FUSEBOT_DISABLE", "").strip()
+    if not value or value.lower() in ("0", "false", "no"):
+        return False
+    names = {v.strip().lower() for v in value.split(",")}
+    return bool(names & {"1", "true", "yes", "all", TARGET.lower(), cls_name.lower()})
+
+
+def _factory(ref):
+    if ":" in ref:
+        mod, name = ref.split(":", 1)
+        return getattr(importlib.import_module(mod), name)
+    return getattr(_ref, ref)
+
+
+def _evaluate(fn):
+    """fn() on the meta device (no memory, no random draws), or for real where meta fails; the RNG left as it was."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        try:
+            with torch.device("meta"):
+                return fn()
+        except Exception:  # noqa: BLE001 - a factory that needs real tensors
+            return fn()
+
+
+def _verified():
+    """The shape sets the kernel was verified on: [(args, state)], args [("tensor", dtype, shape) | ("number",
+    type)], state [(dtype, shape)] in state_dict order, from the problem's own factories (floats in its dtype)."""
+    if not _VERIFIED:
+        with _LOCK:
+            if not _VERIFIED:
+                try:
+                    dt = getattr(torch, PROBLEM["dtype"]) if PROBLEM["dtype"] else None
+                    cast = lambda d: dt if dt is not None and d.is_floating_point else d  # noqa: E731
+                    if PROBLEM["input_shapes"]:
+                        sets = [[("tensor", dt or torch.float32, tuple(s)) for s in PROBLEM["input_shapes"]]]
+                    else:
+                        sets = [[("tensor", cast(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor)
+                                 else ("number", type(x).__name__) for x in _evaluate(_factory(ref))]
+                                for ref in (PROBLEM["inputs"], PROBLEM["second_inputs"]) if ref]
+                    init, ii = list(PROBLEM["init_args"]), PROBLEM["init_inputs"]
+                    if not init and ii and (":" in ii or hasattr(_ref, ii)):
+                        init = list(_evaluate(_factory(ii)))
+                    model = _evaluate(lambda: Original(*init, **PROBLEM["init_kwargs"]))
+                    state = [(cast(t.dtype), tuple(t.shape)) for t in model.state_dict(keep_vars=True).values()]
+                    _VERIFIED[:] = [[(args, state) for args in sets], ""]
+                except Exception as exc:  # noqa: BLE001 - user code: say why and use the original
+                    _VERIFIED[:] = [None, f"{type(exc).__name__}: {exc}"]
+    return _VERIFIED
+
+
+def _sizes():
+    """None when the kernel may have every size built in (only the verified shapes); else the element counts its
+    source requires per ABI input, every other size being read from the call's tensors (a catalog kernel)."""
+    if not _SIZES:
+        text = (_HERE / KERNEL).read_text()
+        fixed = re.search(r"^// fixed sizes: (.*)$", text, re.M)
+        if not re.search(r"^// fusebot catalog:", text, re.M) or (
+                fixed and any(not t.startswith("in") for t in fixed.group(1).split() if t != "none")):
+            _SIZES[:] = [None]
+        else:
+            found = re.findall(r'if \(want != (\d+)LL\) return fb_fail\("input (\d+): size differs', text)
+            _SIZES[:] = [{int(pos): int(n) for n, pos in found}]
+    return _SIZES[0]
+
+
+def _outside(vset, items, sizes):
+    """Why the call's arguments and state `items` fall outside the verified set `vset` ((category, text)), or None;
+    with `sizes` None only its exact shapes are inside."""
+    vargs, vstate = vset
+    want = [*vargs, *[("tensor", d, s) for d, s in vstate]]
+    if len(items) != len(want):
+        return "args", f"{len(items) - len(vstate)} arguments (verified: {len(vargs)})"
+    for pos, (a, v) in enumerate(zip(items, want)):
+        name = f"input {pos}" + (" (an argument)" if pos < len(vargs) else " (a parameter or buffer)")
+        if v[0] == "number":
+            if type(a).__name__ != v[1]:
+                return "args", f"{name} is a {type(a).__name__} (verified: a Python {v[1]})"
+            continue
+        if not isinstance(a, torch.Tensor):
+            return "args", f"{name} is a {type(a).__name__} (verified: a tensor)"
+        if a.dtype != v[1]:
+            return "dtype", f"{name} is {a.dtype} (verified: {v[1]})"
+        if a.dim() != len(v[2]):
+            return "rank", f"{name} has {a.dim()} dims (verified: {len(v[2])})"
+        if tuple(a.shape) != v[2]:
+            if sizes is None:
+                return "shape", f"{name} has shape {tuple(a.shape)} (verified: {v[2]}; the kernel may build sizes in)"
+            if a.numel() == 0:
+                return "empty", f"{name} is empty (shape {tuple(a.shape)})"
+            if pos in sizes and a.numel() != sizes[pos]:
+                return "shape", f"{name} has {a.numel()} elements (the kernel is built for {sizes[pos]})"
+    return None
+
+
+def _reference(module, args, state):
+    """The original forward of `module` with `state` (state_dict order) in place of its own tensors."""
+    _REFERENCE.on = getattr(_REFERENCE, "on", 0) + 1
+    try:
+        return torch.func.functional_call(module, dict(zip(_names(module), state)), tuple(args))
+    finally:
+        _REFERENCE.on -= 1
+
+
+def _plan(module, items, n_state):
+    """("kernel", output specs, single, exact) for a call of these arguments and state, or ("original", category,
+    text). Output specs: (shape, dtype, strides) of the original's outputs, from a run on meta tensors."""
+    table, why = _verified()
+    if table is None:
+        return "original", "verified", f"the shapes it was verified on cannot be recomputed here ({why})"
+    tensors = [t for t in items if isinstance(t, torch.Tensor)]
+    if any(t.layout != torch.strided for t in tensors):
+        return "original", "layout", f"a {next(t.layout for t in tensors if t.layout != torch.strided)} tensor"
+    devices = {t.device for t in tensors}
+    if len(devices) > 1 or any(d.type != BACKEND for d in devices):
+        return "original", "device", (f"tensors on {', '.join(sorted(map(str, devices)))} (the kernel runs on one "
+                                      f"{BACKEND} device)")
+    sizes = _sizes()
+    reasons = [_outside(v, items, sizes) for v in table]
+    if all(reasons):
+        return ("original", *reasons[0])
+    exact = any(r is None and _outside(v, items, None) is None for r, v in zip(reasons, table))
+    args, state = items[:len(items) - n_state], items[len(items) - n_state:]
+    with torch.no_grad():
+        try:
+            out = _reference(module, [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args],
+                             [t.to("meta") for t in state])
+        except Exception:  # noqa: BLE001 - an op without a meta kernel: run it once for real
+            out = _reference(module, args, state)
+    outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+    if outs is None or not all(isinstance(o, torch.Tensor) and o.dtype in _DTYPES for o in outs):
+        return "original", "output", "the original returns something other than tensors or a tuple of them"
+    return "kernel", [(tuple(o.shape), o.dtype, tuple(o.stride())) for o in outs], isinstance(out, torch.Tensor), exact
+
+
+def _dense(shape, stride):
+    """Whether `stride` lays `shape` out densely in some order (a transpose, channels-last): one that empty_strided
+    can allocate and copy_ can fill."""
+    dims = sorted((s, n) for s, n in zip(stride, shape) if n != 1)
+    expect = 1
+    for s, n in dims:
+        if s != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _launch(lib, inputs, outs, stream, device):
+    """fusebot_forward, with scratch memory from torch's caching allocator (per device and stream) where the
+    library takes it (fusebot_set_workspace), retried once with what it asked for."""
+    ins, outd = _describe_all(inputs), _describe_all(outs)
+    if lib.fb_set_workspace is None or lib.fb_workspace_need is None:
+        return lib.fusebot_forward(ins, len(inputs), outd, len(outs), stream)
+    key = (device, *(tuple(t.shape) for t in inputs))
+    need = _WS_NEED.get(key, 0)
+    for _ in range(2):
+        ws = torch.empty(need, dtype=torch.uint8, device=device) if need else None
+        lib.fb_set_workspace(ws.data_ptr() if ws is not None else None, need)
+        rc = lib.fusebot_forward(ins, len(inputs), outd, len(outs), stream)
+        asked = lib.fb_workspace_need()
+        if asked <= need:
+            return rc
+        if len(_WS_NEED) > 1024:
+            _WS_NEED.clear()
+        _WS_NEED[key] = need = asked
+        if rc == 0:
+            return 0  # a path without scratch memory: the next call gets it
+    return rc
+
+
+class KernelError(RuntimeError):
+    """The kernel refused or failed a call; the message is its own (fusebot_last_error())."""
+
+
+def _run(inputs, specs):
+    """The kernel on `inputs` (contiguous: the forward's arguments, then the state): outputs laid out as the
+    original's (`specs`)."""
+    device = inputs[0].device if inputs else torch.device(BACKEND)
+    lib = _library(device)
+    outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, _ in specs]
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        prev = torch.cuda.current_device()
+        if prev != index:
+            torch.cuda.set_device(index)
+        try:
+            rc = _launch(lib, inputs, outs, ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(index)), device)
+        finally:
+            if prev != index:
+                torch.cuda.set_device(prev)
+    else:
+        rc = _launch(lib, inputs, outs, None, device)
+    if rc != 0:
+        text = lib.fb_last_error().decode(errors="replace") if lib.fb_last_error is not None else ""
+        raise KernelError(f"fusebot_forward returned {rc}" + (f": {text}" if text else ""))
+    _count()
+    for j, (shape, dtype, stride) in enumerate(specs):
+        if outs[j].stride() != stride and outs[j].numel() > 1 and _dense(shape, stride):
+            outs[j] = torch.empty_strided(shape, stride, dtype=dtype, device=device).copy_(outs[j])
+    return outs
+
+
+def _specs(meta):
+    """[(shape, dtype, strides)] from the op's flat int list: per output its dtype code, ndim, shape, strides."""
+    specs, i = [], 0
+    while i < len(meta):
+        code, nd = meta[i], meta[i + 1]
+        specs.append((tuple(meta[i + 2:i + 2 + nd]), _CODES[code], tuple(meta[i + 2 + nd:i + 2 + 2 * nd])))
+        i += 2 + 2 * nd
+    return specs
+
+
+def _free_op_name(name):
+    """OP_NAME, or OP_NAME_<n> when this file is loaded a second time under another module name."""
+    ns, base = name.split("::")
+    for n in itertools.count():
+        candidate = base if n == 0 else f"{base}_{n}"
+        try:
+            getattr(getattr(torch.ops, ns), candidate)
+        except (AttributeError, RuntimeError):
+            return f"{ns}::{candidate}"
+
+
+@torch.library.custom_op(_free_op_name(OP_NAME), mutates_args=())
+def fused(args: list[torch.Tensor], state: list[torch.Tensor], meta: list[int]) -> list[torch.Tensor]:
+    """The kernel as a custom op (what torch.compile sees); `meta` lays out the outputs (_specs)."""
+    return _run([t.contiguous() for t in [*args, *state]], _specs(meta))
+
+
+@fused.register_fake
+def _fused_fake(args, state, meta):
+    device = (args or state)[0].device
+    return [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, dtype, stride in _specs(meta)]
+'''

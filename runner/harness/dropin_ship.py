@@ -1,0 +1,80 @@
+"""The library a PR ships beside its drop-in, so the serving host needs nothing but torch (no compiler, no writable
+shared /tmp): built by the runner for the arch it measured on (runner.harness.build.shippable_toolchain: CUDA with a
+static runtime and PTX beside the SASS; C++ for this CPU's x86-64 level), confined like every build, and written as
+text (a PR's files are text): `kernel.<arch>.so.b64`, the library zlib-compressed and base64-encoded under one comment
+line. The drop-in records its sha256 and refuses a library whose bytes do not have it (runner/harness/dropin_runtime.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from runner.contract import Candidate
+from runner.errors import MachineError
+from runner.harness import build
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShippedLibrary:
+    arch: str  # "sm_90", "x86-64-v3", "aarch64"
+    name: str  # the file beside the drop-in
+    sha256: str  # of the library's bytes (not of the text)
+    text: str
+
+
+def library_filename(arch: str) -> str:
+    return f"kernel.{arch}.so.b64"
+
+
+def current_arch(backend: str) -> str | None:
+    """The arch a library built here is for: this GPU's compute capability, or this CPU's level; None without a GPU
+    for a CUDA kernel."""
+    if backend == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability()
+        return f"sm_{major}{minor}"
+    return build.cpu_level()
+
+
+def encode(arch: str, data: bytes, note: str = "") -> ShippedLibrary:
+    digest = hashlib.sha256(data).hexdigest()
+    b64 = base64.b64encode(zlib.compress(data, 9)).decode()
+    body = "\n".join(b64[i:i + 76] for i in range(0, len(b64), 76))
+    head = (f"# fusebot kernel library for {arch}{f' ({note})' if note else ''}: zlib-compressed, base64. "
+            f"sha256 of the library: {digest}\n")
+    return ShippedLibrary(arch, library_filename(arch), digest, head + body + "\n")
+
+
+def decode(text: str) -> bytes:
+    return zlib.decompress(base64.b64decode("".join(ln for ln in text.splitlines() if not ln.startswith("#"))))
+
+
+def shipped_library(candidate: Candidate, *, cache_dir: Path | None = None) -> ShippedLibrary | None:
+    """The shippable library of `candidate` for this host's arch, or None (logged) where it cannot be built here: the
+    drop-in then builds from source on a host with a compiler."""
+    arch = current_arch(candidate.backend)
+    if arch is None:
+        log.info("%s: no GPU here to build a shippable CUDA library for; the drop-in ships without one", candidate.id)
+        return None
+    try:
+        tc = build.shippable_toolchain(candidate.backend, arch)
+        out = build.build(candidate, cuda_arch=arch, cache_dir=cache_dir, tc=tc)
+    except (MachineError, OSError) as exc:
+        log.warning("%s: the shippable library was not built (%s); the drop-in ships without one", candidate.id, exc)
+        return None
+    if not out.info.ok or out.library is None:
+        log.warning("%s: the shippable library failed to build; the drop-in ships without one: %s", candidate.id,
+                    out.info.log[-1000:])
+        return None
+    flags = " ".join(f for f in tc.flags if f.startswith(("-march", "-gencode", "-cudart")) or f == "static")
+    return encode(arch, out.library.read_bytes(), f"{tc.compiler}, {flags}")
