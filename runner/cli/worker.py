@@ -1,9 +1,12 @@
-"""`fusebot worker --bot URL`: lease jobs from a fusebot bot, run them on this GPU host, report back.
+"""`fusebot worker --bot URL`: lease units of work from a fusebot bot, run them on this GPU, report back.
 
-The worker holds a runner token (never GitHub credentials). For each job: lease (with a TTL) -> download the
-job's source -> `run_job(job, source_dir, progress)` while a thread heartbeats (extending the lease, streaming
-progress, learning of cancellation) -> upload the JobResult. A lost lease or a cancelled job stops the work; SIGTERM
-gives the job back to the queue. Several workers on one host each take one GPU (`--gpu N`).
+The worker holds a runner token (never GitHub credentials). What it leases is a unit: one target of a job (the bot
+splits a PR's or a nightly run's targets, so N workers on N GPUs work one job at once), handed over as a Job with that
+one target. For each: lease (with a TTL) -> download the job's source -> `run_job(job, source_dir, progress)` while a
+thread heartbeats (extending the lease, streaming progress, learning of cancellation) -> upload the JobResult. A lost
+lease or a cancelled job stops the work. SIGTERM drains the worker (`serve`): it leases nothing more, and the running
+unit finishes within `drain_seconds` or goes straight back to the queue, for another worker at once. Several workers on
+one host each take one GPU (`--gpu N`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class WorkerSettings(BaseSettings):
     upload_retry_seconds: Annotated[float, Field(gt=0)] = 300.0  # keep trying to hand in a result this long
     work_dir: Path | None = None  # default: a temporary directory per job
     alive_file: Path | None = None  # touched on every poll and every heartbeat: the container's health check reads it
+    ready_file: Path | None = None  # present while the bot answers and the worker takes work: a readiness probe
+    drain_seconds: Annotated[float, Field(ge=0)] = 0.0  # SIGTERM: the running unit may finish this long, then goes back
 
     @field_validator("token")
     @classmethod
@@ -118,11 +123,8 @@ class Heartbeat:
 
     def beat(self) -> None:
         try:
-            r = self.client.post(
-                f"/runner/v1/jobs/{self.job_id}/heartbeat",
-                json=self.latest.model_dump(mode="json"),
-                headers={LEASE_HEADER: self.lease},
-            )
+            r = self.client.post(f"/runner/v1/jobs/{self.job_id}/heartbeat", json=self.latest.model_dump(mode="json"),
+                                 headers={LEASE_HEADER: self.lease})
         except httpx.TransportError as e:
             log.warning("heartbeat for job %s failed (%s); retrying", self.job_id, type(e).__name__)
             return
@@ -163,13 +165,8 @@ def safe_extract(tarball: Path, dest: Path) -> None:
 
 
 class Worker:
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        *,
-        run_job: RunJob | None = None,
-        client: httpx.Client | None = None,
-    ) -> None:
+    def __init__(self, settings: WorkerSettings, *, run_job: RunJob | None = None,
+                 client: httpx.Client | None = None) -> None:
         self.settings = settings
         self.run_job = run_job
         self.client = client or httpx.Client(
@@ -184,6 +181,7 @@ class Worker:
 
     def lease(self) -> dict[str, Any] | None:
         r = self.client.post("/runner/v1/lease")
+        self.set_ready(r.status_code in (200, 204))
         if r.status_code == 204:
             return None
         if r.status_code == 401:
@@ -244,8 +242,9 @@ class Worker:
                                                               f"runner to the bot's version): {e}"[:10_000]})
             return True
         interval = min(self.settings.heartbeat_seconds, float(got["lease_ttl_seconds"]) / 3)
-        log.info("%s job %s leased: %s@%s, %d target(s), %d kernel(s)", job.kind, job.id, job.repo, job.sha[:12],
-                 len(job.targets), len(job.kernels))
+        unit = got.get("unit") or {}
+        log.info("%s unit %s leased (job %s, target %s): %s@%s, %d kernel(s)", job.kind, job.id,
+                 unit.get("job_id", job.id), unit.get("target") or "-", job.repo, job.sha[:12], len(job.kernels))
         self.current = (job.id, lease)
         try:
             self._execute(job, lease, interval)
@@ -264,6 +263,7 @@ class Worker:
                     src = self.download(job.id, lease, Path(tmp))
                     run_job = self.run_job or default_run_job()
                     result = run_job(job, src, hb.report)
+                    self.current = None  # done: a signal from here on lets the upload finish
                     if hb.lost.is_set():
                         raise JobStopped("lease lost")
                     if hb.cancelled.is_set():
@@ -296,8 +296,19 @@ class Worker:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
 
+    def set_ready(self, ready: bool) -> None:
+        """Readiness for an orchestrator: the file exists while the bot answers and the worker takes work."""
+        path = self.settings.ready_file
+        if path is None:
+            return
+        if ready and not self.stop.is_set():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.unlink(missing_ok=True)
+
     def run(self, *, once: bool = False, max_jobs: int | None = None) -> int:
-        """Lease and run jobs until stopped (or, with `once`, until the queue is empty). Returns jobs run."""
+        """Lease and run units until stopped (or, with `once`, until the queue is empty). Returns units run."""
         done = 0
         while not self.stop.is_set() and (max_jobs is None or done < max_jobs):
             self.touch_alive()
@@ -305,6 +316,7 @@ class Worker:
                 ran = self.run_one()
             except (httpx.TransportError, httpx.HTTPStatusError) as e:
                 log.warning("bot unreachable or refusing (%s); retrying in %.1f s", e, self.settings.poll_seconds)
+                self.set_ready(False)
                 ran = False
                 if once:
                     break
@@ -317,7 +329,39 @@ class Worker:
         return done
 
 
-app = typer.Typer(add_completion=False, help="Lease jobs from a fusebot bot and run them on this GPU host.")
+def serve(w: Worker, *, once: bool = False) -> int | None:
+    """`w.run()` with SIGTERM (and SIGINT) draining it: nothing more is leased; the running unit finishes within
+    `drain_seconds`, or is released at once (0) or when that time is up. Returns the units run, None when one was
+    given back. The main thread's handlers are restored afterwards."""
+
+    def give_back(signum: int, _frame: FrameType | None) -> None:
+        if w.current is not None:
+            raise WorkerStopping()
+
+    def drain(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: draining (%s)", signum, "nothing running" if w.current is None else
+                 f"the running unit has {w.settings.drain_seconds:.0f} s to finish")
+        w.stop.set()
+        w.set_ready(False)
+        if w.current is not None and w.settings.drain_seconds <= 0:
+            raise WorkerStopping()
+        if w.current is not None:
+            signal.setitimer(signal.ITIMER_REAL, w.settings.drain_seconds)
+
+    previous = {sig: signal.signal(sig, handler) for sig, handler in
+                ((signal.SIGTERM, drain), (signal.SIGINT, drain), (signal.SIGALRM, give_back))}
+    try:
+        return w.run(once=once)
+    except WorkerStopping:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        w.set_ready(False)
+
+
+app = typer.Typer(add_completion=False, help="Lease units of work from a fusebot bot and run them on this GPU.")
 
 
 @app.command()
@@ -347,20 +391,10 @@ def worker(
     if settings.gpu_index is not None:  # before anything imports torch
         os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
     w = Worker(settings)
-
-    def on_term(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        w.stop.set()
-        if w.current is not None:
-            raise WorkerStopping()
-
-    signal.signal(signal.SIGTERM, on_term)
     started = time.monotonic()
     try:
-        n = w.run(once=once)
-    except WorkerStopping:
-        n = -1
+        n = serve(w, once=once)
     except TokenRefused as e:
         log.error("%s", e)
         raise typer.Exit(3) from None
-    log.info("worker exiting after %.0f s (%s job(s))", time.monotonic() - started, n if n >= 0 else "interrupted")
+    log.info("worker exiting after %.0f s (%s unit(s))", time.monotonic() - started, "one given back" if n is None else n)
