@@ -80,7 +80,7 @@ def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudge
     from runner.harness.evaluator import Evaluator
     from runner.pipeline import optimize_problem
     from runner.results.files import Provenance, target_result
-    from runner.results.outcome import trace_markdown
+    from runner.results.outcome import proposal, trace_markdown
 
     spec = ProblemSpec(name=t.name, root=str(repo_dir), module=t.file.removesuffix(".py").replace("/", "."),
                        class_name=t.class_name, second_inputs=t.second_inputs)
@@ -96,7 +96,7 @@ def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudge
         shutil.copytree(repo_dir, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
         return target_result(spec, o.improved, o.message, o.best.candidate if o.best else None, v,
                              Provenance.for_verdict(t.name, v, repo=repo_dir.name, commit=commit),
-                             trace_markdown(o), root=Path(scratch), file=t.file)
+                             trace_markdown(o), root=Path(scratch), file=t.file, **proposal(o))
 
 
 # ---- the command -----------------------------------------------------------------------------------------------

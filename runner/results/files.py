@@ -7,7 +7,10 @@
 
 Per target, under `<kernels_dir>/<target>/`: the kernel source with a provenance header, fusebot.h, the drop-in
 module (dropin.py), its pytest test (test_<target>.py: a name of its own, so several targets' tests collect in one
-pytest run) and BENCHMARK.md; for a KernelBench-format file, the reference as reference.py.
+pytest run), the benchmark script (bench_<target>.py, runner/results/bench_script.py), BENCHMARK.md and fusebot.json
+(runner/results/proposal.py: what was verified, every timed contestant's raw samples); for a KernelBench-format file,
+the reference as reference.py. A PyTorch rewrite (runner/results/choice.py) instead changes the module's own file,
+with BENCHMARK.md, fusebot.json and the bench script beside nothing else.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ from pydantic import BaseModel, ConfigDict
 from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
 from runner.harness import dropin
 from runner.harness.sandbox import confined_env
+from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filename, bench_source
 from runner.results.dropin_test import dropin_test_source
+from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff
+from runner.results.shapes import verified_inputs
+from runner.search.types import Attempt
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +100,10 @@ def max_errors(v: Verdict) -> tuple[float | None, float | None]:
 
 
 def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: str,
-                       check: DropinCheck | None = None) -> str:
+                       check: DropinCheck | None = None, *, bench_path: str = "", label: str = KERNEL_LABEL,
+                       rewrite: Timing | None = None) -> str:
+    """BENCHMARK.md: the table (with the PyTorch rewrite's row when one was verified), the floor, correctness, the
+    environment, and how to reproduce: the bench script for the figures, pytest for correctness."""
     b, t = v.baselines, v.timing
     eager, comp = (b.eager if b else None), (b.compile if b else None)
     rows = ["| | median ms | IQR ms | n | vs eager | vs torch.compile |", "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -102,7 +112,9 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
         rows.append(f"| torch.compile | failed: {' '.join(b.compile_error.split())[:120]} | | | | |")
     else:
         rows.append(f"| torch.compile | {_ms(comp)} | {_ratio(eager, comp)} | {_ratio(comp, comp) if comp else 'n/a'} |")
-    rows.append(f"| fusebot | {_ms(t)} | {_ratio(eager, t)} | {_ratio(comp, t)} |")
+    rows.append(f"| {label} | {_ms(t)} | {_ratio(eager, t)} | {_ratio(comp, t)} |")
+    if rewrite is not None and label != REWRITE_LABEL:
+        rows.append(f"| {REWRITE_LABEL} | {_ms(rewrite)} | {_ratio(eager, rewrite)} | {_ratio(comp, rewrite)} |")
     if v.roofline:
         pct = f" (the kernel runs at {v.pct_of_floor:.0f}% of it)" if v.pct_of_floor is not None else ""
         roof = (f"Roofline floor: {v.roofline.floor_ms:.4g} ms for {v.roofline.bytes_moved} bytes at "
@@ -124,14 +136,20 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
            f"{abs_err if abs_err is not None else 'n/a'}, largest relative error {rel_err if rel_err is not None else 'n/a'}.",
            "", f"Environment: {env}.", "",
            "Times are medians of n calls with the last-level cache flushed before each; spread is the interquartile "
-           "range. The raw samples are in the verdict (result.json of the run)."
+           "range. Every raw sample is in fusebot.json beside this file."
            + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else "")
            + (f" {v.timing.lead_text().capitalize()} in the run's report." if v.timing and v.timing.lead_text() else ""),
            ""]
     if check is not None:
         out += [f"Drop-in check before this was proposed: `{check.command}`: {check.passed_tests} passed, "
                 f"{check.failed_tests} failed, {check.skipped_tests} skipped ({check.seconds:.1f} s).", ""]
-    out += ["## Reproduce", "", f"    python -m pytest -q {test_path}", ""]
+    out += ["## Reproduce", ""]
+    if bench_path:
+        out += ["The figures (the original against this change, timed as above in alternating rounds; needs only "
+                "torch):", "", f"    python {bench_path}", ""]
+    if test_path:
+        out += ["Correctness (the change against the original on every declared shape; pytest checks correctness "
+                "only, it times nothing):", "", f"    python -m pytest -q {test_path}", ""]
     return "\n".join(out)
 
 
@@ -139,8 +157,9 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
 
 def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, provenance: Provenance, *,
                  kernels_dir: str = DEFAULT_KERNELS_DIR, reference_text: str | None = None,
-                 check: DropinCheck | None = None) -> dict[str, str]:
-    """The files of one improved target: path relative to the kernels directory -> text. Pure."""
+                 check: DropinCheck | None = None, extra: dict | None = None) -> dict[str, str]:
+    """The files of one improved target: path relative to the kernels directory -> text. `extra`: what the manifest
+    says beyond the kernel (runner.results.proposal.manifest_extra). Pure."""
     if candidate.format != "fast":
         raise ValueError(f"{candidate.id}: only fast-format kernels become drop-ins (got {candidate.format})")
     folder = slug(spec.name)
@@ -153,6 +172,8 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         built_for = f"{provenance.device} (CUDA {verdict.environment.cuda})"
     root_depth = len(Path(kernels_dir).parts) if spec.module else None
     test_name = dropin_test_filename(spec.name)
+    bench = bench_filename(folder)
+    rewrite = _rewrite_timing(extra)
     files = {
         f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
@@ -160,9 +181,14 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
             spec, candidate, digest, built_for=built_for, root_depth=root_depth).items()},
         f"{folder}/{test_name}": dropin_test_source(spec, candidate.backend),
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
-                                                         f"{kernels_dir}/{folder}/{test_name}", check),
+                                                         f"{kernels_dir}/{folder}/{test_name}", check,
+                                                         bench_path=f"{kernels_dir}/{folder}/{bench}",
+                                                         rewrite=rewrite),
+        f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
+                                          kernels_dir=kernels_dir),
     }
-    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(manifest(spec, candidate, kernel_name), indent=1) + "\n"
+    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(manifest(spec, candidate, kernel_name) | (extra or {}),
+                                                    indent=1) + "\n"
     if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package
         files["__init__.py"] = ""
         files[f"{folder}/__init__.py"] = ""
@@ -177,9 +203,46 @@ def manifest(spec: ProblemSpec, candidate: Candidate, kernel_name: str) -> dict:
             "backend": candidate.backend, "extra_cflags": list(candidate.extra_cflags), "candidate": candidate.id}
 
 
+def _rewrite_timing(extra: dict | None) -> Timing | None:
+    """The PyTorch rewrite's timing from a manifest's `timings`, when it was verified beside the kernel."""
+    t = ((extra or {}).get("timings") or {}).get(REWRITE_LABEL)
+    if not t:
+        return None
+    samples = t["samples_ms"]
+    return Timing(median_ms=t["median_ms"], iqr_ms=t["iqr_ms"], mean_ms=sum(samples) / len(samples),
+                  min_ms=min(samples), n=t["n"], samples_ms=samples, clock=t["clock"], l2_flushed=True)
+
+
+def rewrite_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, provenance: Provenance, *,
+                  module_file: str, original_text: str, kernels_dir: str = DEFAULT_KERNELS_DIR,
+                  extra: dict | None = None) -> dict[str, str]:
+    """The files of a PyTorch rewrite: the module's file with its new text (key: "/" + its repository path), and in
+    the kernels directory BENCHMARK.md, fusebot.json (with the diff) and the bench script. Pure."""
+    folder = slug(spec.name)
+    bench = bench_filename(folder)
+    new_text = getattr(candidate, "rewrite", "")
+    diff = unified_diff(module_file, original_text, new_text)
+    data = {"schema_version": 1, "problem": spec.model_dump(exclude={"path", "root"}), "kind": REWRITE,
+            "module_file": module_file, "candidate": candidate.id} | (extra or {}) | {"diff": diff}
+    return {
+        f"{ROOT_PREFIX}{module_file}": new_text,
+        f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance, "", None,
+                                                         bench_path=f"{kernels_dir}/{folder}/{bench}",
+                                                         label=REWRITE_LABEL),
+        f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
+                                          kernels_dir=kernels_dir, kind=REWRITE, module_file=module_file,
+                                          commit=provenance.commit),
+        f"{folder}/{MANIFEST_FILE}": json.dumps(data, indent=1) + "\n",
+    }
+
+
 def write_files(kernels_root: Path, files: dict[str, str]) -> list[Path]:
+    """Write `files` under the kernels directory; a key starting with "/" (a rewrite's module, a repository path)
+    is not written here: it is published at its own path."""
     written = []
     for rel, text in files.items():
+        if rel.startswith(ROOT_PREFIX):
+            continue
         path = kernels_root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -236,14 +299,29 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
 def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Candidate | None,
                   verdict: Verdict | None, provenance: Provenance, trace_markdown: str, *, root: Path,
                   kernels_dir: str = DEFAULT_KERNELS_DIR, file: str | None = None,
-                  reference_text: str | None = None, check_env: dict[str, str] | None = None) -> TargetResult:
+                  reference_text: str | None = None, check_env: dict[str, str] | None = None,
+                  change: str = KERNEL, choice: str = "", margin: float | None = None,
+                  rewrite: Attempt | None = None) -> TargetResult:
     """The TargetResult of one searched target. An improved result's files are written under `root` (a scratch copy
-    of the repository) and its generated test is run there; if that check fails the result is not improved."""
+    of the repository) and its generated test is run there; if that check fails the result is not improved.
+    `change`, `choice`, `margin`, `rewrite`: what the outcome chose and why (runner.results.outcome.proposal)."""
     base = {"target": spec.name, "verdict": verdict, "trace_markdown": trace_markdown, "file": file,
             "class_name": spec.class_name}
     if not improved or candidate is None or verdict is None:
-        return TargetResult(improved=False, message=message, **base)
-    files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text)
+        return TargetResult(improved=False, message=_with_choice(message, choice), **base)
+    rewrite_t = rewrite.verdict.timing if rewrite is not None and rewrite.verdict and rewrite.candidate and \
+        rewrite.candidate.id != candidate.id else None
+    extra = manifest_extra(verdict, backend=candidate.backend, change=change, choice=choice, margin=margin,
+                           verified=verified_inputs(spec), rewrite=rewrite_t)
+    if change == REWRITE:
+        if not file or not getattr(candidate, "rewrite", ""):
+            return TargetResult(improved=False, message="a PyTorch rewrite was chosen but its module file is not "
+                                "known: nothing is proposed", **base)
+        files = rewrite_files(spec, candidate, verdict, provenance, module_file=file,
+                              original_text=(root / file).read_text(), kernels_dir=kernels_dir, extra=extra)
+        return TargetResult(improved=True, message=_with_choice(message, choice), files=files, **base)
+    files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
+                         extra=extra)
     write_files(root / kernels_dir, files)
     check = check_dropin(root, kernels_dir, spec.name, env=check_env)
     if not check.passed:
@@ -252,6 +330,11 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                             message=f"the kernel was verified by the harness but its generated drop-in failed its own "
                                     f"test ({'; '.join(check.reasons)}); no kernel is proposed")
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
-                         check=check)  # BENCHMARK.md now names the check that passed
+                         check=check, extra=extra)  # BENCHMARK.md now names the check that passed
     write_files(root / kernels_dir, files)
-    return TargetResult(improved=True, message=message, files=files, dropin_check=check, **base)
+    return TargetResult(improved=True, message=_with_choice(message, choice), files=files, dropin_check=check,
+                        **base)
+
+
+def _with_choice(message: str, choice: str) -> str:
+    return f"{message}; {choice}" if choice else message

@@ -3,9 +3,11 @@
     result = run_kernel_job(job, source_dir, progress, backend="cuda")
 
 `benchmark` (`/fusebot benchmark` on a fusebot PR): each kernel folder as it is on the PR's branch, a maintainer's
-edits to the kernel included, goes through the harness again (every trial, timing against eager and torch.compile,
-then alternating confirmation rounds as a search's winner), and its drop-in's own test runs on a scratch copy of the
-branch. `improved` then means "verified and faster than the faster baseline", and `message` says why not.
+edits to the kernel included, goes through the harness again (every trial), its drop-in's own test runs on a scratch
+copy of the branch, and then its bench script (`bench_<folder>.py`, runner/results/bench_script.py) runs there exactly
+as the PR tells a reader to run it: its figures (alternating rounds against eager and torch.compile, every raw
+sample) are the ones reported. `improved` then means "verified and faster than the faster baseline by the minimum
+effect" (runner.harness.confirm.margin), and `message` says why not.
 `hygiene` (nightly, on the default branch): every kernel fusebot added that is now merged is re-verified and re-timed
 against the module as it is now, on this machine's torch and device (`reverify`). A kernel is stale when the harness
 rejects it (the module changed under it, or a trial now fails) or when it no longer beats the faster of eager and
@@ -19,7 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,12 +42,16 @@ from runner.contract import (
     Verdict,
 )
 from runner.errors import ProblemError
+from runner.harness.confirm import margin
 from runner.harness.evaluator import Evaluator, default_backend
+from runner.harness.sandbox import confined_env
+from runner.results.bench_script import bench_filename, read_figures
 from runner.results.files import check_dropin
+from runner.results.proposal import REWRITE
 
 log = logging.getLogger(__name__)
 
-CONFIRM_ROUNDS = 3  # alternating rounds (kernel, eager, torch.compile) after the full verification
+BENCH_TIMEOUT_S = 900.0
 
 
 def assessment(v: Verdict, check: DropinCheck | None = None) -> tuple[bool, str]:
@@ -63,42 +72,103 @@ def assessment(v: Verdict, check: DropinCheck | None = None) -> tuple[bool, str]
     spread = ""
     if v.confirmation is not None and v.confirmation.rounds:
         per_round = v.confirmation.speedup_vs_faster()
+        m = margin(v.confirmation)
         spread = f"; {min(per_round):.2f}-{max(per_round):.2f}x over {v.confirmation.rounds} alternating rounds"
         if min(per_round) <= 1.0:
             return False, (f"verified, but not faster than {faster} in every round: {ms:.4g} ms against "
                            f"{base_ms:.4g} ms{spread}")
+        if base_ms / ms < 1.0 + m:
+            return False, (f"verified, but below the minimum effect: {base_ms / ms:.2f}x over {faster}, under the "
+                           f"{100 * m:.0f}% margin ({ms:.4g} ms against {base_ms:.4g} ms{spread})")
+        spread += f"; margin {100 * m:.0f}%"
     elif ms >= base_ms:
         return False, f"verified, but not faster: {ms:.4g} ms against {base_ms:.4g} ms for {faster}"
     return True, f"verified; {ms:.4g} ms, {base_ms / ms:.2f}x faster than {faster} ({base_ms:.4g} ms{spread})"
 
 
 def benchmark_kernels(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,
-                      workdir: Path | None = None, confirm_rounds: int = CONFIRM_ROUNDS) -> list[TargetResult]:
+                      workdir: Path | None = None) -> list[TargetResult]:
+    """Each kernel folder as it is on the branch: verified by the harness (every trial), its drop-in's test run, then
+    its bench script run exactly as a maintainer would (`python <kernels_dir>/<folder>/bench_<folder>.py`): the
+    figures reported are the script's. A PyTorch rewrite's folder is timed by its script alone."""
     root, kd = Path(source_dir), job.kernels_dir
-    found = merged_kernels(root, kd, job.kernels or None)
+    found = merged_kernels(root, kd, job.kernels or None, rewrites=True)
     missing = sorted(set(job.kernels) - {folder for folder, _ in found})
     results = [unmeasured(folder, None, kd, f"no readable kernel manifest in {kd}/{folder}: nothing to measure",
                           holds=False) for folder in missing]
     for i, (folder, m) in enumerate(found):
         progress(Progress(verified=i, message=f"re-measuring {kd}/{folder} ({i + 1} of {len(found)})"))
+        rewrite = m.get("kind") == REWRITE
         try:
-            verdict = remeasure(root, kd, folder, m, backend=backend, confirm_rounds=confirm_rounds)
             spec = manifest_spec(root, m)
+            verdict = None if rewrite else remeasure(root, kd, folder, m, backend=backend)
         except (ProblemError, OSError, KeyError, ValueError) as e:
             log.warning("%s/%s: not measured: %s", kd, folder, e)
             results.append(unmeasured(folder, m, kd, f"not measured: {e}", holds=False))
             continue
-        check = None
-        if verdict.accepted:  # the drop-in as it is on the branch, on a scratch copy (its test writes a build cache)
+        check, figures = None, None
+        if verdict is None or verdict.accepted:  # on a scratch copy: the test and the script write build caches
             with tempfile.TemporaryDirectory(prefix="fusebot-check-", dir=workdir) as scratch:
                 shutil.copytree(root, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
-                check = check_dropin(Path(scratch), kd, spec.name)
+                check = None if rewrite else check_dropin(Path(scratch), kd, spec.name)
+                if check is None or check.passed:
+                    figures = run_bench_script(Path(scratch), kd, folder)
+        if verdict is None and not isinstance(figures, dict):
+            results.append(unmeasured(folder, m, kd, f"not measured: {figures}", holds=False))
+            continue
+        verdict = with_figures(verdict, figures, spec.name, folder)
         holds, why = assessment(verdict, check)
         results.append(TargetResult(target=spec.name, improved=holds, verdict=verdict, message=why,
                                     dropin_check=check, class_name=spec.class_name,
-                                    kernel=f"{kd}/{folder}/{m['kernel']}"))
+                                    kernel=f"{kd}/{folder}/{m.get('kernel') or bench_filename(folder)}"))
         log.info("%s/%s: %s", kd, folder, why)
     return results
+
+
+def run_bench_script(root: Path, kernels_dir: str, folder: str, *, timeout_s: float = BENCH_TIMEOUT_S) -> dict | str:
+    """Run the folder's bench script from the repository root `root`, confined like every untrusted process: its
+    figures (the script's JSON), or why there are none."""
+    script = f"{kernels_dir}/{folder}/{bench_filename(folder)}"
+    if not (root / script).is_file():
+        return f"no bench script ({script})"
+    out = root / f".fusebot-bench-{folder}.json"
+    cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(root), "--", sys.executable, script,
+           "--json", str(out)]
+    env = confined_env(root, base=dict(os.environ))
+    env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        env[name] = str(root / f".{name.lower()}")
+    try:
+        done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"the bench script did not finish within {timeout_s:.0f} s"
+    if done.returncode != 0 or not out.is_file():
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        return f"the bench script failed (exit status {done.returncode}): {' / '.join(tail)}"
+    return json.loads(out.read_text())
+
+
+def with_figures(v: Verdict | None, figures: dict | str | None, problem: str, folder: str) -> Verdict:
+    """The verdict with the bench script's figures as its timing, baselines and rounds (why not, in a warning)."""
+    if v is None:  # a rewrite: timed only
+        v = Verdict(candidate_id=f"rewrite-{folder}", problem=problem, accepted=True,
+                    warnings=["a PyTorch rewrite: timed by its bench script here; fusebot's harness verified it when "
+                              "it was proposed, not again"])
+    if not isinstance(figures, dict):
+        if figures:
+            v = v.model_copy(update={"warnings": [*v.warnings, f"bench script: {figures}; the harness's figures "
+                                                                "are shown"]})
+        return v
+    timing, baselines, conf = read_figures(figures)
+    fb = min(t.median_ms for t in (baselines.eager, baselines.compile) if t is not None)
+    return v.model_copy(update={
+        "timing": timing, "baselines": baselines, "confirmation": conf,
+        "speedup_vs_eager": baselines.eager.median_ms / timing.median_ms if baselines.eager else None,
+        "speedup_vs_compile": baselines.compile.median_ms / timing.median_ms if baselines.compile else None,
+        "pct_of_floor": 100.0 * v.roofline.floor_ms / timing.median_ms if v.roofline else None,
+        "warnings": [*v.warnings, f"figures from `python {folder}/{bench_filename(folder)}` "
+                                  f"({figures.get('device', '?')}, {figures.get('rounds', '?')} rounds; the faster "
+                                  f"baseline {fb:.4g} ms)"]})
 
 
 def run_kernel_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,
@@ -131,17 +201,22 @@ def stale_reason(v: Verdict) -> str | None:
     return None
 
 
-def merged_kernels(root: Path, kernels_dir: str, folders: Iterable[str] | None = None) -> list[tuple[str, dict]]:
-    """(folder, manifest) of every fusebot kernel under root/kernels_dir (only `folders`, when given)."""
+def merged_kernels(root: Path, kernels_dir: str, folders: Iterable[str] | None = None, *,
+                   rewrites: bool = False) -> list[tuple[str, dict]]:
+    """(folder, manifest) of every fusebot kernel under root/kernels_dir (only `folders`, when given); with
+    `rewrites`, PyTorch rewrites' folders too (hygiene leaves them alone: the module is the rewrite now)."""
     wanted = set(folders) if folders is not None else None
     out = []
     for f in sorted((root / kernels_dir).glob(f"*/{MANIFEST_FILE}")):
         if wanted is not None and f.parent.name not in wanted:
             continue
         try:
-            out.append((f.parent.name, json.loads(f.read_text())))
+            m = json.loads(f.read_text())
         except (OSError, ValueError) as e:
             log.warning("%s: unreadable manifest (%s); skipped", f, e)
+            continue
+        if rewrites or m.get("kind") != REWRITE:
+            out.append((f.parent.name, m))
     return out
 
 

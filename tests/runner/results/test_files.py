@@ -63,7 +63,7 @@ def test_files_carry_provenance_and_the_verdicts_numbers(dropin_repo):
     _, files, _ = dropin_repo
     folder = slug(SPEC.name)
     names = ("kernel.cpp", "fusebot.h", "dropin.py", "BENCHMARK.md", dropin_test_filename(SPEC.name), "__init__.py",
-             "fusebot.json")
+             "fusebot.json", f"bench_{folder}.py")
     assert sorted(files) == sorted([f"{folder}/{n}" for n in names] + ["__init__.py"])
     kernel = files[f"{folder}/kernel.cpp"]
     head = kernel.split("\n\n", 1)[0]

@@ -3,15 +3,16 @@ harness (CPU backend) as they are, a maintainer's edit included, and come back a
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from runner.contract import Confirmation, Job, JobResult, Timing, Verdict
+from runner.contract import Baselines, Confirmation, Job, JobResult, Timing, Verdict
 from runner.pipeline import run_job
 from runner.results.files import Provenance, slug, target_files, write_files
-from runner.results.remeasure import assessment
+from runner.results.remeasure import assessment, merged_kernels
 from tests.verdicts import EXAMPLE, SPEC, seed_candidate
 
 KERNELS = "fusebot_kernels"
@@ -24,8 +25,6 @@ def _timing(ms: float) -> Timing:
 
 
 def _verdict(**kw) -> Verdict:
-    from runner.contract import Baselines
-
     base = {"candidate_id": "k", "problem": "p", "accepted": True, "timing": _timing(1.0),
             "baselines": Baselines(eager=_timing(2.0), compile=_timing(1.5))}
     return Verdict(**{**base, **kw})
@@ -42,6 +41,31 @@ def test_assessment_names_what_fails():
     holds, why = assessment(_verdict(confirmation=rounds))  # faster pooled, but not in every round
     assert not holds and why.startswith("verified, but not faster than torch.compile in every round")
     assert "0.94-1.50x over 2 alternating rounds" in why
+
+
+def _rounds(kernel_ms: float, compile_ms: float) -> Confirmation:
+    return Confirmation(rounds=3, candidate_ms=[kernel_ms] * 3, eager_ms=[2.0] * 3, compile_ms=[compile_ms] * 3,
+                        speedup_vs_eager=[2.0 / kernel_ms] * 3, speedup_vs_compile=[compile_ms / kernel_ms] * 3)
+
+
+def test_a_remeasured_kernel_holds_only_above_the_minimum_effect():
+    under = _verdict(timing=_timing(1.0), baselines=Baselines(eager=_timing(2.0), compile=_timing(1.02)),
+                     confirmation=_rounds(1.0, 1.02))  # 2% in every round: under the 3% floor
+    holds, why = assessment(under)
+    assert not holds and why.startswith("verified, but below the minimum effect: 1.02x over torch.compile, under "
+                                        "the 3% margin")
+    over = _verdict(timing=_timing(1.0), baselines=Baselines(eager=_timing(2.0), compile=_timing(1.05)),
+                    confirmation=_rounds(1.0, 1.05))
+    holds, why = assessment(over)
+    assert holds and why.endswith("over 3 alternating rounds; margin 3%)")
+
+
+def test_hygiene_leaves_a_merged_rewrite_alone(tmp_path):
+    folder = tmp_path / KERNELS / "w"
+    folder.mkdir(parents=True)
+    (folder / "fusebot.json").write_text(json.dumps({"kind": "rewrite", "problem": {"name": "w"}}))
+    assert merged_kernels(tmp_path, KERNELS) == []
+    assert [f for f, _ in merged_kernels(tmp_path, KERNELS, rewrites=True)] == ["w"]
 
 
 def _source_tree(tmp_path: Path) -> Path:
@@ -76,7 +100,9 @@ def test_benchmark_job_remeasures_the_kernel_on_the_branch(tmp_path, cpu_env):
     v = r.verdict
     assert v.accepted and r.kernel == f"{KERNELS}/{FOLDER}/kernel.cpp" and r.class_name == "ScaledBiasReLU"
     assert v.timing.median_ms > 0 and v.baselines.eager.median_ms > 0 and v.baselines.compile.median_ms > 0
-    assert v.confirmation is not None and v.confirmation.rounds == 3
+    # the figures are the bench script's, run as the PR says to run it: its rounds and every raw sample
+    assert v.confirmation is not None and v.confirmation.rounds == 5 and v.timing.n >= 50
+    assert any(w.startswith(f"figures from `python {FOLDER}/bench_{FOLDER}.py`") for w in v.warnings), v.warnings
     assert len({t.shape_set for t in v.trials}) == 2 and all(t.passed for t in v.trials)
     assert r.dropin_check is not None and r.dropin_check.passed and r.dropin_check.passed_tests > 0
     assert (r.improved, r.message) == assessment(v, r.dropin_check)  # faster or not, as this machine measured it

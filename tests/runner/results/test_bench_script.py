@@ -1,0 +1,92 @@
+"""The bench script a PR ships: generated beside the drop-in, run for real (CPU backend: g++ builds the kernel, the
+drop-in calls it) with nothing of fusebot importable, every contestant timed in alternating rounds with its raw
+samples; its JSON read back as the harness's types."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.contract import Verdict
+from runner.results.bench_script import bench_filename, bench_source, read_figures
+from runner.results.files import Provenance, slug, target_files, write_files
+from tests.verdicts import EXAMPLE, SPEC, seed_candidate
+
+KERNELS = "fusebot_kernels"
+FOLDER = slug(SPEC.name)
+# Runs the script with fusebot's own packages made unimportable: the script must need nothing but torch.
+NO_FUSEBOT = ("import runpy, sys; sys.modules['runner'] = None; sys.modules['bot'] = None; "
+              "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def repo_with_kernel(tmp_path: Path, backend: str = "cpu") -> Path:
+    root = tmp_path / "repo"
+    (root / "examples").mkdir(parents=True)
+    shutil.copy(EXAMPLE, root / "examples" / EXAMPLE.name)
+    v = Verdict(candidate_id="fused", problem=SPEC.name, accepted=True)
+    write_files(root / KERNELS, target_files(SPEC, seed_candidate(backend), v, Provenance.for_verdict(SPEC.name, v),
+                                             kernels_dir=KERNELS))
+    return root
+
+
+def run_script(root: Path, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "figures.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    script = f"{KERNELS}/{FOLDER}/{bench_filename(FOLDER)}"
+    done = subprocess.run([sys.executable, "-c", NO_FUSEBOT, script, "--json", str(out), *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads(out.read_text())
+
+
+def test_the_script_times_the_original_against_the_dropin_in_rounds_with_only_torch(tmp_path):
+    root = repo_with_kernel(tmp_path)
+    done, data = run_script(root, tmp_path, "--rounds", "2", "--threads", "1")
+    c = data["contestants"]
+    assert set(c) == {"PyTorch eager", "torch.compile", "fusebot"} and data["rounds"] == 2
+    for f in c.values():
+        assert len(f["round_medians_ms"]) == 2 and f["n"] == len(f["samples_ms"]) >= 20  # 10 calls a round at least
+        assert all(x > 0 for x in f["samples_ms"])
+    assert data["backend"] == "cpu" and data["threads"] == 1
+    assert "fusebot over the faster baseline:" in done.stdout and "per round" in done.stdout
+    timing, baselines, conf = read_figures(data)
+    assert timing.samples_ms == c["fusebot"]["samples_ms"] and timing.clock == "monotonic"
+    assert baselines.compile.n == c["torch.compile"]["n"] and conf.rounds == 2
+    assert conf.speedup_vs_faster() == pytest.approx([min(e, k) / f for e, k, f in zip(
+        c["PyTorch eager"]["round_medians_ms"], c["torch.compile"]["round_medians_ms"],
+        c["fusebot"]["round_medians_ms"], strict=True)])
+
+
+def test_the_script_is_generated_for_each_backend_and_kind():
+    cuda = bench_source(SPEC, backend="cuda", target_folder=FOLDER, kernels_dir=KERNELS)
+    cpu = bench_source(SPEC, backend="cpu", target_folder=FOLDER, kernels_dir=KERNELS)
+    rewrite = bench_source(SPEC, backend="cpu", target_folder=FOLDER, kernels_dir=KERNELS, kind="rewrite",
+                           module_file="examples/mlp_epilogue.py", commit="abc123")
+    for text in (cuda, cpu, rewrite):
+        compile(text, "bench.py", "exec")
+        imported = {line.split()[1].split(".")[0] for line in text.splitlines()
+                    if line.startswith(("import ", "from "))}
+        assert imported <= {"argparse", "importlib", "json", "statistics", "subprocess", "sys", "time", "types",
+                            "pathlib", "torch"}, imported
+    assert "BACKEND = 'cuda'" in cuda and "CUDA events" in cuda and "BACKEND = 'cpu'" in cpu
+    assert f"python {KERNELS}/{FOLDER}/bench_{FOLDER}.py" in cpu
+    assert "KIND = 'rewrite'" in rewrite and "COMMIT = 'abc123'" in rewrite and "LABEL = 'PyTorch rewrite'" in rewrite
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_script_times_a_cuda_kernel_with_events(tmp_path):
+    root = repo_with_kernel(tmp_path, backend="cuda")
+    _, data = run_script(root, tmp_path, "--rounds", "3")
+    assert data["backend"] == "cuda" and data["device"] == torch.cuda.get_device_name()
+    timing, _, conf = read_figures(data)
+    assert timing.clock == "cuda_events" and conf.rounds == 3 and timing.n >= 30
