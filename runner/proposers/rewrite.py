@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from runner.contract import Candidate, Verdict
 from runner.proposers.rewrite_activations import activation
+from runner.proposers.rewrite_attention import attention
 from runner.proposers.rewrite_copies import clone_copy, contiguous_copy, repeated_conversion
 from runner.proposers.rewrite_match import Rule, Site, scan
 from runner.proposers.rewrite_rules import diag_product, layer_norm, linear_bias, log_softmax, rms_norm, softmax
@@ -35,6 +36,7 @@ CANDIDATE_FILE = "model_new.py"
 MAX_SINGLES = 6  # sites proposed one by one beside all of them together
 
 RULES: list[tuple[str, Rule]] = [
+    ("attention", attention),
     ("diag-product", diag_product),
     ("linear-bias", linear_bias),
     ("softmax", softmax),

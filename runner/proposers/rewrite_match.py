@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import ast
 import copy
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from runner.proposers.rewrite_source import Edit, Func, plain, same
+
+log = logging.getLogger(__name__)
 
 SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
 
@@ -27,6 +30,7 @@ class Match:
     new: ast.expr
     words: str
     dims: list[tuple[ast.expr, int]] = field(default_factory=list)
+    drop: list[ast.stmt] = field(default_factory=list)  # statements the new expression takes the place of
 
 
 @dataclass
@@ -44,8 +48,10 @@ class Site:
 class Ctx:
     """A rule's view of one statement: the function's facts, the temporaries before it, and the file's names."""
 
-    def __init__(self, f: Func, temps: dict[str, tuple[ast.expr, ast.stmt]]):
+    def __init__(self, f: Func, temps: dict[str, tuple[ast.expr, ast.stmt]], body: list[ast.stmt] | None = None,
+                 index: int = 0):
         self.f, self.temps = f, temps
+        self.body, self.index = body or [], index  # the statement's block and its place there
         self.used: set[str] = set()
         mod = f.module
         self.torch = mod.name_of("torch")
@@ -196,27 +202,33 @@ def scan(f: Func, rules: list[tuple[str, Rule]]) -> list[Site]:
                 temps = temporaries(f, body, i)
                 for child in ast.iter_child_nodes(stmt):
                     if isinstance(child, ast.expr):
-                        _visit(child, f, temps, rules, sites)
+                        _visit(child, f, (temps, body, i), rules, sites)
     return sites
 
 
-def _visit(node: ast.expr, f: Func, temps: dict, rules: list[tuple[str, Rule]], sites: list[Site]) -> None:
+def _visit(node: ast.expr, f: Func, where: tuple, rules: list[tuple[str, Rule]], sites: list[Site]) -> None:
     if isinstance(node, ast.Lambda | ast.ListComp | ast.GeneratorExp | ast.DictComp | ast.SetComp):
         return
     for name, rule in rules:
-        ctx = Ctx(f, temps)
+        ctx = Ctx(f, *where)
         if ctx.torch is None:
             return
-        m = rule(node, ctx)
+        try:
+            m = rule(node, ctx)
+        except Exception:  # noqa: BLE001 - a rule's bug costs its rewrite, never the search
+            log.warning("rewrite: rule %s failed on line %d", name, node.lineno, exc_info=True)
+            continue
         if m is None:
             continue
         g = _guarded(m, node, ctx)
         if g is None:
             continue
         new, note = g
-        edits = [Edit.of(node, new)] + [Edit.of(s) for s in folded(f, node, ctx)]
+        if note and m.drop:
+            continue  # the original, the guard's other branch, needs the statements the rewrite would remove
+        edits = [Edit.of(node, new)] + [Edit.of(s) for s in folded(f, node, ctx) + m.drop]
         sites.append(Site(name, m.words + note, edits, node.lineno, ast.unparse(node), ast.unparse(new)))
         return
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.expr):
-            _visit(child, f, temps, rules, sites)
+            _visit(child, f, where, rules, sites)

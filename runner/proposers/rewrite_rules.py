@@ -17,7 +17,7 @@ F = "torch.nn.functional"
 HAS_RMS_NORM = hasattr(torch.nn.functional, "rms_norm")  # torch 2.4 and later
 
 
-def _matmul(node: ast.AST, ctx: Ctx) -> tuple[ast.expr, ast.expr, str] | None:
+def matmul_operands(node: ast.AST, ctx: Ctx) -> tuple[ast.expr, ast.expr, str] | None:
     """(A, B, how) for `A @ B`, torch.matmul/mm(A, B) and A.matmul/mm(B)."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
         return node.left, node.right, "@"
@@ -33,7 +33,7 @@ def _matmul(node: ast.AST, ctx: Ctx) -> tuple[ast.expr, ast.expr, str] | None:
 
 def diag_product(node: ast.expr, ctx: Ctx) -> Match | None:
     """diag(a) @ B is a[:, None] * B (a 1-D, B 2+-D); B @ diag(a) is B * a."""
-    mm = _matmul(node, ctx)
+    mm = matmul_operands(node, ctx)
     if mm is None:
         return None
     a, b, how = mm
@@ -246,7 +246,7 @@ def linear_bias(node: ast.expr, ctx: Ctx) -> Match | None:
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
         return None
     for mm_side, b in ((node.left, node.right), (node.right, node.left)):
-        mm = _matmul(mm_side, ctx)
+        mm = matmul_operands(mm_side, ctx)
         if mm is None or mm[2] == "mm" or not plain(b):
             continue
         x, wt, _ = mm

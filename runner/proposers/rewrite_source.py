@@ -343,16 +343,19 @@ def apply(text: str, edits: list[Edit]) -> str | None:
     if any(x[1] > y[0] for x, y in zip(spans, spans[1:], strict=False)):
         return None
     # parentheses only where the context needs them: each replacement is tried bare, alone, against its own tree
-    bodies = []
+    pieces = []
     for start, end, new in spans:
-        body = "" if new is None else _quoted_like(text, ast.unparse(new))
-        if new is not None and not _atomic(new):
-            alone = _Swap({e.at: e for e in edits if e.new is new}).visit(ast.parse(text))
-            if _dump(text[:start] + body + text[end:]) != ast.dump(alone):
+        body = "" if new is None else _wrapped(text, start, end, _quoted_like(text, ast.unparse(new)))
+        if new is not None:
+            alone = ast.dump(_Swap({e.at: e for e in edits if e.new is new}).visit(ast.parse(text)))
+            if not _atomic(new) and _dump(text[:start] + body + text[end:]) != alone:
                 body = f"({body})"
-        bodies.append(body)
+            elif _atomic(new) and text[start - 1: start] == "(" and text[end: end + 1] == ")" and \
+                    _dump(text[: start - 1] + body + text[end + 1:]) == alone:
+                start, end = start - 1, end + 1  # `(attn @ v).sum()` -> `F.f(...).sum()`: its parentheses go too
+        pieces.append((start, end, body))
     out = text
-    for (start, end, _), body in reversed(list(zip(spans, bodies, strict=True))):
+    for start, end, body in reversed(pieces):
         out = out[:start] + body + out[end:]
     return out if _dump(out) == ast.dump(_Swap({e.at: e for e in edits}).visit(ast.parse(text))) else None
 
@@ -373,3 +376,26 @@ def _quoted_like(text: str, expr: str) -> str:
     if text.count('"') >= text.count("'"):
         return re.sub(r"'(\w*)'", r'"\1"', expr)
     return expr
+
+
+LINE_CHARS = 120
+
+
+def _wrapped(text: str, start: int, end: int, expr: str) -> str:
+    """A call that would make its line longer than LINE_CHARS, one argument a line (the statement's indent + 4)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line = text[line_start:start] + expr + text[end: line_end if line_end >= 0 else len(text)]
+    if len(line) <= LINE_CHARS:
+        return expr
+    try:
+        call = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return expr
+    if not isinstance(call, ast.Call) or not call.args + call.keywords:
+        return expr
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    args = [ast.unparse(a) for a in call.args] + [
+        f"{k.arg}={ast.unparse(k.value)}" if k.arg else f"**{ast.unparse(k.value)}" for k in call.keywords]
+    inner = "".join(f"\n{indent}{_quoted_like(text, a)}," for a in args)
+    return f"{_quoted_like(text, ast.unparse(call.func))}({inner}\n{indent[:-4]})"
