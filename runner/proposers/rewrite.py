@@ -22,9 +22,10 @@ from runner.contract import Candidate, Verdict
 from runner.proposers.rewrite_activations import activation
 from runner.proposers.rewrite_attention import attention
 from runner.proposers.rewrite_copies import clone_copy, contiguous_copy, repeated_conversion
+from runner.proposers.rewrite_edit import apply
 from runner.proposers.rewrite_match import Rule, Site, scan
 from runner.proposers.rewrite_rules import diag_product, layer_norm, linear_bias, log_softmax, rms_norm, softmax
-from runner.proposers.rewrite_source import Module, apply
+from runner.proposers.rewrite_source import Module
 from runner.search.types import History, Idea, ProblemContext, Session
 
 log = logging.getLogger(__name__)

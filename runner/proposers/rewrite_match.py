@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from runner.proposers.rewrite_source import Edit, Func, plain, same
+from runner.proposers.rewrite_edit import Edit
+from runner.proposers.rewrite_source import Func, plain, same
 
 log = logging.getLogger(__name__)
 
