@@ -1,0 +1,48 @@
+"""The generated test of a drop-in (runner/results/dropin_test.py), run against real drop-ins: it passes for a right
+one and catches a wrong kernel (test_dropin.py), a layout other than the original's, and a kernel that runs where it
+was switched off."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from runner.contract import ProblemSpec
+from runner.results.dropin_test import dropin_test_source
+from tests.runner.harness.test_dropin import KERNEL, SPEC2, write_folder
+from tests.runner.harness.test_dropin_guard import KERNEL_T, TRANSPOSED
+
+
+def run(folder, tmp_path):
+    env = {"FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder)], cwd=folder,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_generated_test_checks_the_output_layout(tmp_path):
+    spec = SPEC2.model_copy(update={"second_inputs": None})
+    folder = write_folder(tmp_path / "t", KERNEL_T, spec, ship=True, reference=TRANSPOSED)
+    good = run(folder, tmp_path)
+    assert good.returncode == 0 and "5 passed" in good.stdout, good.stdout + good.stderr
+    dropin = folder / "dropin.py"
+    text = dropin.read_text()
+    dropin.write_text(text.replace("and _dense(shape, stride):", "and False:"))  # contiguous outputs, as before
+    bad = run(folder, tmp_path)
+    assert bad.returncode == 1 and "3 failed" in bad.stdout and "the original's (1, 256)" in bad.stdout
+
+
+def test_the_generated_test_checks_the_switches(tmp_path):
+    folder = write_folder(tmp_path / "t", KERNEL, SPEC2, ship=True)
+    dropin = folder / "dropin.py"
+    dropin.write_text(dropin.read_text().replace("if not module.fusebot_enabled or _env_off(", "if False and ("))
+    out = run(folder, tmp_path)
+    assert out.returncode == 1 and "switched off, the kernel still ran" in out.stdout, out.stdout
+
+
+def test_the_generated_test_names_what_it_checks():
+    src = dropin_test_source(ProblemSpec(name="gelu", module="pkg.layers", class_name="NewGELU", dtype="float64"),
+                             "cpu")
+    compile(src, "test_gelu.py", "exec")
+    assert "dropin.NewGELU.kernel_calls" in src and "FUSEBOT_DISABLE" in src and "FallbackWarning" in src
+    assert "other = torch.float32 if (DTYPE or torch.float32) == torch.float64 else torch.float64" in src
+    assert "dropin._shipped(arch) is not None" in src
