@@ -128,6 +128,7 @@ class Input:
     # a reshaped strided view (dims merged or split): the element is offset + sum over terms (d, div, mod, stride) of
     # ((c[d] // div) % mod) * stride, d a dim of `shape` (right-aligned to F); `strides` are then all 0, `shift` too
     terms: tuple[tuple[int, int, int, int], ...] | None = None
+    tensor: tuple[int, ...] | None = None  # a viewed input: its ABI tensor's captured shape (runner.catalog.sizes)
 
 
 @dataclass

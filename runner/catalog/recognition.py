@@ -15,6 +15,7 @@ reduction over dims of size 1 is the identity (so softmax over them is the const
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from math import prod
 from typing import Any
 
@@ -331,6 +332,10 @@ class _Lower(RowOps, ViewOps):
             if x.shape != out_shape and prod(x.shape) != prod(out_shape):
                 raise Unsupported(f"outputs of different sizes: {list(out_shape)} and {list(x.shape)}")
         exprs, inputs = prune_all([expr] + [x.expr for x in extra], self.inputs)
+        shapes = {int(n.index): tuple(n.shape or ()) for n in self.g.nodes if n.op in ("input", "param")}
+        if self.heavy is not None:
+            shapes[-1] = tuple(self.heavy.shape)
+        inputs = [replace(i, tensor=shapes.get(i.abi)) if i.viewed else i for i in inputs]  # (runner.catalog.sizes)
         expr = exprs[0]
         for x, e in zip(extra, exprs[1:], strict=True):
             x.expr = e

@@ -141,9 +141,7 @@ class Views:
         def fn(v: Input) -> Input:
             if v.shape[dim] == 1:
                 return v
-            if v.terms is not None:
-                raise ViewError("a concatenation of a reshaped view")
-            sh = list(v.shift)
+            sh = list(v.shift)  # (a reshaped view's coordinate is shifted before its terms: fb_tidx)
             sh[dim] += start
             return replace(v, shift=tuple(sh))
 
@@ -251,10 +249,10 @@ class Views:
 
 def _terms(v: Input) -> list[tuple[int, int, int, int]]:
     """A view's index as terms (dim, div, mod, stride)."""
-    if v.terms is not None:
-        return list(v.terms)
     if any(v.shift or ()):
         raise ViewError("a reshape of a concatenation")
+    if v.terms is not None:
+        return list(v.terms)
     return [(d, 1, n, st) for d, (n, st) in enumerate(zip(v.shape, v.strides, strict=True)) if n != 1]
 
 

@@ -18,7 +18,8 @@ from runner.catalog import epilogue
 from runner.catalog.capture import capture_source
 from runner.catalog.codegen import cpu, cuda
 from runner.catalog.codegen.common import NotExpressible
-from runner.catalog.codegen.head import ACCUMULATORS, MATH
+from runner.catalog.codegen.head import MATH
+from runner.catalog.codegen.used import ACC_STRUCTS
 from runner.catalog.pattern import Pattern
 from runner.catalog.recognition import recognise
 from runner.catalog.space import Strategy, strategies
@@ -59,10 +60,12 @@ def _unused_fast_math_dropped(text: str) -> str:
     """The source without its fast-math defines when nothing in it calls what they change (a ReLU, a sum, a batch
     norm's affine): the fast variant is then the same machine code. Also inside a ModelNew's repr()'d kernel."""
     for block in (cuda.FAST, cpu.FAST):
-        for b, math_, accs in ((block + "\n", MATH, ACCUMULATORS),  # the templates join their parts with newlines
-                               (repr(block + "\n")[1:-1], repr(MATH)[1:-1], repr(ACCUMULATORS)[1:-1])):
+        for quote in (lambda t: t, lambda t: repr(t)[1:-1]):  # the templates join their parts with newlines
+            b = quote(block + "\n")
             if b in text:
-                body = text.replace(b, "").replace(math_, "").replace(accs, "")
+                body = text.replace(b, "").replace(quote(MATH), "")
+                for acc in ACC_STRUCTS.values():  # a source holds the accumulators it uses (AccLse is in _FAST_CALLS)
+                    body = body.replace(quote(acc), "")
                 return text if any(call in body for call in _FAST_CALLS) else text.replace(b, "")
     return text
 

@@ -23,8 +23,10 @@ from runner.catalog.codegen.common import (
     row_result,
     signature,
 )
-from runner.catalog.codegen.head import ACCUMULATORS, MATH, args_struct, general_index_fn, setup_code
+from runner.catalog.codegen.head import MATH, args_struct, index_fns, setup_code
+from runner.catalog.codegen.used import accumulators
 from runner.catalog.ir import Program, rebuild, totals
+from runner.catalog.sizes import sizes_line
 
 
 def _extra(p: Program, em: Emitter, exprs: list, index: str) -> list[str]:
@@ -106,10 +108,9 @@ def render(p: Program, params: CpuParams, abi_offset: int = 0) -> str:
     out_t = _ctype(p.out_dtype)
     for inp in p.inputs:
         _ctype(inp.dtype)
-    head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", PRELUDE]
+    head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", sizes_line(p, abi_offset), PRELUDE]
     if params.fast_math:
         head.append(FAST)
-    head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn(), setup_code(p, abi_offset)]
     if params.layout == "flat":
         body = _flat(p, params, out_t)
     elif params.layout == "rows":
@@ -127,6 +128,9 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
   return 0;
 }
 """
+    setup = setup_code(p, abi_offset)
+    used = setup + body  # only the accumulators and index functions these use
+    head += [MATH, accumulators(used), args_struct(p), index_fns(used), setup]
     return "\n".join(head) + body + tail
 
 

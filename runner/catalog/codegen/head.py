@@ -3,7 +3,11 @@ the math prelude, reduction accumulators and the index functions of broadcast, s
 
 from __future__ import annotations
 
+from math import prod
+
+from runner.catalog import sizes
 from runner.catalog.codegen.common import NotExpressible
+from runner.catalog.codegen.used import pieces, used
 from runner.catalog.ir import Iota, Program, Red, walk
 
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "int32": 4, "int64": 5, "bool": 6, "uint8": 7,
@@ -38,9 +42,11 @@ struct FbArgs {{
 """
 
 
-def setup_code(p: Program, abi_offset: int = 0) -> str:
-    """`static int fb_setup(...)`: checks the ABI tensors and fills FbArgs (F from the inputs' run-time shapes)."""
+def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
+    """`static int fb_setup(...)`: checks the ABI tensors and fills FbArgs (F from the inputs' run-time shapes; a view's
+    sizes are the captured ones but along the dims runner.catalog.sizes finds free)."""
     nd = p.ndim
+    free = sizes.free_f_dims(p, layout)
     lines = ["static char fb_err[512];",
              'FB_EXPORT const char* fusebot_last_error(void) { return fb_err; }',
              "static int fb_fail(const char* msg) { snprintf(fb_err, sizeof fb_err, \"%s\", msg); return 1; }",
@@ -57,12 +63,10 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
         lines.append("    for (int d = t.ndim - 1; d >= 0; --d) { if (t.shape[d] != 1 && t.strides[d] != want) "
                      f"return fb_fail(\"input {pos} is not contiguous\"); want *= t.shape[d]; }}")
         if inp.viewed:
-            numel = 1
-            for s in inp.shape:
-                numel *= s
+            numel = prod(inp.shape)
+            pv = p.padded(k)
             if inp.strides is not None:
                 numel = inp.base
-                pv = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
                 for d in range(nd):
                     j = d - (nd - len(inp.shape))
                     st, sh = (inp.strides[j], (inp.shift or (0,) * len(inp.shape))[j]) if j >= 0 else (0, 0)
@@ -76,11 +80,24 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
                 for j, (d, div, mod, st) in enumerate(terms):
                     lines.append(f"    a.td[{k}][{j}] = {d + pad}; a.tdiv[{k}][{j}] = {div}LL; "
                                  f"a.tmod[{k}][{j}] = {mod}LL; a.tst[{k}][{j}] = {st}LL;")
-            lines.append(f"    if (want != {numel}LL) return fb_fail(\"input {pos}: size differs from the captured "
-                         "view\");")
-            padded = (1,) * (nd - len(inp.shape)) + tuple(inp.shape)
             for d in range(nd):
-                lines.append(f"    shp[{k}][{d}] = {padded[d]}LL;")
+                lines.append(f"    shp[{k}][{d}] = {pv[d]}LL;")
+            follow = {d: j for d, j in sizes.free_dims(p, k).items() if d in free}
+            if follow:  # the view's leading dims follow the call's tensor; its other dims are the captured ones
+                S = sizes.tensor_shape(inp)
+                lines.append(f"    if (t.ndim != {len(S)}) return fb_fail(\"input {pos}: number of dims differs from the "
+                             "captured view\");")
+                for j in sorted(set(range(len(S))) - set(follow.values())):
+                    lines.append(f"    if (t.shape[{j}] != {S[j]}LL) return fb_fail(\"input {pos}: size {j} differs from "
+                                 "the captured view\");")
+                for d, j in follow.items():
+                    lines.append(f"    shp[{k}][{d}] = t.shape[{j}];")
+                    if inp.strides is not None:
+                        lines.append(f"    {{ long long s = 1; for (int q = t.ndim - 1; q > {j}; --q) s *= t.shape[q]; "
+                                     f"a.vst[{k}][{d}] = s; a.vsz[{k}][{d}] = t.shape[{j}]; }}")
+            else:
+                lines.append(f"    if (want != {numel}LL) return fb_fail(\"input {pos}: size differs from the captured "
+                             "view\");")
         else:
             lines.append(f"    if (t.ndim > {nd}) return fb_fail(\"input {pos}: too many dims\");")
             lines.append(f"    for (int d = 0; d < {nd}; ++d) {{ int s = d - ({nd} - t.ndim); "
@@ -89,10 +106,13 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
     if p.inputs:
         # a dim no input spans (an index range's, a mask's from its structure) keeps its captured size
         lines.append(f"  const long long fcap[{max(nd, 1)}] = {{{', '.join(f'{x}LL' for x in p.shape) or '1LL'}}};")
-        plain = ", ".join("0" if i.strides is not None else "1" for i in p.inputs)  # a strided view keeps its size
-        lines.append(f"  const int plain[{len(p.inputs)}] = {{{plain}}};")
+        # a strided view keeps its size, but along the dims that follow its tensor (runner.catalog.sizes)
+        plain = ", ".join("{" + ", ".join("0" if i.strides is not None and d not in sizes.free_dims(p, k) or
+                                          i.strides is not None and d not in free else "1" for d in range(nd)) + "}"
+                          for k, i in enumerate(p.inputs))
+        lines.append(f"  const int plain[{len(p.inputs)}][{nd}] = {{{plain}}};")
         lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1; int seen = 0;")
-        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (plain[k] && shp[k][d] != 1) {{ seen = 1; "
+        lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (plain[k][d] && shp[k][d] != 1) {{ seen = 1; "
                      "if (f != 1 && f != shp[k][d]) return fb_fail(\"inputs do not broadcast\"); f = shp[k][d]; }")
         if any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)) or any(i.strides is not None
                                                                                 for i in p.inputs):
@@ -102,6 +122,9 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
     else:
         for d in range(nd):
             lines.append(f"  a.F[{d}] = {p.shape[d]}LL;")
+    for d in sorted(set(range(nd)) - free):  # a dim a view fixes (runner.catalog.sizes) keeps its captured size
+        lines.append(f"  if (a.F[{d}] != {p.shape[d]}LL) return fb_fail(\"dim {d} differs from the captured size "
+                     f"{p.shape[d]}\");")
     ax = p.axes
     a0, a1 = (ax[0], ax[-1] + 1) if ax else (nd, nd)
     lines.append("  a.O = 1; a.R = 1; a.I = 1;")
@@ -167,74 +190,6 @@ def setup_code(p: Program, abi_offset: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-# (no apostrophe inside: code_key finds this text, repr()-quoted, inside a drop-in source, and repr() escapes one
-# differently inside a longer string)
-ACCUMULATORS = r"""
-struct AccSum { fb_acc s;
-  FB_M void init() { s = 0; }
-  FB_M void add(float x, long long) { s += x; }
-  FB_M void merge(const AccSum& o) { s += o.s; } };
-struct AccProd { fb_acc p;
-  FB_M void init() { p = 1; }
-  FB_M void add(float x, long long) { p *= x; }
-  FB_M void merge(const AccProd& o) { p *= o.p; } };
-struct AccMax { float m;
-  FB_M void init() { m = -INFINITY; }
-  FB_M void add(float x, long long) { m = (x > m || x != x) ? x : m; }
-  FB_M void merge(const AccMax& o) { add(o.m, 0); } };
-struct AccMin { float m;
-  FB_M void init() { m = INFINITY; }
-  FB_M void add(float x, long long) { m = (x < m || x != x) ? x : m; }
-  FB_M void merge(const AccMin& o) { add(o.m, 0); } };
-struct AccArgMax { float v; int i;  // an index along the reduced dims (the set-up refuses rows of 2^31 or more)
-  FB_M void init() { v = -INFINITY; i = -1; }  // i < 0: nothing seen yet
-  // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element); selects,
-  // not a branch, so the compiler can issue the loads of an unrolled loop before it uses any (measured: a branch here kept
-  // one load in flight per thread)
-  FB_M void add(float x, long long j) {
-    const bool t = (x > v) | ((x != x) & (v == v)) | ((x == v) & (i < 0)); v = t ? x : v; i = t ? (int)j : i; }
-  FB_M void merge(const AccArgMax& o) {
-    if (o.i < 0) return;
-    if (i < 0 || o.v > v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };
-struct AccArgMin { float v; int i;  // an index along the reduced dims (the set-up refuses rows of 2^31 or more)
-  FB_M void init() { v = INFINITY; i = -1; }  // i < 0: nothing seen yet
-  // add: a thread sees its elements in increasing j, so a tie keeps the first (no index compare per element); selects,
-  // not a branch, so the compiler can issue the loads of an unrolled loop before it uses any (measured: a branch here kept
-  // one load in flight per thread)
-  FB_M void add(float x, long long j) {
-    const bool t = (x < v) | ((x != x) & (v == v)) | ((x == v) & (i < 0)); v = t ? x : v; i = t ? (int)j : i; }
-  FB_M void merge(const AccArgMin& o) {
-    if (o.i < 0) return;
-    if (i < 0 || o.v < v || (o.v == v && o.i < i) || (o.v != o.v && (v == v || o.i < i))) { v = o.v; i = o.i; } } };
-struct AccLse { float m; fb_acc s;
-  FB_M void init() { m = -INFINITY; s = 0; }
-  FB_M void add(float x, long long) {
-    if (x > m) { s = s * (fb_acc)fb_exp(m - x) + 1; m = x; } else if (x != -INFINITY) { s += (fb_acc)fb_exp(x - m); } }
-  FB_M void merge(const AccLse& o) {
-    if (o.m == -INFINITY) return;
-    if (o.m > m) { s = s * (fb_acc)fb_exp(m - o.m) + o.s; m = o.m; } else { s += o.s * (fb_acc)fb_exp(o.m - m); } } };
-struct AccWelford { fb_acc n, mean, m2;
-  FB_M void init() { n = 0; mean = 0; m2 = 0; }
-  // on the GPU the step of the mean, d / n, through the fast reciprocal (2 instructions, not an IEEE division per element:
-  // the step is small against the mean, so its last-bit error is far below the rounding of the sum itself)
-#ifdef __CUDA_ARCH__
-  FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += __fdividef(d, n); m2 += d * (x - mean); }
-#else
-  FB_M void add(float x, long long) { n += 1; fb_acc d = x - mean; mean += d / n; m2 += d * (x - mean); }
-#endif
-  // on chip, the values of one thread in two local passes instead (no division per element): add_sum over them,
-  // then center(), then add_dev over them again; the result is the same triple, merged as usual
-  FB_M void add_sum(float x) { n += 1; mean += x; }
-  FB_M void center() { if (n > 0) mean = mean / n; m2 = 0; }
-  FB_M void add_dev(float x) { fb_acc d = x - mean; m2 += d * d; }
-  FB_M void merge(const AccWelford& o) {
-    if (o.n == 0) return;
-    if (n == 0) { n = o.n; mean = o.mean; m2 = o.m2; return; }
-    // one reciprocal per merge (fast on the GPU, as in add): the merges of a block sit where its memory pipe waits
-    fb_acc t = n + o.n, d = o.mean - mean, w = o.n * fb_rcp(t);
-    mean += d * w; m2 += o.m2 + d * d * n * w; n = t; } };
-"""
-
 MATH = r"""
 #ifdef FB_FAST
 FB_HD float fb_exp(float x) { return FB_FAST_EXP(x); }
@@ -268,6 +223,11 @@ FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
 """
 
 
+def index_fns(code: str) -> str:
+    """The index functions (general_index_fn) `code` (the rest of a source) uses."""
+    return used(pieces(general_index_fn()), code)
+
+
 def general_index_fn() -> str:
     """The element index of a broadcast input: one division per merged dim, none past the last strided dim (32-bit
     when the tensor is small); the coordinate of a flat position along one F dim (Iota)."""
@@ -287,7 +247,8 @@ FB_HD long long fb_sidx(const FbArgs& a, int k, long long flat) {
 }
 FB_HD long long fb_tidx(const FbArgs& a, int k, long long flat) {
   long long c[FB_ND > 0 ? FB_ND : 1];
-  for (int d = FB_ND - 1; d >= 0; --d) { c[d] = flat % a.F[d]; flat /= a.F[d]; }
+  for (int d = FB_ND - 1; d >= 0; --d) {  /* a piece of a concatenation: its coordinate shifted, from 0 */
+    const long long x = flat % a.F[d] - a.vsh[k][d]; flat /= a.F[d]; c[d] = x < 0 ? 0 : x; }
   long long idx = a.voff[k];
   for (int j = 0; j < a.tn[k]; ++j) idx += ((c[a.td[k][j]] / a.tdiv[k][j]) % a.tmod[k][j]) * a.tst[k][j];
   return idx;

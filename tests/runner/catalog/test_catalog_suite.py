@@ -263,7 +263,8 @@ def test_the_shared_c_blocks_read_the_same_inside_a_python_string():
     """code_key finds the shared blocks inside a KernelBench candidate (a Python file holding the CUDA source as a
     string) by their repr(): a quote or a backslash in them (an apostrophe in a C comment) changes the
     quoting or escaping, the blocks are no longer found, and a needless fast-math twin takes a trial of its own."""
-    from runner.catalog.codegen.head import ACCUMULATORS, MATH
+    from runner.catalog.codegen.head import MATH
+    from runner.catalog.codegen.used import ACCUMULATORS
 
     for name, block in (("MATH", MATH), ("ACCUMULATORS", ACCUMULATORS), ("cuda.FAST", cuda.FAST),
                         ("cpu.FAST", cpu.FAST)):

@@ -13,13 +13,11 @@
 - common.py: the helpers they share; prelude.py: the fixed head of every source; params.py: CudaParams.
 
 `render(program, params)` here picks the layout's module and puts the shared head before its kernels. Every size
-comes from the call's tensors except those the source names in its third line, `// fixed sizes: R=1024` (or
-`none`): the host code refuses a call with other values of those, so a drop-in guards them.
+comes from the call's tensors except those the source fixes in its third line, `// fusebot-sizes: in0=d0,1024`
+(runner/catalog/sizes.py): the host code refuses a call with other values of those, so a drop-in guards them.
 """
 
 from __future__ import annotations
-
-from math import prod
 
 from runner.catalog.codegen.common import NotExpressible, signature
 from runner.catalog.codegen.cuda import cluster, columns, flat, grid, regs, rows, split
@@ -27,11 +25,13 @@ from runner.catalog.codegen.cuda.common import UNIT_RUNS, ctype_of, rowblock_inp
 from runner.catalog.codegen.cuda.flat import broadcast_view
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.prelude import FAST, PRELUDE
-from runner.catalog.codegen.head import ACCUMULATORS, MATH, args_struct, general_index_fn, setup_code
+from runner.catalog.codegen.head import MATH, args_struct, index_fns, setup_code
+from runner.catalog.codegen.used import accumulators
 from runner.catalog.ir import Program
+from runner.catalog.sizes import sizes_line
 
 __all__ = ["FAST", "CudaParams", "NotExpressible", "broadcast_view", "render", "rowblock_inputs", "strided_refusal",
-           "workspace_code", "fixed_sizes"]
+           "workspace_code"]
 
 strided_refusal = columns.strided_refusal
 
@@ -49,25 +49,17 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
         ctype_of(inp.dtype)
     if params.vec not in (1, 2, 4, 8) or params.threads % 32 or not 32 <= params.threads <= 1024:
         raise NotExpressible(f"vector width {params.vec} / {params.threads} threads")
-    fixed = " ".join(f"{k}={n}" for k, n in fixed_sizes(p, params).items()) or "none"
-    head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", f"// fixed sizes: {fixed}", PRELUDE]
+    head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", sizes_line(p, abi_offset, params.layout),
+            PRELUDE]
     if params.fast_math:
         head.append(FAST)
-    head += [MATH, ACCUMULATORS, args_struct(p), general_index_fn().replace("FB_HD", "static __device__ __forceinline__"),
-             setup_code(p, abi_offset)]
+    layout = LAYOUTS.get(params.layout)
+    if layout is None:
+        raise NotExpressible(f"layout {params.layout}")
+    setup, body = setup_code(p, abi_offset, params.layout), layout(p, params, out_t)
+    used = setup + body  # only the accumulators and index functions these use
+    head += [MATH, accumulators(used), args_struct(p),
+             index_fns(used).replace("FB_HD", "static __device__ __forceinline__"), setup]
     if rowblock_inputs(p):
         head.append(UNIT_RUNS)
-    body = LAYOUTS.get(params.layout)
-    if body is None:
-        raise NotExpressible(f"layout {params.layout}")
-    return "\n".join(head) + body(p, params, out_t)
-
-
-def fixed_sizes(p: Program, params: CudaParams) -> dict[str, int]:
-    """The sizes a source rendered with `params` is specialised on (its host code refuses a call with others): the
-    element count of an input captured as a fixed view, and the row length R of `regs`. Every other size (rows,
-    batch, sequence length, the reduced and inner extents) is read from the call's tensors."""
-    sizes = {f"in{inp.abi}.numel": prod(inp.shape) for inp in p.inputs if inp.viewed}
-    if params.layout == "regs":
-        sizes["R"] = regs.row_length(p)
-    return sizes
+    return "\n".join(head) + body

@@ -90,20 +90,19 @@ def test_the_regs_kernels_match_torch_on_an_emulated_gpu(tmp_path):
                 assert torch.equal(out, ref), (k, rows)
             else:
                 torch.testing.assert_close(out.float(), ref.float(), **TOL[dt], msg=f"case {k}, {rows} rows")
-        with pytest.raises(AbiError, match=f"compiled for rows of {n} elements"):
+        with pytest.raises(AbiError, match=f"dim 1 differs from the captured size {n}"):  # (the set-up's check)
             xs = inputs(name, 4, n + params.vec, dt)
             lib(xs, [torch.empty_like(reference(name, xs))], None)
 
 
 def test_the_source_names_its_fixed_sizes():
-    """`regs` fixes the row length (its registers are sized for it); every other layout takes all sizes from the
-    call, and says so."""
+    """`regs` fixes the row length (its registers are sized for it); the rows layout takes all sizes from the call,
+    and says so (runner/catalog/sizes.py)."""
     ln = programs.layernorm(64, 1024)
     src = cuda.render(ln, cuda.CudaParams("regs", vec=4, threads=256, group=32, mode="twopass"))
-    assert src.splitlines()[2] == "// fixed sizes: R=1024"
-    assert cuda.fixed_sizes(ln, cuda.CudaParams("regs", vec=4, threads=256, group=32)) == {"R": 1024}
+    assert src.splitlines()[2] == "// fusebot-sizes: in0=d0,1024 in1=1024 in2=1024"
     rows = cuda.render(ln, cuda.CudaParams("rows", vec=4, threads=256, group=32))
-    assert rows.splitlines()[2] == "// fixed sizes: none"
+    assert rows.splitlines()[2] == "// fusebot-sizes: in0=d0,d1 in1=d1 in2=d1"
 
 
 def test_short_row_params_fit_the_row():

@@ -1,6 +1,6 @@
 """Sizes come from the call: a source rendered for one captured shape serves other row counts and row lengths in every
-layout that fixes nothing (`// fixed sizes: none`), on the emulated GPU (tests/runner/cuda_emulation.py, threaded:
-the row layouts merge across lanes and warps)."""
+layout that fixes nothing (`// fusebot-sizes: in0=d0,d1 in1=d1 in2=d1`), on the emulated GPU
+(tests/runner/cuda_emulation.py, threaded: the row layouts merge across lanes and warps)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ SHAPES = [(6, 256), (11, 200), (2, 1000), (1, 12)]  # rows x row length, none a 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 def test_a_row_kernel_serves_other_row_counts_and_lengths(tmp_path):
     srcs = {f"l{k}": cuda.render(CAPTURED, p) for k, p in enumerate(LAYOUTS)}
-    assert all(src.splitlines()[2] == "// fixed sizes: none" for src in srcs.values())
+    assert all(src.splitlines()[2] == "// fusebot-sizes: in0=d0,d1 in1=d1 in2=d1" for src in srcs.values())
     libs = cuda_emulation.build(srcs, tmp_path, threaded=tuple(srcs))
     gen = torch.Generator().manual_seed(1)
     for k, params in enumerate(LAYOUTS):
