@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from bot.github.platform import CheckOutput, marker
 from bot.logs import redact
+from bot.publish import review
 from runner.contract import Environment, Progress, TargetResult, Verdict, benchmark_table, faster_baseline
 
 BODY_LIMIT = 65_536  # GitHub's limit on a PR body, an issue comment and a check run's summary or text
 CHECK_NAME = "fusebot"
 COMMANDS = (("/fusebot rerun", "search again from this PR's base branch as it is now"),
-            ("/fusebot benchmark", "re-measure the kernels as they are on this branch (your edits included)"),
+            ("/fusebot benchmark", "run each change's bench script on this branch, your edits included"),
             ("/fusebot explain", "post the full search trace"))
 # An absolute path of two or more parts that is not part of a URL, a relative path or /dev/null.
 _ABSOLUTE_PATH = re.compile(r"(?<![\w/.~:<>=-])/(?!dev/null\b)(?:[\w.@+-]+/)+([\w.@+-]*)")
@@ -82,7 +83,8 @@ def target_table(r: TargetResult) -> str:
     head = f"#### `{r.class_name or r.target}`" + (f" in `{r.file}`" if r.file else "")
     if v is None:
         return f"{head}\n\n{r.message or 'no verified kernel'}"
-    lines = [head, "", benchmark_table(v.baselines, v.timing, v.roofline, "**fusebot**")]
+    label = f"**{review.REWRITE_LABEL}**" if review.is_rewrite(r) else "**fusebot**"
+    lines = [head, "", review.with_rewrite_row(benchmark_table(v.baselines, v.timing, v.roofline, label), r)]
     passed = sum(1 for t in v.trials if t.passed)
     abs_errs = [t.max_abs_err for t in v.trials if t.max_abs_err is not None]
     rel_errs = [t.max_rel_err for t in v.trials if t.max_rel_err is not None]
@@ -114,23 +116,6 @@ def environment_line(env: Environment | None) -> str:
     return (f"Measured on **{device}**; driver {env.driver or 'n/a'}, CUDA {env.cuda or 'n/a'}, torch {env.torch}, "
             f"Python {env.python}, fusebot {env.fusebot}. Times are medians of n calls (cache flushed before each); "
             "spread is the interquartile range.")
-
-
-def mermaid_chart(r: TargetResult) -> str:
-    """A bar chart of median times (GitHub renders mermaid), or "" when there is nothing to compare."""
-    v = r.verdict
-    if v is None or v.timing is None or v.baselines is None:
-        return ""
-    bars = [(n, t) for n, t in (("eager", v.baselines.eager), ("torch.compile", v.baselines.compile),
-                                ("fusebot", v.timing)) if t is not None]
-    if len(bars) < 2:
-        return ""
-    name = (r.class_name or r.target).replace('"', "'")
-    return ("```mermaid\nxychart-beta\n"
-            f'    title "{name}: median ms (lower is better)"\n'
-            f"    x-axis [{', '.join(repr(n).replace(chr(39), chr(34)) for n, _ in bars)}]\n"
-            '    y-axis "ms"\n'
-            f"    bar [{', '.join(_ms(t.median_ms) for _, t in bars)}]\n```")
 
 
 # ---- the pull request --------------------------------------------------------------------------------------------
@@ -168,50 +153,74 @@ def verdict_line(results: list[TargetResult]) -> str:
     won = [r for r in results if r.improved]
     if not won:
         return (f"**No faster kernel** for {len(results)} target(s): nothing beat the faster of PyTorch eager and "
-                "torch.compile, so nothing is proposed.")
+                "torch.compile by the minimum effect, so nothing is proposed.")
     parts = []
     for r in won:
         fb, s = faster_baseline(r.verdict.baselines) if r.verdict else None, speedup(r.verdict)
-        parts.append(f"`{r.class_name or r.target}` **{_x(s)}** faster than {fb[0] if fb else 'the baseline'}")
-    return f"**fusebot found faster kernels for {len(won)} of {len(results)} target(s)**: " + "; ".join(parts) + "."
+        what = "a PyTorch rewrite of" if review.is_rewrite(r) else "a fused kernel for"
+        parts.append(f"{what} `{r.class_name or r.target}`, **{_x(s)}** faster than {fb[0] if fb else 'the baseline'}")
+    devices = sorted({review.device_text(r.verdict.environment) for r in won if r.verdict and r.verdict.environment})
+    where = f" on {', '.join(devices)}" if devices else ""
+    declined = len(results) - len(won)
+    rest = f"; {declined} of {len(results)} target(s) declined" if declined else ""
+    return "**Proposed**: " + "; ".join(parts) + f"{where}{rest}."
+
+
+def _device(plan: PullRequestPlan) -> str:
+    envs = [r.verdict.environment for r in plan.improved if r.verdict and r.verdict.environment]
+    return review.device_text(envs[0] if envs else plan.environment)
 
 
 def pr_title(plan: PullRequestPlan) -> str:
+    """Module, speedup and GPU (or "CPU <model>")."""
     won = plan.improved
     if len(won) == 1:
         r = won[0]
-        return f"fusebot: {_x(speedup(r.verdict))} faster {r.class_name or r.target} (fused kernel)"
-    return f"fusebot: faster fused kernels for {len(won)} modules"
+        fb = faster_baseline(r.verdict.baselines) if r.verdict else None
+        what = "PyTorch rewrite" if review.is_rewrite(r) else "fused kernel"
+        return (f"fusebot: {r.class_name or r.target} {_x(speedup(r.verdict))} faster than "
+                f"{fb[0] if fb else 'baseline'} ({what}, {_device(plan)})")
+    best = max((s for s in (speedup(r.verdict) for r in won) if s is not None), default=None)
+    return f"fusebot: {len(won)} modules faster, up to {_x(best)} ({_device(plan)})"
 
 
 def module_path(kernels_dir: str, target_folder: str) -> str:
     return ".".join([*kernels_dir.strip("/").split("/"), target_folder, "dropin"])
 
 
-def adopt_section(plan: PullRequestPlan) -> str:
-    lines = ["### How to adopt", "",
-             "Each drop-in subclasses your module: same constructor, same `state_dict` keys, so existing checkpoints "
-             "load unchanged. It builds its kernel on first use (cached), runs under `torch.compile` and CUDA graphs "
-             "as one custom op, and computes gradients through your original forward.", "", "```python"]
-    for r in plan.improved:
-        folder = next((p.split("/")[0] for p in r.files if p.endswith("/dropin.py")), None)
-        if folder is None:
-            continue
-        if r.file:
-            lines.append(f"# from {r.file.removesuffix('.py').replace('/', '.')} import {r.class_name}")
-        lines.append(f"from {module_path(plan.kernels_dir, folder)} import {r.class_name or r.target}")
-    lines += ["```", "", f"Check it on your machine: `python -m pytest -q {plan.kernels_dir}`. Each target's "
-              f"`BENCHMARK.md` holds the numbers above with their provenance."]
-    return "\n".join(lines)
+def _folder(r: TargetResult) -> str | None:
+    return next((p.split("/")[0] for p in sorted(r.files) if p.endswith("/fusebot.json")), None)
+
+
+def adopt_lines(plan: PullRequestPlan, r: TargetResult) -> list[str]:
+    """How to use one proposed change."""
+    folder = _folder(r)
+    if review.is_rewrite(r):
+        return [f"Adopt: merge; `{r.file}` itself changes (the diff above), nothing else to import."]
+    if folder is None:
+        return []
+    cls = r.class_name or r.target
+    was = f"`from {r.file.removesuffix('.py').replace('/', '.')} import {cls}`" if r.file else "your class"
+    return [f"Adopt: `from {module_path(plan.kernels_dir, folder)} import {cls}` in place of {was} (a subclass: "
+            "same constructor, same `state_dict` keys, so existing checkpoints load)."]
 
 
 def _files_section(plan: PullRequestPlan) -> str:
-    paths = sorted({f"{plan.kernels_dir}/{p}" for r in plan.improved for p in r.files})
+    paths = sorted({p[1:] if p.startswith("/") else f"{plan.kernels_dir}/{p}" for r in plan.improved for p in r.files})
     return "<details><summary>Files</summary>\n\n" + "\n".join(f"- `{p}`" for p in paths) + "\n\n</details>"
 
 
 def _commands_section() -> str:
-    return "### Commands\n\n" + "\n".join(f"- `{c}`: {what}" for c, what in COMMANDS)
+    return "Commands: " + " · ".join(f"`{c}` ({what})" for c, what in COMMANDS) + "."
+
+
+def _details_block(r: TargetResult, env_line: str) -> str:
+    table = target_table(r.model_copy(update={"message": ""}))
+    choice = review.manifest_of(r).get("choice")
+    if choice:
+        table += f"\n\nWhy this change: {choice}."
+    return (f"<details><summary>Benchmark details: {r.class_name or r.target}</summary>\n\n{table}\n\n{env_line}"
+            "\n\n</details>\n")
 
 
 def _trace_block(r: TargetResult, text: str, cut: int) -> str:
@@ -220,16 +229,16 @@ def _trace_block(r: TargetResult, text: str, cut: int) -> str:
 
 
 def fit_traces(fixed: str, results: list[TargetResult], limit: int = BODY_LIMIT) -> list[str]:
-    """Trace blocks that fit beside `fixed` within `limit`: each trace gets an equal share, cut at a line end."""
-    blocks = [_trace_block(r, r.trace_markdown, 0) for r in results if r.trace_markdown]
+    """Trace blocks (each clipped to review.TRACE_ROWS rows) that fit beside `fixed` within `limit`: each trace gets an
+    equal share, cut at a line end."""
+    traces = [(r, review.clip_trace(r.trace_markdown)) for r in results if r.trace_markdown]
+    blocks = [_trace_block(r, t, 0) for r, t in traces]
     if len(fixed) + sum(len(b) + 2 for b in blocks) <= limit:
         return blocks
-    with_trace = [r for r in results if r.trace_markdown]
-    overhead = sum(len(_trace_block(r, "", 10 ** 9)) + 2 for r in with_trace)
-    share = max(0, (limit - len(fixed) - overhead) // max(1, len(with_trace)))
+    overhead = sum(len(_trace_block(r, "", 10 ** 9)) + 2 for r, _ in traces)
+    share = max(0, (limit - len(fixed) - overhead) // max(1, len(traces)))
     out = []
-    for r in with_trace:
-        text = r.trace_markdown
+    for r, text in traces:
         if len(text) > share:
             cut_at = text.rfind("\n", 0, share)
             kept = text[: cut_at if cut_at > 0 else share]
@@ -240,27 +249,37 @@ def fit_traces(fixed: str, results: list[TargetResult], limit: int = BODY_LIMIT)
 
 
 def pr_body(plan: PullRequestPlan, limit: int = BODY_LIMIT) -> str:
-    """The PR body: verdict, tables, environment, adoption, files, commands, then the traces as space allows."""
+    """The PR body, in the order a reviewer needs it: verdict, one summary table, the declined targets, per proposed
+    target its compatibility block, the change (a rewrite's diff) and how to adopt it; then, folded, the benchmark
+    details, the files and the search traces; last, how to reproduce, roll back and decline."""
+    env_line = environment_line(plan.environment)
+    parts = [marker("pr", plan.key) + (marker("job", plan.job_id) if plan.job_id else ""), verdict_line(plan.results),
+             "", review.summary_table(plan.results), ""]
+    declined = review.declined_lines(plan.results)
+    if declined:
+        parts += ["**Declined**:", *declined, ""]
+    folders = {}
+    for r in plan.improved:
+        folder = _folder(r) or r.target
+        folders[r.target] = folder
+        env = r.verdict.environment if r.verdict and r.verdict.environment else plan.environment
+        diff = review.rewrite_diff(r)
+        parts += [review.compatibility(r, env, folder, plan.kernels_dir), "", *([diff, ""] if diff else []),
+                  *adopt_lines(plan, r), ""]
     source = f" for #{plan.source_pr}" if plan.source_pr else ""
-    parts = [marker("pr", plan.key) + (marker("job", plan.job_id) if plan.job_id else ""), verdict_line(plan.results), "",
-             f"Searched `{plan.repo}` at `{plan.commit[:12]}`{source} ({plan.trigger}); base `{plan.base}`.", "",
-             "### Benchmarks", ""]
-    for r in plan.results:
-        parts += [target_table(r), ""]
-        chart = mermaid_chart(r) if r.improved else ""
-        if chart:
-            parts += [chart, ""]
-    parts += [environment_line(plan.environment), "", adopt_section(plan), "", _files_section(plan), "",
-              _commands_section(), ""]
+    tail = ["", review.footer(plan.results, plan.kernels_dir, folders), "", _commands_section(),
+            f"Searched `{plan.repo}` at `{plan.commit[:12]}`{source} ({plan.trigger}); base `{plan.base}`.", ""]
+    parts += [_details_block(r, env_line) for r in plan.results if r.verdict is not None]
+    parts += ["", _files_section(plan)]
     fixed = "\n".join(parts)
-    if len(fixed) > limit:  # many targets: charts go before anything else; tables stay
-        fixed = re.sub(r"```mermaid\n.*?```\n\n", "", fixed, flags=re.S)
-    if len(fixed) > limit:
-        raise ValueError(f"the tables alone take {len(fixed)} characters, over the {limit} limit: split the group")
-    traces = fit_traces(fixed, plan.results, limit)
-    body = fixed + ("\n## Search\n\n" + "\n\n".join(traces) + "\n" if traces else "")
-    if len(body) > limit:  # the section heading tipped it over: drop traces
-        body = fixed
+    tail_text = "\n".join(tail)
+    if len(fixed) + len(tail_text) > limit:
+        raise ValueError(f"the tables alone take {len(fixed) + len(tail_text)} characters, over the {limit} limit: "
+                         "split the group")
+    traces = fit_traces(fixed + tail_text + "\n\n", plan.results, limit)
+    body = fixed + ("\n\n" + "\n\n".join(traces) if traces else "") + "\n" + tail_text
+    if len(body) > limit:  # the joins tipped it over: drop traces
+        body = fixed + "\n" + tail_text
     return clip(body, limit)
 
 

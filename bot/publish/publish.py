@@ -35,8 +35,10 @@ class Published:
 
 
 def branch_files(plan: pr.PullRequestPlan) -> dict[str, str | None]:
-    """Repository path -> text of every improved target's files."""
-    return {f"{plan.kernels_dir}/{path}": text for r in plan.improved for path, text in sorted(r.files.items())}
+    """Repository path -> text of every improved target's files: under the kernels directory, except a key starting
+    with "/" (a PyTorch rewrite's module: its repository path, runner/results/proposal.py)."""
+    return {path[1:] if path.startswith("/") else f"{plan.kernels_dir}/{path}": text
+            for r in plan.improved for path, text in sorted(r.files.items())}
 
 
 _TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?\b")

@@ -4,13 +4,16 @@ not measured); the check-run conclusion; and the pure helpers behind the jobs (k
 
 from __future__ import annotations
 
+import json
+
 from bot.github.platform import find_marker
 from bot.publish import pr
-from bot.publish.benchmark import benchmark_check, benchmark_comment, conclusion, state
+from bot.publish.benchmark import benchmark_check, benchmark_comment, beside_line, branch_manifests, conclusion, state
 from bot.publish.hygiene import hygiene_check
 from bot.publish.publish import same_but_timestamps
 from bot.repo.discovery import kernel_folders, touched_kernel_folders
-from runner.contract import DropinCheck, Job, JobResult, TargetResult
+from runner.contract import Baselines, DropinCheck, Job, JobResult, TargetResult, Verdict
+from tests.fakes.evaluators import timing
 from tests.verdicts import real_verdicts
 
 JOB = Job(id="bench-0123456789abcdef", repo="acme/models", sha="c0ffee" * 6 + "abcd", ref="fusebot/main/epilogue",
@@ -19,7 +22,7 @@ KERNEL = "fusebot_kernels/epilogue/kernel.cpp"
 
 
 def measured(name: str, improved: bool, message: str, **kw) -> TargetResult:
-    return TargetResult(target=name, improved=improved, verdict=kw.pop("verdict", real_verdicts()["fused"]),
+    return TargetResult(target=name, improved=improved, verdict=kw.pop("verdict", None) or real_verdicts()["fused"],
                         message=message, class_name=name, kernel=KERNEL, **kw)
 
 
@@ -96,3 +99,25 @@ def test_same_but_timestamps():
     assert same_but_timestamps(a, a.replace("01T03", "02T04"))
     assert not same_but_timestamps(a, a.replace("abc", "abd"))
     assert not same_but_timestamps(a, a + "// tuned\n")
+
+
+def test_the_prs_figures_stand_beside_the_bench_scripts():
+    now = Verdict(candidate_id="k", problem="p", accepted=True, timing=timing(0.6),
+                  baselines=Baselines(eager=timing(2.0), compile=timing(1.2)))
+    r = measured("Fast", True, "verified", verdict=now)
+    claimed = {"timings": {"PyTorch eager": {"median_ms": 2.1}, "torch.compile": {"median_ms": 1.0},
+                           "fusebot": {"median_ms": 0.5}}}
+
+    class Branch:  # the PR's branch as the platform reads it
+        def read_file(self, sha, path):
+            assert sha == JOB.sha
+            return json.dumps(claimed) if path == "fusebot_kernels/epilogue/fusebot.json" else None
+
+    manifests = branch_manifests(Branch(), JOB.sha, [r, TargetResult(target="Gone", improved=False)])
+    assert manifests == {KERNEL: claimed}
+    line = beside_line(r, manifests[KERNEL])
+    assert line == ("The PR's figures: PyTorch eager 2.1 ms, torch.compile 1 ms, fusebot 0.5 ms: 2.00x over the "
+                    "faster baseline. Now, by its bench script: PyTorch eager 2 ms, torch.compile 1.2 ms, fusebot "
+                    "0.6 ms: 2.00x over the faster baseline.")
+    body = benchmark_comment(JOB, JobResult(job_id=JOB.id, ok=True, targets=[r]), manifests=manifests)
+    assert line in body and "bench script" in body

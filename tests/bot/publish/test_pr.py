@@ -39,8 +39,8 @@ def test_the_body_carries_the_verdicts_numbers_markers_and_adoption():
     e = v.environment
     assert f"torch {e.torch}" in body and (e.cpu or e.gpu) in body and f"Python {e.python}" in body
     assert "from fusebot_kernels.scaledbiasrelu.dropin import ScaledBiasReLU" in body
-    assert "```mermaid" in body and "<details><summary>Search trace: ScaledBiasReLU</summary>" in body
-    assert "Not proposed: nothing beat eager" in body  # the slow target is shown with why, not proposed
+    assert "<details><summary>Search trace: ScaledBiasReLU</summary>" in body
+    assert "\n- `Slow`: nothing beat eager" in body  # the slow target: one line with why, not proposed
     assert "/fusebot benchmark" in body and "#7" in body
 
 
@@ -49,9 +49,13 @@ def test_a_huge_trace_is_truncated_never_the_tables():
     r = improved_result(trace=huge)
     body = pr.pr_body(plan_of(r, slow_result()))
     assert len(body) <= pr.BODY_LIMIT < len(huge)
-    assert pr.target_table(r) in body and pr.target_table(slow_result()) in body
+    assert pr.target_table(r) in body and pr.target_table(slow_result().model_copy(update={"message": ""})) in body
+    assert "| r24 | idea 24 |" in body and "| r25 |" not in body  # clipped to its first rows, saying so
+    assert "…19975 more candidate(s) left out; `/fusebot explain` posts the whole trace." in body
+    long_rows = "\n".join(f"| r{i} | {'y' * 4000} |" for i in range(20))  # few rows, each enormous
+    body = pr.pr_body(plan_of(improved_result(trace=long_rows), slow_result()), limit=30_000)
     cut = re.search(r"trace truncated \((\d+) characters left out\)", body)
-    assert cut and int(cut.group(1)) > 0
+    assert len(body) <= 30_000 and cut and int(cut.group(1)) > 0
     assert pr.marker("pr", "main/examples") in body
 
 

@@ -1,0 +1,148 @@
+"""The PR body as a reviewer reads it: the title names module, speedup and device; the verdict comes first, then one
+summary table; the compatibility block states backend, shapes, dtypes, tolerance and what works on that backend; one
+line per declined target; the trace folded and clipped; the footer says how to reproduce, roll back and decline.
+A PyTorch rewrite is shown as its diff, and its row appears wherever one was verified."""
+
+from __future__ import annotations
+
+import json
+
+from bot.publish import pr, review
+from bot.publish.publish import branch_files
+from runner.contract import Baselines, Confirmation, Environment, Roofline, TargetResult, TrialResult, Verdict
+from tests.fakes.evaluators import timing
+
+CPU = Environment(device="cpu", cpu="AMD EPYC 7B13", torch="2.13.0", python="3.11.4", fusebot="0.1")
+GPU = Environment(device="cuda", gpu="NVIDIA H100 80GB HBM3", cpu="AMD EPYC 7B13", cuda="12.8", driver="570",
+                  torch="2.13.0", python="3.11.4", fusebot="0.1")
+VERIFIED = {"backend": "cpu", "atol": 1e-4, "rtol": 1e-4,
+            "shapes": [{"inputs": [{"shape": [4096, 1024], "dtype": "float32"}],
+                        "outputs": [{"shape": [4096, 1024], "dtype": "float32"}]},
+                       {"inputs": [{"shape": [17, 1000], "dtype": "float32"}], "outputs": []}]}
+
+
+def verdict(env: Environment, ms: float = 0.5, compile_ms: float = 1.0) -> Verdict:
+    per = [compile_ms / ms * f for f in (0.99, 1.0, 1.02)]
+    conf = Confirmation(rounds=3, candidate_ms=[ms] * 3, eager_ms=[2.0] * 3, compile_ms=[compile_ms * f for f in
+                                                                                        (0.99, 1.0, 1.02)],
+                        speedup_vs_eager=[2.0 / ms] * 3, speedup_vs_compile=per)
+    trials = [TrialResult(index=i, shape_set=i // 4, distribution="factory" if i % 2 else "randn*1+0", passed=True,
+                          max_abs_err=2.5e-7, max_rel_err=1.5e-6) for i in range(7)]
+    return Verdict(candidate_id="c", problem="row_gain", accepted=True, timing=timing(ms), trials=trials,
+                   baselines=Baselines(eager=timing(2.0), compile=timing(compile_ms)), confirmation=conf,
+                   roofline=Roofline(bytes_moved=1 << 20, bandwidth_bytes_per_s=1e10, bandwidth_source="measured",
+                                     floor_ms=0.3), pct_of_floor=60.0, environment=env)
+
+
+def kernel_result(env: Environment = CPU, rewrite_ms: float | None = 0.9) -> TargetResult:
+    backend = "cuda" if env.gpu else "cpu"
+    timings = {"PyTorch rewrite": {"median_ms": rewrite_ms, "iqr_ms": 0.01, "n": 10, "clock": "monotonic",
+                                   "samples_ms": [rewrite_ms] * 10}} if rewrite_ms else {}
+    man = {"kernel": "kernel.cpp", "change": "kernel", "margin": 0.04, "choice": "the kernel is faster",
+           "verified": VERIFIED | {"backend": backend}, "timings": timings}
+    files = {"row_gain/kernel.cpp": "//", "row_gain/dropin.py": "", "row_gain/fusebot.json": json.dumps(man),
+             "row_gain/bench_row_gain.py": ""}
+    trace = "### Round 1\n\n| candidate | idea | verdict | why |\n| --- | --- | --- | --- |\n" + "\n".join(
+        f"| c{i} | fuse | verified, 0.5 ms | 2.00x over torch.compile |" for i in range(60))
+    return TargetResult(target="row_gain", improved=True, verdict=verdict(env), message="faster", files=files,
+                        trace_markdown=trace, file="examples/row_gain.py", class_name="RowGain")
+
+
+def rewrite_result() -> TargetResult:
+    diff = "--- a/examples/row_gain.py\n+++ b/examples/row_gain.py\n@@ -1 +1 @@\n-x = a * b + c\n+x = torch.addcmul(c, a, b)\n"
+    man = {"kind": "rewrite", "change": "rewrite", "margin": 0.03, "diff": diff, "verified": VERIFIED,
+           "choice": "the PyTorch rewrite (1.96x) is as fast as the best kernel (2.00x) within the 3% margin"}
+    files = {"/examples/row_gain.py": "x = torch.addcmul(c, a, b)\n", "row_gain/fusebot.json": json.dumps(man),
+             "row_gain/BENCHMARK.md": "", "row_gain/bench_row_gain.py": ""}
+    return TargetResult(target="row_gain", improved=True, verdict=verdict(CPU, ms=0.51), message="faster",
+                        files=files, file="examples/row_gain.py", class_name="RowGain")
+
+
+def declined(name: str, why: str) -> TargetResult:
+    return TargetResult(target=name.lower(), improved=False, verdict=verdict(CPU, ms=1.01), message=why,
+                        class_name=name, trace_markdown="| c | x | rejected at verify | mismatch: bad |")
+
+
+def plan(*results: TargetResult, env: Environment = CPU) -> pr.PullRequestPlan:
+    return pr.PullRequestPlan(repo="acme/m", base="main", group="examples", commit="abcdef1234567890",
+                              results=list(results), environment=env, source_pr=7)
+
+
+def test_the_title_names_module_speedup_and_device():
+    assert pr.pr_title(plan(kernel_result())) == \
+        "fusebot: RowGain 2.00x faster than torch.compile (fused kernel, CPU AMD EPYC 7B13)"
+    assert pr.pr_title(plan(kernel_result(GPU), env=GPU)).endswith("(fused kernel, NVIDIA H100 80GB HBM3)")
+    assert pr.pr_title(plan(rewrite_result())).endswith("(PyTorch rewrite, CPU AMD EPYC 7B13)")
+
+
+def test_what_a_reviewer_needs_comes_first():
+    body = pr.pr_body(plan(kernel_result(), declined("ScaledSoftmax", "below the minimum effect: 1.01x"),
+                           declined("SwishBias", "nothing beat torch.compile in every round")))
+    lines = body.splitlines()
+    assert lines[1].startswith("**Proposed**: a fused kernel for `RowGain`, **2.00x** faster than torch.compile on "
+                               "CPU AMD EPYC 7B13; 2 of 3 target(s) declined.")
+    assert lines[3].startswith("| module | before → after (median) | speedup over the faster baseline | spread | % of "
+                               "floor |")
+    assert lines[5] == ("| `RowGain` | 1 ms (torch.compile) → 0.5 ms | **2.00x** (margin 4%) | 1.98-2.04x over 3 "
+                        "rounds | 60% | fused kernel + drop-in |")
+    assert lines[6].startswith("| `RowGain`: PyTorch rewrite | 1 ms (torch.compile) → 0.9 ms | 1.11x |")
+    assert "- `ScaledSoftmax`: below the minimum effect: 1.01x" in lines[:12]
+    assert "- `SwishBias`: nothing beat torch.compile in every round" in lines[:12]
+    compat = body[body.index("#### `RowGain`: compatibility"):]
+    assert compat.index("| Runs on | CPU AMD EPYC 7B13 (cpu backend") < 400
+    assert "| Verified on | (4096, 1024) float32; (17, 1000) float32: 7 of 7 trials passed over 2 input" in compat
+    assert "atol 0.0001, rtol 0.0001 beyond eager's own error" in compat and "float64 oracle" in compat
+    assert "largest difference from eager: abs 2.5e-07, rel 1.5e-06" in compat
+    assert "| Autograd | ✅ the drop-in defers to your original module whenever gradients are needed" in compat
+    assert "| CUDA graphs | ❌ a CPU kernel" in compat and "| TorchScript (jit) | ❌" in compat
+    assert "| Other devices, dtypes, sizes | ❌ the kernel runs only on the CPU, float32" in compat
+    assert "a C++ compiler (g++)" in compat and "CUDA graphs as" not in body  # no CUDA-graph promise on a CPU
+    assert "<details><summary>Search trace: RowGain</summary>" in body and "| c24 |" in body and "| c25 |" not in body
+    assert "…35 more candidate(s) left out" in body
+    assert "| PyTorch rewrite (not proposed) | 0.9 |" in body  # the details table's row too
+    tail = body[body.rindex("---"):]
+    assert "**Reproduce** the figures: `python fusebot_kernels/row_gain/bench_row_gain.py`" in tail
+    assert "pytest checks correctness only" in tail and "`FUSEBOT_DISABLE=1`" in tail
+    assert "**Closing this PR** does not stop fusebot" in tail and "`ignore:`" in tail
+    assert body.index("#### `RowGain`: compatibility") < body.index("<details>") < body.index("**Reproduce**")
+
+
+def test_a_cuda_kernel_states_what_holds_on_a_gpu():
+    compat = review.compatibility(kernel_result(GPU), GPU, "row_gain", "fusebot_kernels")
+    assert "| Runs on | NVIDIA H100 80GB HBM3 (cuda backend: `row_gain/kernel.cu`" in compat
+    assert "| CUDA graphs | ✅ the kernel launches on torch's current stream" in compat
+    assert "nvcc (the CUDA toolkit) to build the kernel" in compat and "this GPU model" in compat
+    prebuilt = kernel_result(GPU)
+    prebuilt = prebuilt.model_copy(update={"files": {**prebuilt.files, "row_gain/kernel.sm_90.so.b64": "f0VMRg=="}})
+    shipped = review.compatibility(prebuilt, GPU, "row_gain", "fusebot_kernels")
+    assert "torch only: the library built on the runner ships beside the drop-in" in shipped
+
+
+def test_a_rewrite_is_shown_as_its_diff_with_no_dropin_promises():
+    r = rewrite_result()
+    body = pr.pr_body(plan(r))
+    assert "a PyTorch rewrite of `RowGain`" in body.splitlines()[1]
+    assert "| PyTorch rewrite of `examples/row_gain.py` |" in body
+    assert "```diff\n--- a/examples/row_gain.py\n+++ b/examples/row_gain.py" in body
+    assert "+x = torch.addcmul(c, a, b)" in body and "Why this change: the PyTorch rewrite (1.96x)" in body
+    assert "FUSEBOT_DISABLE" not in body and "revert this PR's commit" in body and "dropin" not in body
+    assert "- `examples/row_gain.py`" in body  # the files list names the module at its own path
+    files = branch_files(plan(r))
+    assert files["examples/row_gain.py"] == "x = torch.addcmul(c, a, b)\n"
+    assert "fusebot_kernels/row_gain/fusebot.json" in files and not [p for p in files if p.startswith("/")]
+
+
+def test_a_long_diff_is_cut_and_says_where_the_whole_is():
+    r = rewrite_result()
+    m = review.manifest_of(r) | {"diff": "".join(f"+line {i}\n" for i in range(5000))}
+    r = r.model_copy(update={"files": {**r.files, "row_gain/fusebot.json": json.dumps(m)}})
+    shown = review.rewrite_diff(r)
+    assert len(shown) < review.DIFF_CHARS + 300 and "diff cut at" in shown and "see the PR's files" in shown
+
+
+def test_without_a_manifest_the_body_still_says_what_the_verdict_knows():
+    r = kernel_result()
+    r = r.model_copy(update={"files": {k: v for k, v in r.files.items() if not k.endswith(".json")}})
+    compat = review.compatibility(r, CPU, "row_gain", "fusebot_kernels")
+    assert "| Verified on | 2 shape set(s): 7 of 7 trials passed" in compat
+    assert "the dtype's default tolerance" in compat and review.manifest_of(r) == {}
