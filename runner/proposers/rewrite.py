@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from runner.contract import Candidate, Verdict
 from runner.proposers.rewrite_activations import activation
 from runner.proposers.rewrite_attention import attention
-from runner.proposers.rewrite_copies import clone_copy, contiguous_copy, repeated_conversion
+from runner.proposers.rewrite_copies import clone_copy, contiguous_copy, named_clone, repeated_conversion
 from runner.proposers.rewrite_edit import apply
 from runner.proposers.rewrite_match import Rule, Site, scan
 from runner.proposers.rewrite_rules import diag_product, layer_norm, linear_bias, log_softmax, rms_norm, softmax
@@ -47,6 +47,7 @@ RULES: list[tuple[str, Rule]] = [
     ("activation", activation),
     ("contiguous", contiguous_copy),
     ("clone", clone_copy),
+    ("named-clone", named_clone),
     ("repeated-conversion", repeated_conversion),
 ]
 

@@ -1,6 +1,7 @@
 """Copies nothing needs: `.contiguous()` right before an op that reads any layout and returns a new contiguous
-tensor, `.clone()` of a tensor only read by an op that returns a new one, and a conversion repeated in a row
-(`x.float().float()`). Each rule is `(node, ctx) -> Match | None` (runner/proposers/rewrite_match.py).
+tensor, `.clone()` of a tensor only read by an op that returns a new one (in the expression, or under a name that
+nothing writes), and a conversion repeated in a row (`x.float().float()`). Each rule is `(node, ctx) -> Match | None`
+(runner/proposers/rewrite_match.py).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import ast
 import copy
 
 from runner.proposers.rewrite_match import Ctx, Match
+from runner.proposers.rewrite_source import plain, root_name
 
 F = "torch.nn.functional"
 
@@ -141,3 +143,61 @@ def clone_copy(node: ast.expr, ctx: Ctx) -> Match | None:
         return None
     return Match(new, "`.clone()` copies a tensor that is only read, by an op that returns a new tensor: the copy "
                  "is removed")
+
+
+def _parents(fn: ast.AST) -> dict[int, ast.AST]:
+    return {id(c): p for p in ast.walk(fn) for c in ast.iter_child_nodes(p)}
+
+
+def _only_read(name: str, fn: ast.AST, ctx: Ctx) -> bool:
+    """Every read of `name` in fn is an operand of arithmetic or of an op that returns a new tensor and writes
+    nothing (so no alias of it escapes and nothing writes it)."""
+    parents = _parents(fn)
+    for n in ast.walk(fn):
+        if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)):
+            continue
+        p = parents.get(id(n))
+        if isinstance(p, ast.BinOp | ast.Compare):
+            continue
+        if isinstance(p, ast.Attribute) and p.attr in FRESH and isinstance(parents.get(id(p)), ast.Call) \
+                and parents[id(p)].func is p and not parents[id(p)].keywords:
+            continue
+        if isinstance(p, ast.Call) and n in p.args and not any(k.arg in ("inplace", "out") for k in p.keywords):
+            q = ctx.qual(p.func)
+            if q is not None and q.startswith(("torch.", F)) and q.rsplit(".", 1)[1] in FRESH:
+                continue
+        return False
+    return True
+
+
+def _never_written(root: str, fn: ast.AST, ctx: Ctx) -> bool:
+    """No in-place method, item or attribute store, augmented assignment or unknown call touches `root` in fn."""
+    for n in ast.walk(fn):
+        if isinstance(n, ast.AugAssign | ast.Assign | ast.AnnAssign):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(not isinstance(t, ast.Name) and root_name(t) == root for t in targets) or \
+                    isinstance(n, ast.AugAssign) and root_name(n.target) == root:
+                return False
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") and \
+                root_name(n.func.value) == root:
+            return False
+        if isinstance(n, ast.Call) and any(root_name(a) == root for a in n.args + [k.value for k in n.keywords]) \
+                and not ctx.f.pure(n):
+            return False
+    return True
+
+
+def named_clone(node: ast.expr, ctx: Ctx) -> Match | None:
+    """`y = x.clone()` where y is only read by ops that return new tensors and x is never written: y can be x."""
+    inner = _clone(node)
+    stmt = ctx.body[ctx.index] if ctx.body else None
+    if inner is None or not isinstance(stmt, ast.Assign) or stmt.value is not node or len(stmt.targets) != 1 or \
+            not isinstance(stmt.targets[0], ast.Name) or ctx.f.stores.get(stmt.targets[0].id) != 1:
+        return None
+    root = root_name(inner)
+    fn = ctx.f.node
+    if root is None or not plain(inner) or not _only_read(stmt.targets[0].id, fn, ctx) or \
+            not _never_written(root, fn, ctx):
+        return None
+    return Match(copy.deepcopy(inner), f"`{stmt.targets[0].id} = {ast.unparse(node)}` copies a tensor that neither it "
+                 "nor its copy is ever written: the copy is removed")

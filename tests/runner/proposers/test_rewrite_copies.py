@@ -45,9 +45,18 @@ def test_a_clone_only_read_goes(expr, new):
     assert changed(text, r.text) == ([f"return {expr}"], [f"return {new}"])
 
 
+def test_a_named_clone_nothing_writes_goes():
+    text = module("y = x.clone()\nreturn torch.softmax(y, dim=-1) + y * 2")
+    r = equivalent(text, X3)
+    assert changed(text, r.text) == (["y = x.clone()"], ["y = x"])
+
+
 @pytest.mark.parametrize("body", [
     "return x.clone()",  # the output would alias the input
     "y = x.clone()\ny[0] = 0\nreturn y",  # the copy is written
+    "y = x.clone()\nreturn y",  # the copy is the output
+    "y = x.clone()\nx.add_(1)\nreturn y * 2",  # the original is written after the copy
+    "y = x.clone()\nz = self.fc(x)\nreturn y * z",  # a module may write its input (an in-place activation)
     "return F.relu(x.clone(), inplace=True)",  # written in place
 ])
 def test_a_clone_that_matters_stays(body):
