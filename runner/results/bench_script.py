@@ -44,6 +44,7 @@ baseline in each round. Correctness is checked by the test beside this file (pyt
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -111,6 +112,7 @@ def contestants(device):
         original, changed, factories = getattr(before, CLASS), getattr(after, CLASS), before
     else:
         dropin = _load_dropin()
+        dropin.STRICT = True  # a call the kernel does not take raises: what is timed is the kernel, never a fallback
         original, changed = dropin.Original, getattr(dropin, CLASS)
         factories = sys.modules[original.__module__]
     init = _factory(factories, INIT_INPUTS)
@@ -228,6 +230,8 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in the harness
     torch.backends.cudnn.allow_tf32 = False
     device = "cuda" if BACKEND == "cuda" else "cpu"
+    if KIND == "kernel" and os.environ.get("FUSEBOT_DISABLE"):
+        sys.exit("FUSEBOT_DISABLE is set: the drop-in would run the original forward; unset it to time the kernel")
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit(f"{LABEL} was verified on a CUDA GPU and torch sees none here")
     factories, mods = contestants(device)

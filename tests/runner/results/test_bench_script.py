@@ -75,8 +75,9 @@ def test_the_script_is_generated_for_each_backend_and_kind():
         compile(text, "bench.py", "exec")
         imported = {line.split()[1].split(".")[0] for line in text.splitlines()
                     if line.startswith(("import ", "from "))}
-        assert imported <= {"argparse", "importlib", "json", "statistics", "subprocess", "sys", "time", "types",
+        assert imported <= {"argparse", "importlib", "json", "os", "statistics", "subprocess", "sys", "time", "types",
                             "pathlib", "torch"}, imported
+        assert "STRICT = True" in text or "KIND = 'rewrite'" in text  # a kernel's timed calls never fall back
     assert "BACKEND = 'cuda'" in cuda and "CUDA events" in cuda and "BACKEND = 'cpu'" in cpu
     assert f"python {KERNELS}/{FOLDER}/bench_{FOLDER}.py" in cpu
     assert "KIND = 'rewrite'" in rewrite and "COMMIT = 'abc123'" in rewrite and "LABEL = 'PyTorch rewrite'" in rewrite
