@@ -1,9 +1,10 @@
 """`fusebot bench SUITE_DIR --out bench/results/NAME`: run `optimize` on every problem of a folder, write a table.
 
-Each problem file (KernelBench format) gets its own search (the builtin catalog unless an LLM is configured) with a
-per-problem wall budget, and its own result folder under NAME/problems/. The table, in NAME/README.md and
-NAME/results.json: problem, pattern, verified, improved, eager ms, torch.compile ms, fusebot ms, speedup against
-each, % of the roofline floor, search seconds. A problem that fails to load is a row with its error, not a crash.
+Each problem file (KernelBench format, or a module with one class marked `# fusebot: optimize`) gets its own search
+(the builtin catalog unless an LLM is configured) with a per-problem wall budget, and its own result folder under
+NAME/problems/. The table, in NAME/README.md and NAME/results.json: problem, pattern, verified, improved, eager ms,
+torch.compile ms, fusebot ms, speedup against each, % of the roofline floor, search seconds. A problem that fails to
+load is a row with its error, not a crash.
 A suite can be benched in batches (`--pattern`, or a run killed and started again: each problem's search resumes
 from its trace): the table keeps the rows of problems a later run did not redo.
 """
@@ -24,17 +25,30 @@ from typing import Annotated
 
 import torch
 import typer
-from rich.console import Console
 
+from runner.cli.common import Command, app, choose_backend, fail, setup_logging, stderr_console
+from runner.cli.target import problem_for
 from runner.contract import SearchBudget
-from runner.errors import MachineError, ProblemError
-from runner.harness.evaluator import Evaluator, HarnessConfig, default_backend
-from runner.pipeline import make_proposers, optimize_problem, problem_from_file
+from runner.errors import MachineError, ProblemError, UsageError
+from runner.harness.evaluator import Evaluator, HarnessConfig
+from runner.pipeline import make_proposers, optimize_problem
 
 log = logging.getLogger(__name__)
 
-bench_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                        help="Optimize every problem of a folder and write a benchmark table.")
+HELP = """Run `fusebot optimize` on every problem file of SUITE and write a benchmark table under DIR.
+
+Each file (KernelBench format, or a module with one class marked `# fusebot: optimize`) gets its own search with
+the per-problem wall budget and its own result folder, DIR/problems/NAME/. The table is DIR/README.md and
+DIR/results.json; it grows as problems finish, and a run killed and started again resumes each problem's search.
+A problem that fails to load is a row with its error. Progress goes to stderr, each problem's outcome to stdout.
+
+\b
+Exit status:
+  0  every problem was run (each row says how it went)
+  2  usage error (no such folder, no file matches, --backend)
+"""
+
+bench_app = app(HELP)
 
 
 @dataclass
@@ -105,7 +119,11 @@ def _pattern_name(proposers) -> str:
 def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compile_baseline: bool,
                 bandwidth: float | None, fresh: bool) -> BenchRow:
     row = BenchRow(problem=path.stem)
-    spec = problem_from_file(path)
+    try:
+        spec = problem_for(str(path))
+    except UsageError as e:
+        row.error = str(e)
+        return row
     proposers = make_proposers([])
     cfg = HarnessConfig(compile_baseline=compile_baseline, bandwidth_bytes_per_s=bandwidth)
     t0 = time.monotonic()
@@ -153,36 +171,38 @@ def write_table(out: Path, rows: list[BenchRow], meta: dict) -> None:
     (out / "README.md").write_text(bench_markdown(merged, meta))
 
 
-@bench_app.command()
+@bench_app.command(cls=Command, help=HELP)
 def bench(
-    suite: Annotated[Path, typer.Argument(help="A folder of KernelBench-format problem files.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where the table and each problem's results go.")],
-    budget_seconds: Annotated[float, typer.Option(help="Search wall budget per problem.")] = 300.0,
-    rounds: Annotated[int, typer.Option(min=1)] = 3,
-    ideas: Annotated[int, typer.Option(min=1)] = 4,
-    implementations: Annotated[int, typer.Option(min=1)] = 2,
-    pattern: Annotated[str, typer.Option(help="Which files of the folder: a glob, or several joined by commas.")] = "*.py",
-    backend: Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda where available).")] = None,
-    no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline")] = False,
-    bandwidth: Annotated[float | None, typer.Option(help="Known copy bandwidth, bytes/s (3.01e12 on the H100).")] = None,
+    suite: Annotated[Path, typer.Argument(metavar="SUITE", show_default=False, help="A folder of problem files.")],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Where the table and each problem's "
+                                      "results go.")],
+    budget_seconds: Annotated[float, typer.Option(metavar="S", help="Search wall budget per problem.")] = 300.0,
+    rounds: Annotated[int, typer.Option(min=1, metavar="N", help="Search rounds per problem.")] = 3,
+    ideas: Annotated[int, typer.Option(min=1, metavar="N", help="Ideas per round.")] = 4,
+    implementations: Annotated[int, typer.Option(min=1, metavar="N", help="Implementations per idea.")] = 2,
+    pattern: Annotated[str, typer.Option(metavar="GLOB", help="Which files of the folder: a glob, or several "
+                                         "joined by commas.")] = "*.py",
+    backend: Annotated[str | None, typer.Option(metavar="cuda|cpu", help="Where kernels run (default: cuda where "
+                                                "a GPU is present).")] = None,
+    no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline",
+                                                      help="Skip the torch.compile baseline.")] = False,
+    bandwidth: Annotated[float | None, typer.Option(metavar="BYTES_PER_S", help="Known copy bandwidth (3.01e12 on "
+                                                    "the H100).")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard earlier traces instead of resuming them.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what each search does.")] = False,
 ) -> None:
-    console = Console(stderr=True)
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = stderr_console()
+    setup_logging(verbose, console)
     if not suite.is_dir():
-        console.print(f"[red]{suite}: not a folder[/red]")
-        raise typer.Exit(2)
-    if backend not in (None, "cuda", "cpu"):
-        console.print(f"[red]--backend must be cuda or cpu, not {backend!r}[/red]")
-        raise typer.Exit(2)
-    chosen = backend or default_backend()
+        raise fail(f"{suite}: not a folder", 2)
+    try:
+        chosen = choose_backend(backend)
+    except UsageError as e:
+        raise fail(str(e), 2) from None
     files = sorted({p for g in pattern.split(",") if g.strip() for p in suite.glob(g.strip())
                     if p.is_file() and not p.name.startswith("_")})
     if not files:
-        console.print(f"[red]{suite}: no problem files match {pattern}[/red]")
-        raise typer.Exit(2)
+        raise fail(f"{suite}: no problem files match {pattern}", 2)
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations,
                           wall_seconds=budget_seconds)
     meta = {"suite": str(suite), "backend": chosen, "budget_seconds": budget_seconds,
@@ -191,12 +211,12 @@ def bench(
             **_versions(chosen)}
     rows: list[BenchRow] = []
     for k, f in enumerate(files, 1):
-        console.print(f"[{k}/{len(files)}] {f.name} ...")
+        console.print(f"[{k}/{len(files)}] {f.name} ...", markup=False)
         row = run_problem(f, out / "problems" / f.stem, budget, chosen, not no_compile_baseline, bandwidth, fresh)
         rows.append(row)
         write_table(out, rows, meta)  # the table grows as problems finish
-        console.print(f"    {'improved' if row.improved else 'no improvement'}: {row.error or row.message}")
-    console.print(f"table in {out}/README.md and {out}/results.json")
+        typer.echo(f"{f.name}: {'improved' if row.improved else 'no improvement'}: {row.error or row.message}")
+    typer.echo(f"table in {out}/README.md and {out}/results.json")
 
 
 def _versions(backend: str) -> dict[str, str]:
@@ -234,4 +254,4 @@ def _device(backend: str) -> str:
 
 
 if __name__ == "__main__":
-    bench_app()
+    bench_app(prog_name="fusebot bench")

@@ -1,12 +1,9 @@
-"""`fusebot eval`: verify and time one candidate against a reference problem.
-
-Exit status: 0 accepted, 1 rejected, 2 usage error or broken problem, 3 broken machine (no GPU, no compiler...).
-"""
+"""`fusebot eval REFERENCE CANDIDATE`: verify and time one candidate against a reference problem (HELP below is what
+`fusebot eval -h` prints; docs/eval.md has the JSON)."""
 
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,16 +11,45 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from runner.contract import Candidate, Timing, Verdict
-from runner.errors import HarnessError, MachineError, ProblemError
-from runner.harness.evaluator import Evaluator, HarnessConfig, default_backend
-from runner.pipeline import problem_from_file
+from runner.cli.common import (
+    Command,
+    app,
+    choose_backend,
+    exit_status_help,
+    fail,
+    first_line,
+    setup_logging,
+    stderr_console,
+    stdout_console,
+)
+from runner.cli.target import problem_for
+from runner.contract import Candidate, Timing, Verdict, faster_baseline
+from runner.errors import HarnessError, MachineError, ProblemError, UsageError
+from runner.harness.evaluator import Evaluator, HarnessConfig
 
 log = logging.getLogger(__name__)
 
-eval_app = typer.Typer(add_completion=False, help=__doc__)
+EXIT_CORRECT, EXIT_REJECTED, EXIT_USAGE, EXIT_MACHINE = 0, 1, 2, 3
+EXIT_STATUS = {  # docs/eval.md repeats this table (tests/runner/cli/test_eval.py keeps them equal)
+    EXIT_CORRECT: "correct, faster or not (the first line says which)",
+    EXIT_REJECTED: "incorrect or rejected (each failed check is named)",
+    EXIT_USAGE: "usage error or broken problem (the message names file and line)",
+    EXIT_MACHINE: "broken machine (no GPU, no compiler, no sandbox)",
+}
 
-EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_MACHINE = 0, 1, 2, 3
+HELP = """Verify and time one candidate kernel against a reference problem.
+
+REFERENCE is FILE[:CLASS]: a KernelBench file (class Model, get_inputs(), get_init_inputs()) or a module's class
+marked `# fusebot: optimize` (CLASS names one where the file marks several). CANDIDATE is a KernelBench ModelNew
+(.py), pure CUDA-C (.cu, --backend cuda) or C++ (.cpp, --backend cpu) exporting runner/csrc/fusebot.h's C ABI.
+
+The first line on stdout says whether it is correct and whether it is faster than the faster of eager and
+torch.compile (e.g. `correct, 0.01x vs eager: slower`), then the failed checks, the trials and the timing.
+Diagnostics go to stderr.
+
+""" + exit_status_help(EXIT_STATUS)
+
+eval_app = app(HELP)
 
 
 def candidate_from_file(path: Path, backend: str) -> Candidate:
@@ -35,7 +61,15 @@ def candidate_from_file(path: Path, backend: str) -> Candidate:
         return Candidate(id=path.stem, format="fast", backend="cuda", sources={"kernel.cu": text})
     if path.suffix in (".cpp", ".cc"):
         return Candidate(id=path.stem, format="fast", backend="cpu", sources={"kernel.cpp": text})
-    raise typer.BadParameter(f"{path.name}: expected .py (KernelBench), .cu (CUDA-C) or .cpp (C++)")
+    raise UsageError(f"{path}: expected .py (KernelBench), .cu (CUDA-C) or .cpp (C++)")
+
+
+def backend_for(candidate: Path, backend: str | None) -> str:
+    """A .cu kernel runs on cuda and a .cpp one on cpu: a --backend that contradicts it is a usage error."""
+    implied = {".cu": "cuda", ".cpp": "cpu", ".cc": "cpu"}.get(candidate.suffix)
+    if implied and backend and backend != implied:
+        raise UsageError(f"{candidate}: a {candidate.suffix} kernel runs on --backend {implied}, not {backend}")
+    return choose_backend(backend or implied)
 
 
 def _ms(t: Timing | None) -> str:
@@ -46,13 +80,40 @@ def _iqr(t: Timing | None) -> str:
     return "-" if t is None else f"{t.iqr_ms:.3g}"
 
 
+def _x(speedup: float) -> str:
+    return f"{speedup:.2f}x" if speedup >= 0.1 else f"{speedup:.2g}x"
+
+
+def headline(v: Verdict) -> str:
+    """The verdict in words that mean what they say: correct or not, and faster or slower than the faster baseline.
+
+    correct, 2.31x vs eager, 1.12x vs torch.compile: faster
+    correct, 0.01x vs eager: slower
+    correct, 1.80x vs eager, 0.70x vs torch.compile: slower than torch.compile
+    incorrect: rejected at verify
+    rejected at build"""
+    if not v.accepted:
+        return ("incorrect: rejected at verify" if v.stage == "verify" else f"rejected at {v.stage}")
+    speeds = [f"{_x(x)} vs {name}" for x, name in ((v.speedup_vs_eager, "eager"),
+                                                      (v.speedup_vs_compile, "torch.compile")) if x is not None]
+    best = faster_baseline(v.baselines)
+    if v.timing is None or best is None or not speeds:
+        return "correct, not timed"
+    name, timing = best
+    ms = v.timing.median_ms
+    beaten = [t for t in (v.baselines.eager, v.baselines.compile) if t is not None and ms < t.median_ms]
+    word = "faster" if ms < timing.median_ms else f"slower than {name}" if beaten else "slower"
+    return f"correct, {', '.join(speeds)}: {word}"
+
+
 def render(v: Verdict, console: Console) -> None:
-    head = "[bold green]ACCEPTED[/]" if v.accepted else f"[bold red]REJECTED[/] at {v.stage}"
-    console.print(f"{head}  candidate [bold]{v.candidate_id}[/] for problem [bold]{v.problem}[/]")
+    head = headline(v)
+    style = "bold green" if v.accepted and head.endswith(": faster") else "bold yellow" if v.accepted else "bold red"
+    console.print(f"[{style}]{head}[/]  (candidate [bold]{v.candidate_id}[/], problem [bold]{v.problem}[/])")
     for r in v.reasons:
-        console.print(f"  [red]x[/] {r}")
+        console.print("  x " + r, markup=False)
     for w in v.warnings:
-        console.print(f"  [yellow]![/] {w}")
+        console.print("  ! " + w, markup=False)
     if v.trials:
         t = Table(title="trials", title_justify="left")
         for col in ("#", "shape", "inputs", "ok", "max abs err", "max rel err", "mismatched"):
@@ -70,7 +131,7 @@ def render(v: Verdict, console: Console) -> None:
         t.add_row("eager", _ms(b.eager), _iqr(b.eager), str(b.eager.n) if b.eager else "-", "")
         t.add_row("torch.compile", _ms(b.compile), _iqr(b.compile), str(b.compile.n) if b.compile else "-",
                   b.compile_error or "")
-        sp = " / ".join(f"{x:.2f}x vs {n}" for x, n in ((v.speedup_vs_eager, "eager"),
+        sp = " / ".join(f"{_x(x)} vs {n}" for x, n in ((v.speedup_vs_eager, "eager"),
                                                           (v.speedup_vs_compile, "compile")) if x is not None)
         t.add_row("candidate", _ms(v.timing), _iqr(v.timing), str(v.timing.n), sp)
         console.print(t)
@@ -81,47 +142,52 @@ def render(v: Verdict, console: Console) -> None:
     if v.environment:
         e = v.environment
         where = e.gpu or e.cpu or e.device
-        console.print(f"on {where}; torch {e.torch}, CUDA {e.cuda or '-'}, driver {e.driver or '-'}, fusebot {e.fusebot}")
+        console.print(f"on {where}; torch {e.torch}, CUDA {e.cuda or '-'}, driver {e.driver or '-'}, fusebot {e.fusebot}",
+                      markup=False)
 
 
-@eval_app.command()
+@eval_app.command(cls=Command, help=HELP)
 def main(
-    reference: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="KernelBench-format problem file.")],
-    candidate: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="ModelNew .py, CUDA-C .cu or C++ .cpp")],
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the full verdict as JSON here.")] = None,
-    backend: Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda if a GPU is present).")] = None,
-    compile_baseline: Annotated[bool, typer.Option("--compile/--no-compile", help="Time torch.compile too.")] = True,
-    trials: Annotated[int, typer.Option(min=5, help="Trials on the first shape (at least 5).")] = 5,
-    atol: Annotated[float | None, typer.Option(help="Absolute tolerance (default per dtype).")] = None,
-    rtol: Annotated[float | None, typer.Option(help="Relative tolerance (default per dtype).")] = None,
-    keep: Annotated[bool, typer.Option(help="Keep the working directories (logs, traces).")] = False,
+    reference: Annotated[str, typer.Argument(metavar="REFERENCE", show_default=False,
+                                             help="The problem: FILE[:CLASS].")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", exists=True, dir_okay=False,
+                                              help="ModelNew .py, CUDA-C .cu or C++ .cpp.")],
+    json_out: Annotated[Path | None, typer.Option("--json", metavar="FILE", help="Write the full verdict as JSON "
+                                                  "here.")] = None,
+    backend: Annotated[str | None, typer.Option(metavar="cuda|cpu", help="Where the candidate runs (default: the "
+                                                "one a .cu/.cpp kernel needs, else cuda where a GPU is "
+                                                "present).")] = None,
+    compile_baseline: Annotated[bool, typer.Option("--compile/--no-compile", help="Time torch.compile "
+                                                   "too.")] = True,
+    trials: Annotated[int, typer.Option(min=5, metavar="N", help="Trials on the first shape (at least 5).")] = 5,
+    atol: Annotated[float | None, typer.Option(metavar="X", help="Absolute tolerance (default per dtype).")] = None,
+    rtol: Annotated[float | None, typer.Option(metavar="X", help="Relative tolerance (default per dtype).")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the working directories (logs, traces).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the harness does, and a machine "
+                                          "error's details.")] = False,
 ) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    console = Console()
-    if candidate.suffix == ".cpp":
-        backend = backend or "cpu"
-    backend = backend or default_backend()
-    if backend not in ("cuda", "cpu"):
-        raise typer.BadParameter("backend must be cuda or cpu")
+    err = stderr_console()
+    setup_logging(verbose, err)
     try:
-        cand = candidate_from_file(candidate, backend)
-        spec = problem_from_file(reference, atol=atol, rtol=rtol)
+        chosen = backend_for(candidate, backend)
+        cand = candidate_from_file(candidate, chosen)
+        spec = problem_for(reference, atol=atol, rtol=rtol)
         cfg = HarnessConfig(trials=trials, compile_baseline=compile_baseline, keep_workdirs=keep)
-        with Evaluator(spec, backend=backend, config=cfg) as ev:
+        with Evaluator(spec, backend=chosen, config=cfg) as ev:
             verdict = ev.evaluate(cand)
             if keep:
-                console.print(f"working directories kept under {ev.workdir}")
+                err.print(f"working directories kept under {ev.workdir}", markup=False)
+    except UsageError as exc:
+        raise fail(str(exc), EXIT_USAGE) from None
     except ProblemError as exc:
-        console.print(f"[red]problem error[/] {exc}")
-        sys.exit(EXIT_USAGE)
-    except MachineError as exc:
-        console.print(f"[red]machine error[/] {exc}")
-        sys.exit(EXIT_MACHINE)
-    except HarnessError as exc:
-        console.print(f"[red]harness error[/] {exc}")
-        sys.exit(EXIT_MACHINE)
-    render(verdict, console)
+        raise fail(f"problem: {exc}", EXIT_USAGE) from None
+    except (MachineError, HarnessError) as exc:
+        raise fail(f"machine: {first_line(str(exc))}", EXIT_MACHINE) from None
+    render(verdict, stdout_console())
     if json_out:
         json_out.write_text(verdict.model_dump_json(indent=1))
-    sys.exit(EXIT_ACCEPTED if verdict.accepted else EXIT_REJECTED)
+    raise typer.Exit(EXIT_CORRECT if verdict.accepted else EXIT_REJECTED)
 
+
+if __name__ == "__main__":
+    eval_app(prog_name="fusebot eval")

@@ -49,7 +49,7 @@ def confirm_finalists(result: SearchResult, evaluator: object, rounds: int,
             out.append(None)
             continue
         if progress:
-            progress(Progress(round=result.rounds, message=f"confirming the best {what} against the baselines"))
+            progress(result.progress.model_copy(update={"message": f"confirming the best {what} against the baselines"}))
         out.append(confirm(a.candidate, rounds=rounds))
     return out[0], out[1]
 

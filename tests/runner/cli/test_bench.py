@@ -59,6 +59,7 @@ def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_p
            "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
     p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("improved: ") and "round 1/1: built " in p.stderr  # the outcome; the progress
     result = json.loads((out / "result.json").read_text())
     v = result["verdict"]
     assert v["accepted"], v["reasons"]
@@ -83,6 +84,7 @@ def test_bench_runs_every_problem_of_a_folder_and_writes_its_table(tmp_path):
            "--no-compile-baseline", "--budget-seconds", "60", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
     p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines()[-1] == f"table in {out}/README.md and {out}/results.json"
     data = json.loads((out / "results.json").read_text())
     rows = {r["problem"]: r for r in data["rows"]}
     assert sorted(rows) == ["mingpt_gelu", "rmsnorm"] and data["budget_seconds"] == 60

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.cli.optimize import EXIT_STATUS
 from runner.search.trace import read_events
 from tests.fakes.llm_server import Reply, ScriptedLLM
 from tests.runner.cpu_kernels import BROKEN, GOOD, PROBLEM, SLOW, WRONG, answer
@@ -154,3 +156,10 @@ def test_a_search_killed_mid_way_resumes_without_redoing_finished_work(tmp_path)
     assert result["trace_summary"]["candidates"] == len(evaluated | again)
     new_answers = [e for e in after if e["event"] == "answer"]
     assert result["trace_summary"]["tokens_used"] == 300 * (len(answered) + len(new_answers))
+
+
+def test_the_exit_statuses_are_the_documented_ones():
+    text = (ROOT / "docs/search.md").read_text()
+    rows = dict(re.findall(r"^\| `(\d)` \| (.+) \|$", text, re.M))
+    assert {int(k): v for k, v in rows.items()} == EXIT_STATUS
+    assert "fusebot optimize FILE[:CLASS] --out DIR" in text

@@ -1,0 +1,110 @@
+"""What the typer shells (`fusebot eval`, `optimize`, `bench`) share, so that they read like the tools their users
+live in (pytest, ruff, gh): `-h` beside `--help`; plain help whose usage line says `[OPTIONS] REFERENCE CANDIDATE`
+and whose flags carry no type tag; the result on stdout and diagnostics on stderr, one unwrapped line each off a
+terminal (so `file:line:` stays whole for editors and grep); logging drawn by rich only on a terminal; and the
+backend checked before any work starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import torch
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from typer.core import TyperArgument, TyperCommand
+
+from runner.errors import UsageError
+from runner.harness.evaluator import default_backend
+
+CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+BACKENDS = ("cuda", "cpu")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class Command(TyperCommand):
+    """A typer command with click's plain conventions: the usage line names arguments as their capital metavars
+    (typer writes a required one as `{reference}`), and the arguments' list shows no `<path>` type tag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperArgument):
+                param.display_type_rich = _no_type  # type: ignore[method-assign]
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def app(help_text: str) -> typer.Typer:
+    """A one-command Typer app with plain help (`rich_markup_mode=None`): click's layout, no boxes, no type tags."""
+    return typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                       rich_markup_mode=None, context_settings=CONTEXT, help=help_text)
+
+
+def exit_status_help(statuses: dict[int, str]) -> str:
+    """The `Exit status:` block of a help page (kept as written: click's `\\b`), from the table docs/ repeats."""
+    return "\b\nExit status:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in statuses.items()) + "\n"
+
+
+def stderr_console() -> Console:
+    """Diagnostics. Off a terminal rich neither wraps (soft_wrap) nor styles."""
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def stdout_console() -> Console:
+    """The result: tables and summary lines."""
+    return Console(soft_wrap=True, highlight=False)
+
+
+def setup_logging(verbose: bool, console: Console) -> None:
+    """INFO with -v, else WARNING; drawn by rich on a terminal (beside a live progress line), plain lines elsewhere."""
+    level = logging.INFO if verbose else logging.WARNING
+    if console.is_terminal:
+        handler: logging.Handler = RichHandler(console=console, show_path=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+def error(message: str) -> None:
+    """One diagnostic on stderr, `error: ...`, never wrapped; red on a terminal."""
+    typer.echo(typer.style("error", fg="red", bold=True) + ": " + message, err=True)
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    """Print `message` as an error; the caller raises the returned Exit (`raise fail(...) from None`)."""
+    error(message)
+    return typer.Exit(code)
+
+
+def torch_has_cuda() -> bool:
+    return torch.version.cuda is not None
+
+
+def choose_backend(backend: str | None) -> str:
+    """The backend asked for, or cuda where a GPU is present. Raises UsageError when cuda is asked of a torch built
+    without it (a CPU wheel): no harness process is started to find that out."""
+    if backend is not None and backend not in BACKENDS:
+        raise UsageError(f"--backend {backend}: expected cuda or cpu")
+    chosen = backend or default_backend()
+    if chosen == "cuda" and not torch_has_cuda():
+        raise UsageError(f"--backend cuda: this torch has no CUDA (torch {torch.__version__})")
+    return chosen
+
+
+def first_line(message: str) -> str:
+    """A machine error's headline; its details (a worker's traceback) go to the log at INFO, shown with -v."""
+    head, _, rest = str(message).strip().partition("\n")
+    if rest:
+        logging.getLogger(__name__).info("details:\n%s", rest)
+    return head
