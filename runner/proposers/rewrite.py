@@ -60,7 +60,7 @@ class Rewrite:
     sites: tuple[Site, ...]
 
     def idea(self) -> str:
-        parts = [f"line {s.line}: `{s.old}` -> `{s.new}`: {s.words}" for s in self.sites]
+        parts = [f"{s.lines}: `{s.old}` -> `{s.new}`: {s.words}" for s in self.sites]
         return "Rewrite the module's PyTorch source (no kernel). " + "; ".join(parts) + "."
 
 
@@ -95,7 +95,7 @@ def rewrites(text: str, class_name: str) -> list[Rewrite]:
     for group in groups:
         new = apply(text, [e for s in group for e in s.edits])
         if new is None:
-            log.info("rewrite: %s did not apply cleanly", ", ".join(f"line {s.line} ({s.rule})" for s in group))
+            log.info("rewrite: %s did not apply cleanly", ", ".join(f"{s.lines} ({s.rule})" for s in group))
         elif new != text and all(r.text != new for r in out):
             out.append(Rewrite(new, group))
     return out

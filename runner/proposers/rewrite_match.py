@@ -45,6 +45,12 @@ class Site:
     old: str
     new: str
 
+    @property
+    def lines(self) -> str:
+        """"line 17", or "lines 20-24" where statements folded into it go too."""
+        first, last = min(e.at[0] for e in self.edits), max(e.at[2] for e in self.edits)
+        return f"line {first}" if first == last else f"lines {first}-{last}"
+
 
 class Ctx:
     """A rule's view of one statement: the function's facts, the temporaries before it, and the file's names."""

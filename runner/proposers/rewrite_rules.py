@@ -48,6 +48,16 @@ def diag_product(node: ast.expr, ctx: Ctx) -> Match | None:
     if d is not None and len(d.args) == 1 and not d.keywords:
         v = d.args[0]
         return Match(ctx.build("A * V", A=a, V=v), f"B @ diag(a) is B * a: {why}", [(v, 1)])
+    ctx.used.clear()
+    d = ctx.call(a, "torch.diag_embed")  # a batch of diagonals: [..., N] -> [..., N, N]
+    if d is not None and len(d.args) == 1 and not d.keywords and how != "mm":
+        return Match(ctx.build("V.unsqueeze(-1) * B", V=d.args[0], B=b), "diag_embed(a) @ B is a.unsqueeze(-1) * B: "
+                     + why, [(b, -2)])
+    ctx.used.clear()
+    d = ctx.call(b, "torch.diag_embed")
+    if d is not None and len(d.args) == 1 and not d.keywords and how != "mm":
+        return Match(ctx.build("A * V.unsqueeze(-2)", A=a, V=d.args[0]), "B @ diag_embed(a) is B * a.unsqueeze(-2): "
+                     + why, [(a, -2)])
     return None
 
 

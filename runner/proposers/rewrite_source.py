@@ -24,7 +24,8 @@ PURE_METHODS = {
 # torch constructors whose positional sizes give the result's dims
 SIZED = {"torch.rand", "torch.randn", "torch.ones", "torch.zeros", "torch.empty", "torch.full"}
 SAME_DIMS_METHODS = {"float", "half", "double", "bfloat16", "to", "contiguous", "clone", "detach", "exp", "log",
-                     "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "clamp", "pow", "neg", "relu", "square", "type_as"}
+                     "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "clamp", "pow", "neg", "relu", "square", "type_as",
+                     "transpose", "permute", "t", "softmax", "log_softmax", "masked_fill"}
 
 _SHAPE_COMMENT = re.compile(r"\b([A-Za-z_]\w*)\s*:\s*(?:[A-Za-z]\w*)?\[([^\]]*)\]")
 
@@ -127,6 +128,8 @@ class Func:
             return self.dims.get(node.id)
         if isinstance(node, ast.Attribute) and dotted(node) and dotted(node).startswith("self."):
             return self.dims.get(dotted(node))
+        if isinstance(node, ast.Attribute) and node.attr in ("T", "mT", "mH"):
+            return self.dims_of(node.value)
         if isinstance(node, ast.BinOp):
             a, b = self.dims_of(node.left), self.dims_of(node.right)
             if isinstance(node.left, ast.Constant):

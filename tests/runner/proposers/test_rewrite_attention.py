@@ -85,6 +85,9 @@ def test_attention_written_out_is_sdpa(text, name, removed, added):
     old, new = changed(text, r.text)
     assert len(old) == removed and new[0] == added and r.sites[0].rule == "attention"
     assert "scale=" in r.text and max(len(line) for line in r.text.splitlines()) <= 120
+    first = min(k for k, line in enumerate(text.splitlines(), 1) if line.strip() in old)
+    last = max(k for k, line in enumerate(text.splitlines(), 1) if line.strip() in old)
+    assert r.idea().startswith(f"Rewrite the module's PyTorch source (no kernel). lines {first}-{last}: ")
     x = torch.randn(2, 12, 32)
     torch.testing.assert_close(run(r.text, name, x), run(text, name, x), atol=1e-5, rtol=1e-5)
     if name == "Attention":

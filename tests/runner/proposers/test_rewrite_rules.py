@@ -97,6 +97,14 @@ def test_every_spelling_of_a_diag_product(expr, new):
     assert changed(text, r.text) == ([f"return {expr}"], [f"return {new}"])
 
 
+def test_a_batch_of_diagonals():
+    g = [torch.randn(2, 5, 8), torch.rand(2, 5)]
+    text = module("# x: [B, N, M]\nreturn torch.diag_embed(g) @ x + (x.mT @ torch.diag_embed(g)).mT", args="x, g")
+    r = equivalent(text, g)
+    assert changed(text, r.text)[1] == ["return g.unsqueeze(-1) * x + (x.mT * g.unsqueeze(-2)).mT"]
+    assert r.idea().count("line 21: ") == 2  # both sites
+
+
 def test_a_diag_of_a_matrix_is_not_rewritten():
     """torch.diag of a 2-D tensor is its diagonal (a vector): diag(W) @ x is a matrix-vector product."""
     assert rewrites(module("# x: [N, M]\nreturn torch.diag(self.square) @ x"), "Model") == []
