@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from runner.proposers.rewrite_edit import Edit
-from runner.proposers.rewrite_source import Func, plain, same
+from runner.proposers.rewrite_source import Func, plain, root_name, same
 
 log = logging.getLogger(__name__)
 
@@ -147,15 +147,35 @@ def _stored(stmts: list[ast.stmt]) -> set[str]:
     return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
+def _writes(f: Func, stmts: list[ast.stmt]) -> set[str] | None:
+    """The names these statements may write in place (the root of an item or attribute store, an augmented
+    assignment, an in-place method, an argument of a call that is not pure); None: anything (an inplace/out call)."""
+    out: set[str] = set()
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Subscript | ast.Attribute) and isinstance(n.ctx, ast.Store | ast.Del) or \
+                    isinstance(n, ast.AugAssign):
+                out.add(root_name(n.target if isinstance(n, ast.AugAssign) else n) or "")
+            elif isinstance(n, ast.Call):
+                if any(k.arg in ("inplace", "out") for k in n.keywords):
+                    return None
+                if isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_"):
+                    out.add(root_name(n.func.value) or "")
+                if not f.pure(n):
+                    out |= {root_name(a) or "" for a in n.args + [k.value for k in n.keywords]}
+    return out
+
+
 def temporaries(f: Func, body: list[ast.stmt], i: int) -> dict[str, tuple[ast.expr, ast.stmt]]:
     """Names bound once in the function by `name = <pure expression>` earlier in this block, none of whose inputs is
-    rebound before statement i."""
+    rebound or written in place before its use in statement i."""
     out = {}
     for j, s in enumerate(body[:i]):
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) and \
                 f.stores.get(s.targets[0].id) == 1 and f.pure(s.value):
             reads = {n.id for n in ast.walk(s.value) if isinstance(n, ast.Name)}
-            if not reads & _stored(body[j + 1: i]):
+            written = _writes(f, body[j + 1: i + 1])
+            if written is not None and not reads & (_stored(body[j + 1: i]) | written):
                 out[s.targets[0].id] = (s.value, s)
     return out
 
@@ -164,9 +184,9 @@ def _loads(node: ast.AST, name: str) -> int:
     return sum(1 for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load))
 
 
-def folded(f: Func, node: ast.AST, ctx: Ctx) -> list[ast.stmt]:
-    """The statements of the temporaries the match folded in that nothing else reads."""
-    drop = {n for n in ctx.used if n in ctx.temps}
+def folded(f: Func, node: ast.AST, new: ast.AST, ctx: Ctx) -> list[ast.stmt]:
+    """The statements of the temporaries the match folded in that nothing else reads, the new expression included."""
+    drop = {n for n in ctx.used if n in ctx.temps and not _loads(new, n)}
     while True:
         keep = {n for n in drop
                 if _loads(node, n) + sum(_loads(ctx.temps[m][0], n) for m in drop) < f.loads.get(n, 0)}
@@ -233,7 +253,7 @@ def _visit(node: ast.expr, f: Func, where: tuple, rules: list[tuple[str, Rule]],
         new, note = g
         if note and m.drop:
             continue  # the original, the guard's other branch, needs the statements the rewrite would remove
-        edits = [Edit.of(node, new)] + [Edit.of(s) for s in folded(f, node, ctx) + m.drop]
+        edits = [Edit.of(node, new)] + [Edit.of(s) for s in folded(f, node, new, ctx) + m.drop]
         sites.append(Site(name, m.words + note, edits, node.lineno, ast.unparse(node), ast.unparse(new)))
         return
     for child in ast.iter_child_nodes(node):

@@ -36,3 +36,19 @@ def test_a_guard_keeps_the_temporaries_its_other_branch_reads():
     text = module("d = torch.diag(self.gain)\nreturn d @ x")
     r = equivalent(text, X)
     assert changed(text, r.text) == (["return d @ x"], ["return self.gain[:, None] * x if x.dim() >= 2 else d @ x"])
+
+
+def test_a_temporary_whose_input_is_written_in_place_before_its_use_is_not_folded():
+    text = module("e = torch.exp(x)\nx.mul_(2)\nreturn e / e.sum(-1, keepdim=True)")
+    assert rewrites(text, "Model") == []
+    text = module("e = torch.exp(x)\nh = self.fc(x)\nreturn e / e.sum(-1, keepdim=True) + h")  # a module may
+    assert rewrites(text, "Model") == []
+
+
+def test_a_temporary_the_new_expression_names_is_kept():
+    text = module("w = self.weight * 2\nu = x.mean(-1, keepdim=True)\nv = ((x - u) ** 2).mean(-1, keepdim=True)\n"
+                  "return (x - u) / torch.sqrt(v + 1e-5) * w")
+    r = equivalent(text, X3)
+    assert changed(text, r.text) == (["u = x.mean(-1, keepdim=True)", "v = ((x - u) ** 2).mean(-1, keepdim=True)",
+                                      "return (x - u) / torch.sqrt(v + 1e-5) * w"],
+                                     ["return F.layer_norm(x, (x.shape[-1],), w, None, 1e-05)"])
