@@ -142,8 +142,10 @@ def _root(node: ast.expr, ctx: Ctx) -> bool:
         return True
     if isinstance(node, ast.Call):
         q = ctx.qual(node.func)
-        return q in ROOT_CALLS or (q is None and isinstance(node.func, ast.Attribute)
-                                   and node.func.attr in ROOT_METHODS)
+        method = q is None and isinstance(node.func, ast.Attribute)
+        if q in UNARY_ORIGINS and node.args or method and node.func.attr in UNARY:  # log(1 + exp(x)), not log(x)
+            return not plain(node.args[0] if q else node.func.value)
+        return q in ROOT_CALLS or (method and node.func.attr in ROOT_METHODS)
     return False
 
 

@@ -23,6 +23,7 @@ from .test_rewrite_rules import X3, changed, equivalent, module
     ("x * F.relu6(x + 3) / 6", "F.hardswish(x)"),
     ("torch.max(x, torch.zeros_like(x))", "torch.relu(x)"),
     ("1 / (1 + torch.exp(-x))", "torch.sigmoid(x)"),
+    ("torch.log(1 + torch.exp(x))", "F.softplus(x)"),
 ])
 def test_a_hand_written_activation_is_the_library_call(expr, new):
     text = module(f"return {expr}")
@@ -42,6 +43,8 @@ def test_an_activation_built_over_two_statements():
     "x * torch.sigmoid(1.702 * x)",  # QuickGELU: no library call computes it
     "x * torch.sigmoid(self.gain)",  # two tensors
     "torch.sigmoid(x)",  # already the library call
+    "torch.exp(x)",
+    "torch.sigmoid(2 * x)",  # a formula, but no library activation's
     "self.fc(x) * torch.sigmoid(self.fc(x))",  # a module call is not evaluated once for twice
     "torch.clamp(x, min=0)",  # one op either way
     "x * x.max(-1, keepdim=True)[0]",  # a reduction, not an elementwise maximum
