@@ -293,6 +293,8 @@ class _Search(Evaluation):
         for p, w in self.proposers:
             u = self.session.usage.get(p.name)
             mine = [a for a in self.history.attempts if a.proposer == p.name]
+            if not w and not mine and not any(i.proposer == p.name for i in self.history.ideas):
+                continue  # a proposer of share 0 with nothing to propose here (no source rewrite) is not news
             out.append(Credit(
                 name=p.name, share=w, requests=u.requests if u else 0, tokens=u.tokens if u else 0,
                 cost_usd=u.cost_usd if u else 0.0, seconds=u.seconds if u else 0.0,

@@ -87,6 +87,12 @@ def test_nothing_to_rewrite_gives_no_ideas_and_no_noise(caplog):
     assert caplog.records == []
 
 
+def test_a_search_with_nothing_to_rewrite_does_not_name_the_rewrites(tmp_path):
+    res = search(context("# FAKE: ms=0.5\n" + module("return torch.relu(x)")), TableEvaluator(),
+                 [(RewriteProposer(), 0.0)], SearchBudget(rounds=1, ideas_per_round=2), tmp_path / "t.jsonl")
+    assert res.credit == [] and res.candidates == 0
+
+
 def test_the_search_asks_the_rewrites_in_the_first_round_only_beside_the_catalogs_share(tmp_path):
     class Builtin:
         name = "catalog"
@@ -114,6 +120,7 @@ def test_the_search_asks_the_rewrites_in_the_first_round_only_beside_the_catalog
     rewrites = [c for c in ev.evaluated if c.rewrite]
     assert len(rewrites) == 4 and all(c.id.startswith("r1-rewrite-") for c in rewrites)  # all together, each alone
     assert len(rewrites[0].idea.split("; ")) == 3 and res.best.candidate.rewrite
+    assert [(c.name, c.share, c.ideas, c.verified) for c in res.credit] == [("catalog", 1.0, 2, 0), ("rewrite", 0.0, 4, 4)]
 
 
 def test_the_rewrite_of_row_gain_is_verified_by_the_harness_on_the_cpu(harness_cache):
