@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 EXIT_CORRECT, EXIT_REJECTED, EXIT_USAGE, EXIT_MACHINE = 0, 1, 2, 3
 EXIT_STATUS = {  # docs/eval.md repeats this table (tests/runner/cli/test_eval.py keeps them equal)
     EXIT_CORRECT: "correct, faster or not (the first line says which)",
-    EXIT_REJECTED: "incorrect or rejected (each failed check is named)",
+    EXIT_REJECTED: "rejected: incorrect, or failed another check (each is named)",
     EXIT_USAGE: "usage error or broken problem (the message names file and line)",
     EXIT_MACHINE: "broken machine (no GPU, no compiler, no sandbox)",
 }
@@ -44,7 +44,8 @@ marked `# fusebot: optimize` (CLASS names one where the file marks several). CAN
 (.py), pure CUDA-C (.cu, --backend cuda) or C++ (.cpp, --backend cpu) exporting runner/csrc/fusebot.h's C ABI.
 
 The first line on stdout says whether it is correct and whether it is faster than the faster of eager and
-torch.compile (e.g. `correct, 0.01x vs eager: slower`), then the failed checks, the trials and the timing.
+torch.compile (e.g. `correct, 0.01x vs eager: slower`), or which checks rejected it (`rejected at verify:
+mismatch`), then each failed check's reason, the trials and the timing.
 Diagnostics go to stderr.
 
 """ + exit_status_help(EXIT_STATUS)
@@ -90,10 +91,11 @@ def headline(v: Verdict) -> str:
     correct, 2.31x vs eager, 1.12x vs torch.compile: faster
     correct, 0.01x vs eager: slower
     correct, 1.80x vs eager, 0.70x vs torch.compile: slower than torch.compile
-    incorrect: rejected at verify
-    rejected at build"""
+    rejected at verify: mismatch, nan-mismatch
+    rejected at build: build"""
     if not v.accepted:
-        return ("incorrect: rejected at verify" if v.stage == "verify" else f"rejected at {v.stage}")
+        checks = list(dict.fromkeys(r.split(":", 1)[0].strip() for r in v.reasons))
+        return f"rejected at {v.stage}" + (f": {', '.join(checks)}" if checks else "")
     speeds = [f"{_x(x)} vs {name}" for x, name in ((v.speedup_vs_eager, "eager"),
                                                       (v.speedup_vs_compile, "torch.compile")) if x is not None]
     best = faster_baseline(v.baselines)

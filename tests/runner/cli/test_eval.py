@@ -44,9 +44,11 @@ def test_the_headline_says_correct_and_faster_or_slower():
     assert headline(verdict(0.5, compile_ms=0.4)) == \
         "correct, 2.00x vs eager, 0.80x vs torch.compile: slower than torch.compile"
     assert headline(verdict(None)) == "correct, not timed"
-    wrong = verdict(None, accepted=False, stage="verify")
-    assert headline(wrong) == "incorrect: rejected at verify"
-    assert headline(wrong.model_copy(update={"stage": "build"})) == "rejected at build"
+    wrong = verdict(None, accepted=False, stage="verify", reasons=["mismatch: trial 0: max_abs_err 1.0 at [3, 7]",
+                                                                    "mismatch: trial 1: ...", "nan-mismatch: trial 2"])
+    assert headline(wrong) == "rejected at verify: mismatch, nan-mismatch"
+    assert headline(wrong.model_copy(update={"stage": "build", "reasons": ["build: kernel.cpp:3:5: error"]})) == \
+        "rejected at build: build"
 
 
 def test_the_exit_statuses_are_the_documented_ones():
@@ -73,7 +75,7 @@ def test_correct_exits_0_and_writes_the_documented_json(tmp_path):
 def test_rejected_exits_1_with_reasons(tmp_path):
     proc, verdict = run_eval(tmp_path, FAST_HACKS["partial_computation"][0]["kernel.cpp"])
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("incorrect: rejected at verify")
+    assert proc.stdout.startswith("rejected at verify: uninitialized-output")
     assert "\n  x uninitialized-output" in proc.stdout
     assert verdict["accepted"] is False and verdict["reasons"][0].startswith("uninitialized-output")
 
