@@ -65,13 +65,15 @@ def prepare_repo(repo_dir: Path, examples: Path) -> git.Repo:
 # ---- one target ------------------------------------------------------------------------------------------------
 
 def _proposers():
-    """The builtin strategy catalog beside the seed proposer (simple elementwise and softmax targets: the catalog
-    recognises KernelBench `Model` classes only)."""
+    """The builtin strategy catalog, the source rewrites of the module (their own first-round quota, no share) and
+    the seed proposer: everything fusebot proposes with no LLM."""
     # runner imports here, not at the top: they load torch, which `fusebot --help` and the bot never need
     from runner.proposers.catalog import catalog_proposers
+    from runner.proposers.rewrite import rewrite_proposers  # torch: only when the demo searches
     from runner.proposers.seed import seed_proposers
 
-    return [(p, 1.0) for p in catalog_proposers()] + list(seed_proposers()), "builtin strategy catalog + seed"
+    pool = [(p, 1.0) for p in catalog_proposers()] + [(p, 0.0) for p in rewrite_proposers()]
+    return pool + list(seed_proposers()), "builtin strategy catalog + source rewrites + seed"
 
 
 def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudget, backend: str,
