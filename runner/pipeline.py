@@ -16,7 +16,10 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -25,7 +28,8 @@ from pydantic import ValidationError
 from runner.contract import Backend, Job, JobResult, ProblemSpec, Progress, SearchBudget, TargetResult, TargetSpec
 from runner.errors import ProblemError, UsageError
 from runner.harness import dropin
-from runner.harness.evaluator import Evaluator, default_backend
+from runner.harness.evaluator import default_backend
+from runner.harness.gpus import device_evaluators, lanes, visible_gpus
 from runner.proposers.catalog import catalog_proposers
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
@@ -228,26 +232,80 @@ def accepted_result(job: Job, target: TargetSpec, spec: ProblemSpec, outcome, so
                              **proposal(outcome))
 
 
+class _Combined:
+    """Progress of targets searched at once, as one: counts summed, the best speedup over them, the furthest round."""
+
+    def __init__(self, progress: Callable[[Progress], None], targets: int) -> None:
+        self.progress, self.targets, self.latest, self.lock = progress, targets, {}, threading.Lock()
+
+    def for_target(self, i: int) -> Callable[[Progress], None]:
+        def report(p: Progress) -> None:
+            with self.lock:
+                self.latest[i] = p
+                ps = list(self.latest.values())
+            best = [x.best_speedup for x in ps if x.best_speedup is not None]
+            self.progress(Progress(round=max(x.round for x in ps), built=sum(x.built for x in ps),
+                                   verified=sum(x.verified for x in ps), rejected=sum(x.rejected for x in ps),
+                                   best_speedup=max(best) if best else None,
+                                   message=f"{len(ps)} of {self.targets} targets started: {p.message}"[:300]))
+        return report
+
+
+def _search_target(job: Job, target: TargetSpec, source_dir: Path, tmp: Path, pool: Sequence, backend: str,
+                   devices: list[int], total: int, workdir: Path | None,
+                   progress: Callable[[Progress], None]) -> tuple[TargetResult, object]:
+    spec = problem_spec(target, source_dir)
+    try:
+        with device_evaluators(spec, backend, devices, total=total) as ev:
+            outcome = optimize_problem(spec, tmp / target.name, job.budget, pool, ev, backend, progress=progress)
+            environment = ev.environment()
+    except ProblemError as exc:
+        log.warning("target %s: %s", target.name, exc)
+        return TargetResult(target=target.name, improved=False, message=f"problem: {exc}"), None
+    return accepted_result(job, target, spec, outcome, source_dir, workdir), environment
+
+
 def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,
-            backend: str | None = None, workdir: Path | None = None) -> JobResult:
+            backend: str | None = None, workdir: Path | None = None, gpus: Sequence[int] | None = None,
+            proposer_pools: Sequence[Sequence] | None = None) -> JobResult:
+    """Every target of the job, on every device in `gpus` (default: every visible GPU; none on the CPU backend).
+    With several devices, targets are searched at once, a search per device, or several devices per search when they
+    outnumber the targets (runner/harness/gpus.py `lanes`); each search evaluates its candidates on all its devices.
+    Searches at once need proposers each: `proposer_pools` (one pool per search), else pools made here from
+    `job.models`; a single `proposers` pool searches the targets one after another, over all the devices."""
     if job.kind != "search":
         log.info("job %s: %s of the kernels under %s", job.id, job.kind, job.kernels_dir)
         return run_kernel_job(job, Path(source_dir), progress, backend=backend, workdir=workdir)
     chosen = backend or default_backend()
-    pool = list(proposers) if proposers is not None else make_proposers(job.models)
-    results: list[TargetResult] = []
-    environment = None
+    devices = list(gpus) if gpus is not None else list(range(visible_gpus())) if chosen == "cuda" else []
+    pools = [list(p) for p in proposer_pools] if proposer_pools else [list(proposers)] if proposers is not None else None
+    plan = lanes(devices, len(job.targets) if pools is None else min(len(job.targets), len(pools)))
+    pools = pools or [make_proposers(job.models) for _ in plan]
+    results: list[TargetResult | None] = [None] * len(job.targets)
+    environments: dict[int, object] = {}
+    todo = deque(enumerate(job.targets))
+    lock = threading.Lock()
+    combined = _Combined(progress, len(job.targets))
     with tempfile.TemporaryDirectory(prefix=f"fusebot-job-{job.id}-", dir=workdir) as tmp:
-        for target in job.targets:
-            spec = problem_spec(target, Path(source_dir))
-            out = Path(tmp) / target.name
-            try:
-                with Evaluator(spec, backend=chosen) as ev:
-                    outcome = optimize_problem(spec, out, job.budget, pool, ev, chosen, progress=progress)
-                    environment = environment or ev.environment()
-            except ProblemError as exc:
-                log.warning("target %s: %s", target.name, exc)
-                results.append(TargetResult(target=target.name, improved=False, message=f"problem: {exc}"))
-                continue
-            results.append(accepted_result(job, target, spec, outcome, Path(source_dir), workdir))
-    return JobResult(job_id=job.id, ok=True, targets=results, environment=environment)
+
+        def lane(k: int) -> None:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i, target = todo.popleft()
+                report = progress if len(plan) == 1 else combined.for_target(i)
+                results[i], env = _search_target(job, target, Path(source_dir), Path(tmp), pools[k], chosen, plan[k],
+                                                 len(devices), workdir, report)
+                if env is not None:
+                    environments[i] = env
+
+        if len(plan) == 1:
+            lane(0)
+        else:
+            log.info("job %s: %d targets, %d searches at once on %s", job.id, len(job.targets), len(plan), plan)
+            with ThreadPoolExecutor(len(plan), thread_name_prefix="search") as ex:
+                for f in [ex.submit(lane, k) for k in range(len(plan))]:
+                    f.result()
+    environment = environments[min(environments)] if environments else None
+    return JobResult(job_id=job.id, ok=True, targets=[r for r in results if r is not None], environment=environment)

@@ -1,6 +1,7 @@
 """The search's budgets and its evaluation of candidates into the archive (a part of runner/search/loop.py's search).
 
-Candidates go to the evaluator a chunk at a time (built in parallel, then verified and timed one at a time); a verdict
+Candidates go to the evaluator a chunk at a time (built in parallel, then verified and timed one at a time on each
+device: an evaluator over several GPUs shares the chunk among them, runner/harness/gpus.py); a verdict
 already in the trace is read back, never redone; every verdict is counted once against the budgets and the progress,
 and each candidate becomes an attempt of the archive. The wall and GPU budgets are checked between chunks, and after
 the first chunk each holds only as many candidates as the remaining wall budget fits at the seconds per candidate seen
@@ -110,13 +111,17 @@ class Evaluation:
 
     def _chunk_size(self) -> int:
         """As many candidates as the remaining wall budget holds at the seconds per candidate seen so far (at least
-        one, at most `chunk`): on a 7 GB problem one candidate costs ~25 s to verify, and a full chunk of them ran a
-        30 s budget to 200 s on the H100."""
+        one per device the evaluator spreads a chunk over, at most `chunk`): on a 7 GB problem one candidate costs
+        ~25 s to verify, and a full chunk of them ran a 30 s budget to 200 s on the H100. An evaluator over several
+        GPUs (runner/harness/gpus.py DeviceSet) says how many as `lanes`; its seconds per candidate are per chunk's
+        wall time, so they already count the devices working at once."""
+        lanes = max(1, int(getattr(self.evaluator, "lanes", 1)))
+        chunk = max(self.chunk, lanes)
         if not self._eval_count:
-            return self.chunk
+            return chunk
         per_candidate_s = self._eval_seconds / self._eval_count
         left_s = self.budget.wall_seconds - self.trace.elapsed_s()
-        return max(1, min(self.chunk, int(left_s // max(per_candidate_s, 1e-6))))
+        return max(lanes, min(chunk, int(left_s // max(per_candidate_s, 1e-6))))
 
     def _account(self, key: str) -> Verdict:
         """Count a verdict once against the budgets and in the progress (fresh or replayed alike)."""

@@ -67,3 +67,77 @@ def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeyp
     assert not broken.improved and broken.message.startswith("problem: import") and "no import for you" in broken.message
     assert seen, "progress was reported"
     assert result.environment is not None and result.environment.torch
+
+
+class FakeKernels:
+    """A real Proposer whose kernels the fake devices below read their verdicts from (tests/fakes/evaluators.py):
+    verified, and slower than the baselines (no drop-in to check)."""
+
+    name = "fake-kernels"
+
+    def bind(self, session) -> None:
+        self.session = session
+
+    def ideas(self, ctx, history, n):
+        return [Idea(text="fuse", proposer=self.name, round=0, index=0)][:n] if not history.ideas else []
+
+    def implement(self, ctx, idea, history, n):
+        return [Candidate(id=f"c{j}", format="fast", backend="cpu", sources={"kernel.cpp": f"// FAKE: ms=2.{j + 1}\n"})
+                for j in range(n)]
+
+    def repair(self, ctx, candidate, verdict):
+        return None
+
+
+def test_targets_are_searched_at_once_one_per_device(tmp_path, monkeypatch):
+    """Two fake GPUs, two targets: both searches run at the same time, each on its own device (they wait for each
+    other at a barrier), and the results come back in the job's target order."""
+    import contextlib
+    import threading
+
+    from runner.contract import Baselines, Environment
+    from runner.pipeline import device_evaluators as real  # noqa: F401 (what is replaced below)
+    from tests.fakes.evaluators import TableEvaluator, timing
+
+    both = threading.Barrier(2, timeout=30)
+    opened: list[tuple[str, list[int], int]] = []
+
+    class FakeGpu(TableEvaluator):
+        def reference_source(self):
+            return "class Model: ...\n"
+
+        def roofline(self):
+            return None
+
+        def environment(self, confinement=None):
+            return Environment(device="cuda:0", gpu="fake", torch="2", python="3", fusebot="0")
+
+        def baselines(self):
+            both.wait()  # the other target's search has started too
+            return Baselines(eager=timing(1.0), compile=timing(0.8))
+
+    @contextlib.contextmanager
+    def fake_devices(spec, backend, devices, config=None, *, total=None, visible=None):
+        opened.append((spec.name, list(devices), total))
+        yield FakeGpu()
+
+    monkeypatch.setattr("runner.pipeline.device_evaluators", fake_devices)
+    src = _repo(tmp_path)
+    (src / "models" / "chain2.py").write_text((src / "models" / "chain.py").read_text())
+    job = Job(id="j2", repo="o/r", sha="0" * 40, targets=[
+        TargetSpec(name="chain", file="models/chain.py", class_name="Model"),
+        TargetSpec(name="chain2", file="models/chain2.py", class_name="Model"),
+    ], budget=SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=2, wall_seconds=60))
+    seen = []
+    result = run_job(job, src, seen.append, backend="cpu", gpus=[0, 1],
+                     proposer_pools=[[(FakeKernels(), 1.0)], [(FakeKernels(), 1.0)]])
+    assert sorted(opened) == [("chain", [0], 2), ("chain2", [1], 2)] or sorted(opened) == [
+        ("chain", [1], 2), ("chain2", [0], 2)]
+    assert [t.target for t in result.targets] == ["chain", "chain2"]
+    assert all(t.verdict is not None and t.verdict.accepted for t in result.targets)
+    assert any("targets started" in p.message for p in seen)  # one progress for both searches
+    opened.clear()
+    one = job.model_copy(update={"targets": job.targets[:1]})
+    both = threading.Barrier(1)
+    run_job(one, src, seen.append, backend="cpu", gpus=[0, 1], proposers=[(FakeKernels(), 1.0)])
+    assert opened == [("chain", [0, 1], 2)]  # one target: one search over both devices
