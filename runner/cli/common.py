@@ -82,8 +82,15 @@ def error(message: str) -> None:
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    """Print `message` as an error; the caller raises the returned Exit (`raise fail(...) from None`)."""
-    error(message)
+    """Print `message`'s first line as an error; the rest (a worker's traceback) goes to the log at INFO, shown with
+    -v. The caller raises the returned Exit (`raise fail(...) from None`)."""
+    head, _, details = message.strip().partition("\n")
+    log = logging.getLogger(__name__)
+    if details and not log.isEnabledFor(logging.INFO):
+        head += " (-v shows the details)"
+    error(head)
+    if details:
+        log.info("details:\n%s", details)
     return typer.Exit(code)
 
 
@@ -100,11 +107,3 @@ def choose_backend(backend: str | None) -> str:
     if chosen == "cuda" and not torch_has_cuda():
         raise UsageError(f"--backend cuda: this torch has no CUDA (torch {torch.__version__})")
     return chosen
-
-
-def first_line(message: str) -> str:
-    """A machine error's headline; its details (a worker's traceback) go to the log at INFO, shown with -v."""
-    head, _, rest = str(message).strip().partition("\n")
-    if rest:
-        logging.getLogger(__name__).info("details:\n%s", rest)
-    return head

@@ -17,7 +17,6 @@ from runner.cli.common import (
     choose_backend,
     exit_status_help,
     fail,
-    first_line,
     setup_logging,
     stderr_console,
     stdout_console,
@@ -184,7 +183,7 @@ def main(
     except ProblemError as exc:
         raise fail(f"problem: {exc}", EXIT_USAGE) from None
     except (MachineError, HarnessError) as exc:
-        raise fail(f"machine: {first_line(str(exc))}", EXIT_MACHINE) from None
+        raise fail(f"machine: {exc}", EXIT_MACHINE) from None
     render(verdict, stdout_console())
     if json_out:
         json_out.write_text(verdict.model_dump_json(indent=1))

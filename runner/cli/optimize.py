@@ -9,12 +9,13 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.common import Command, app, choose_backend, fail, first_line, setup_logging, stderr_console
+from runner.cli.common import Command, app, choose_backend, fail, setup_logging, stderr_console
 from runner.cli.progress import ProgressView
 from runner.cli.target import problem_for
 from runner.contract import Backend, SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
-from runner.harness.evaluator import Evaluator
+from runner.harness.evaluator import HarnessConfig
+from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
 from runner.pipeline import make_proposers, optimize_problem
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ def optimize(
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline",
                                                       help="Skip the torch.compile baseline.")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard DIR's trace instead of resuming it.")] = False,
+    gpus: Annotated[str | None, typer.Option("--gpus", envvar="FUSEBOT_GPUS", metavar="all|0,1", help="The GPUs "
+                                             "candidates are evaluated on at once (default: all visible).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the search does.")] = False,
 ) -> None:
     console = stderr_console()
@@ -81,7 +84,8 @@ def optimize(
         chosen: Backend = choose_backend(backend)  # type: ignore[assignment]
         spec = problem_for(problem)
         proposers = make_proposers(model or [])
-        with Evaluator(spec, backend=chosen, compile_baseline=not no_compile_baseline) as ev, \
+        devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []
+        with device_evaluators(spec, chosen, devices, HarnessConfig(compile_baseline=not no_compile_baseline)) as ev, \
                 ProgressView(console, rounds) as view:
             o = optimize_problem(spec, out, budget, proposers, ev, chosen, fresh=fresh, progress=view)
     except UsageError as e:
@@ -89,7 +93,7 @@ def optimize(
     except ProblemError as e:
         raise fail(f"problem: {e}", EXIT_BROKEN) from None
     except MachineError as e:
-        raise fail(f"machine: {first_line(str(e))}", EXIT_BROKEN) from None
+        raise fail(f"machine: {e}", EXIT_BROKEN) from None
     typer.echo(("improved: " if o.improved else "no improvement: ") + o.message)
     typer.echo(f"results in {out}/ (report.md, result.json{', dropin.py' if o.improved else ''})")
 

@@ -4,6 +4,7 @@ line by a torch without CUDA, and error lines never wrapped off a terminal."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -73,3 +74,15 @@ def test_errors_are_not_wrapped_when_stderr_is_not_a_terminal(tmp_path):
     assert p.returncode == 2
     line = f"error: {f} defines no class 'B'; it defines {f}:A"
     assert len(line) > 160 and p.stderr == line + "\n"
+
+
+def test_a_failure_is_one_line_and_its_details_wait_for_verbose(capsys):
+    root = logging.getLogger()
+    saved = root.level
+    try:
+        root.setLevel(logging.WARNING)
+        exit_ = common.fail("machine: judge failed during init\nTraceback (most recent call last):\n  ...", 3)
+        assert exit_.exit_code == 3
+        assert capsys.readouterr().err == "error: machine: judge failed during init (-v shows the details)\n"
+    finally:
+        root.setLevel(saved)
