@@ -29,7 +29,7 @@ from runner.contract import Backend, Job, JobResult, ProblemSpec, Progress, Sear
 from runner.errors import ProblemError, UsageError
 from runner.harness import dropin
 from runner.harness.evaluator import default_backend
-from runner.harness.gpus import device_evaluators, lanes, visible_gpus
+from runner.harness.gpus import device_evaluators, lanes, parse_gpus, visible_gpus
 from runner.proposers.catalog import catalog_proposers
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
@@ -268,7 +268,8 @@ def _search_target(job: Job, target: TargetSpec, source_dir: Path, tmp: Path, po
 def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,
             backend: str | None = None, workdir: Path | None = None, gpus: Sequence[int] | None = None,
             proposer_pools: Sequence[Sequence] | None = None) -> JobResult:
-    """Every target of the job, on every device in `gpus` (default: every visible GPU; none on the CPU backend).
+    """Every target of the job, on every device in `gpus` (default: FUSEBOT_GPUS, else every visible GPU; none on
+    the CPU backend).
     With several devices, targets are searched at once, a search per device, or several devices per search when they
     outnumber the targets (runner/harness/gpus.py `lanes`); each search evaluates its candidates on all its devices.
     Searches at once need proposers each: `proposer_pools` (one pool per search), else pools made here from
@@ -277,7 +278,9 @@ def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *,
         log.info("job %s: %s of the kernels under %s", job.id, job.kind, job.kernels_dir)
         return run_kernel_job(job, Path(source_dir), progress, backend=backend, workdir=workdir)
     chosen = backend or default_backend()
-    devices = list(gpus) if gpus is not None else list(range(visible_gpus())) if chosen == "cuda" else []
+    # FUSEBOT_GPUS (all, or 0,1) is the host's choice where the caller made none: the Action's runner, a worker
+    devices = list(gpus) if gpus is not None else parse_gpus(os.environ.get("FUSEBOT_GPUS"), visible_gpus()) \
+        if chosen == "cuda" else []
     pools = [list(p) for p in proposer_pools] if proposer_pools else [list(proposers)] if proposers is not None else None
     plan = lanes(devices, len(job.targets) if pools is None else min(len(job.targets), len(pools)))
     pools = pools or [make_proposers(job.models) for _ in plan]

@@ -30,7 +30,8 @@ from runner.cli.common import Command, app, choose_backend, fail, setup_logging,
 from runner.cli.target import problem_for
 from runner.contract import SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
-from runner.harness.evaluator import Evaluator, HarnessConfig
+from runner.harness.evaluator import HarnessConfig
+from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
 from runner.pipeline import make_proposers, optimize_problem
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def _pattern_name(proposers) -> str:
 
 
 def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compile_baseline: bool,
-                bandwidth: float | None, fresh: bool) -> BenchRow:
+                bandwidth: float | None, fresh: bool, devices: list[int] | None = None) -> BenchRow:
     row = BenchRow(problem=path.stem)
     try:
         spec = problem_for(str(path))
@@ -128,7 +129,7 @@ def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compi
     cfg = HarnessConfig(compile_baseline=compile_baseline, bandwidth_bytes_per_s=bandwidth)
     t0 = time.monotonic()
     try:
-        with Evaluator(spec, backend=backend, config=cfg) as ev:
+        with device_evaluators(spec, backend, devices or [], cfg) as ev:  # every GPU in `devices` at once
             o = optimize_problem(spec, out, budget, proposers, ev, backend, fresh=fresh)  # type: ignore[arg-type]
     except (ProblemError, MachineError) as e:
         row.error = f"{type(e).__name__}: {e}"
@@ -189,6 +190,8 @@ def bench(
     bandwidth: Annotated[float | None, typer.Option(metavar="BYTES_PER_S", help="Known copy bandwidth (3.01e12 on "
                                                     "the H100).")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard earlier traces instead of resuming them.")] = False,
+    gpus: Annotated[str | None, typer.Option("--gpus", envvar="FUSEBOT_GPUS", metavar="all|0,1", help="The GPUs "
+                                             "each search evaluates candidates on at once (default: all).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what each search does.")] = False,
 ) -> None:
     console = stderr_console()
@@ -197,6 +200,7 @@ def bench(
         raise fail(f"{suite}: not a folder", 2)
     try:
         chosen = choose_backend(backend)
+        devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []
     except UsageError as e:
         raise fail(str(e), 2) from None
     files = sorted({p for g in pattern.split(",") if g.strip() for p in suite.glob(g.strip())
@@ -212,7 +216,8 @@ def bench(
     rows: list[BenchRow] = []
     for k, f in enumerate(files, 1):
         console.print(f"[{k}/{len(files)}] {f.name} ...", markup=False)
-        row = run_problem(f, out / "problems" / f.stem, budget, chosen, not no_compile_baseline, bandwidth, fresh)
+        row = run_problem(f, out / "problems" / f.stem, budget, chosen, not no_compile_baseline, bandwidth, fresh,
+                          devices)
         rows.append(row)
         write_table(out, rows, meta)  # the table grows as problems finish
         typer.echo(f"{f.name}: {'improved' if row.improved else 'no improvement'}: {row.error or row.message}")

@@ -264,7 +264,7 @@ def device_evaluators(problem: ProblemSpec, backend: str, devices: Sequence[int]
         return replace(config, cpu_cores=slices[d]) if slices is not None else config
 
     seen = (visible_gpus() if visible is None else visible) if backend == "cuda" else 0
-    if (backend == "cuda" and seen <= 1) or (backend != "cuda" and len(devices) <= 1):
+    if (backend == "cuda" and (seen <= 1 or not devices)) or (backend != "cuda" and len(devices) <= 1):
         with Evaluator(problem, backend=backend, config=cfg(devices[0]) if devices else config) as ev:
             yield ev
         return
