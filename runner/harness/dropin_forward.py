@@ -173,12 +173,14 @@ def _eager(module, args, kwargs):
 
 @torch.compiler.assume_constant_result
 def _compile_info(cls_name):
-    """What a compiled call checks, fixed when torch.compile traces: (off, verified sets as dtype codes, sizes)."""
+    """What a compiled call checks, fixed when torch.compile traces: (off, verified sets as dtype codes, sizes as
+    (ABI input, element count) pairs), all constants (torch.compile guards on none of them)."""
     table = _verified()[0]
     codes = None if table is None else tuple(
         (tuple((v[0], v[1]) if v[0] == "number" else (v[0], _DTYPES.get(v[1], -1), v[2]) for v in args),
          tuple((_DTYPES.get(d, -1), s) for d, s in state)) for args, state in table)
-    return _env_off(cls_name), codes, _sizes()
+    sizes = _sizes()
+    return _env_off(cls_name), codes, None if sizes is None else tuple(sorted(sizes.items()))
 
 
 def _fits_traced(items, codes, sizes):
@@ -194,9 +196,10 @@ def _fits_traced(items, codes, sizes):
             elif not isinstance(a, torch.Tensor) or v[1] not in _CODES:
                 ok = False
             else:
+                need = next((n for p, n in sizes if p == pos), None) if sizes is not None else None
                 ok = (ok and a.dtype == _CODES[v[1]] and a.device.type == BACKEND and a.layout == torch.strided
                       and a.dim() == len(v[2]) and (tuple(a.shape) == v[2] or (
-                          sizes is not None and a.numel() > 0 and (pos not in sizes or a.numel() == sizes[pos]))))
+                          sizes is not None and a.numel() > 0 and (need is None or a.numel() == need))))
         if ok:
             return True
     return False

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from tests.runner.harness.test_dropin import KERNEL, SPEC2, write_folder
+from tests.runner.harness.test_dropin import KERNEL, SPEC2, load, pair, write_folder
 
 
 @pytest.fixture
@@ -110,6 +110,25 @@ def test_torch_compile_calls_the_custom_op_and_the_graph_drops_the_originals_val
         other = torch.randn(5, 256)  # not a verified shape: the compiled original
         torch.testing.assert_close(inductor(other), original(other).detach())
     assert mod.Model.kernel_calls == before + 2
+
+
+def test_torch_compile_of_a_size_generic_kernel_takes_other_sizes(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    kernel = "// fused by fusebot's seed proposer: test\n" + KERNEL  # fusebot's own kernels read sizes from the call
+    mod = load(write_folder(tmp_path / "out", kernel, SPEC2), f"dropin_cg_{tmp_path.name}")
+    original, fused = pair(mod)
+    fused.requires_grad_(False)
+    assert mod._sizes() == {}
+    compiled = torch.compile(fused, backend="eager", fullgraph=True)
+    x = torch.randn(10, 256)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), original(x))
+    assert mod.Model.kernel_calls == 1
+    monkeypatch.setenv("FUSEBOT_DISABLE", "1")  # read when torch.compile traces: a fresh compile sees it
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fused, backend="eager", fullgraph=True)(x), original(x))
+    assert mod.Model.kernel_calls == 1
 
 
 @pytest.mark.gpu

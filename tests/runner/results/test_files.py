@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from runner.contract import Candidate
+from runner.harness.build import cpu_level
 from runner.results.files import (
     Provenance,
     check_dropin,
@@ -63,7 +64,7 @@ def test_files_carry_provenance_and_the_verdicts_numbers(dropin_repo):
     _, files, _ = dropin_repo
     folder = slug(SPEC.name)
     names = ("kernel.cpp", "fusebot.h", "dropin.py", "BENCHMARK.md", dropin_test_filename(SPEC.name), "__init__.py",
-             "fusebot.json", f"bench_{folder}.py")
+             "fusebot.json", f"bench_{folder}.py", f"kernel.{cpu_level()}.so.b64")  # (the shipped library)
     assert sorted(files) == sorted([f"{folder}/{n}" for n in names] + ["__init__.py"])
     kernel = files[f"{folder}/kernel.cpp"]
     head = kernel.split("\n\n", 1)[0]
@@ -95,7 +96,7 @@ def test_dropin_keeps_state_dict_keys_and_loads_the_originals_checkpoint(dropin_
         torch.testing.assert_close(fused(x), original(x))
     assert mod.ScaledBiasReLU.kernel_calls == before + 1
     assert isinstance(fused, mod.Original)
-    assert len(list((tmp_path / "cache").glob("*/kernel.so"))) == 1  # built once, cached
+    assert not (tmp_path / "cache").exists()  # the shipped library ran: nothing built
 
 
 def test_autograd_through_the_dropin_matches_the_original(dropin_repo):
@@ -112,7 +113,7 @@ def test_autograd_through_the_dropin_matches_the_original(dropin_repo):
         (model(xi) * weight).sum().backward()
         grads.append((xi.grad, model.scale.grad, model.bias.grad))
     calls = mod.ScaledBiasReLU.kernel_calls
-    assert calls >= 1  # the forward with autograd on ran the kernel, not the original
+    assert calls == 0  # autograd wanting gradients: the original forward (the kernel is for inference)
     for got, want in zip(grads[1], grads[0], strict=True):
         assert got is not None and want is not None
         torch.testing.assert_close(got, want)
@@ -174,8 +175,8 @@ def test_a_cuda_dropin_without_a_gpu_says_why_and_its_check_verifies_nothing(tmp
     assert not check.passed and check.skipped_tests > 0 and "ran nothing" in check.reasons[0]
     monkeypatch.syspath_prepend(str(repo))
     mod = load_dropin(repo, f"dropin_cuda_{tmp_path.name}")
-    with pytest.raises(mod.BuildError, match="no CUDA GPU"):
-        mod.ScaledBiasReLU(512)(torch.randn(2, 512))
+    with pytest.warns(mod.FallbackWarning, match="the kernel runs on one cuda device"), torch.no_grad():
+        mod.ScaledBiasReLU(512)(torch.randn(2, 512))  # the original forward
 
 
 def test_the_generated_test_runs_confined(tmp_path):
