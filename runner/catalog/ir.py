@@ -155,6 +155,7 @@ class Program:
     # A template may ignore both (the full computation gives the same values); None when nothing is provably skipped
     limit: Expr | None = None
     beyond: float = 0.0
+    skip_zero: int | None = None  # input k: where it is 0 an element adds nothing to any sum (skipping.find_guard)
 
     @property
     def outputs(self) -> list[Output]:

@@ -40,6 +40,20 @@ class ViewOps(Lowering):
         self.notes.append("a slice read in place (index arithmetic in the load)")
         return self.viewed(lambda: Val(self.views.slice(x.expr, x.shape, dim, start, step, shape[dim]), shape))
 
+    def lower_select(self, n: CNode) -> Val:
+        """x.select(dim, i) (x[..., i], a pair of an interleaved rotary embedding): a slice of one element along dim,
+        that dim dropped."""
+        x = self.val(n.args[0])
+        nd = len(x.shape)
+        dim = (int(self.arg(n, 1, "dim", 0)) + nd) % nd
+        i = int(self.arg(n, 2, "index", 0))
+        i = i + x.shape[dim] if i < 0 else i
+        one = x.shape[:dim] + (1,) + x.shape[dim + 1:]
+        shape = tuple(n.shape or ())
+        e = x.expr if x.shape[dim] == 1 else self.viewed(lambda: self.views.slice(x.expr, x.shape, dim, i, 1, 1))
+        self.notes.append("an element along a dim read in place (select: index arithmetic in the load)")
+        return Val(self.viewed(lambda: self.views.resize_ones(e, one, shape)), shape)
+
     def gather_view(self, ld: Load, ndim: int, dim: int) -> Gather | Load:
         """Load ld (a tensor padded to ndim dims) read with its coordinate along dim taken from an index later:
         a view of size 1 along dim, and that dim's stride."""

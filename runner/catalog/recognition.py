@@ -227,8 +227,8 @@ class _Lower(RowOps, ViewOps):
             value = float(self.arg(n, 2, "value", 0.0) or 0.0)
             self.notes.append("a constant pad read in place (the value outside, a shifted read inside)")
             return Val(self.viewed(lambda: self.views.pad(x.expr, x.shape, list(n.args[1]), value, shape)), shape)
-        if o == "slice":
-            return self.lower_slice(n)
+        if o in ("slice", "select"):
+            return self.lower_slice(n) if o == "slice" else self.lower_select(n)
         if o == "cat":
             return self.lower_cat(n)
         if o == "split":
@@ -350,6 +350,9 @@ class _Lower(RowOps, ViewOps):
             prog.limit, prog.beyond = skip
             prog.notes.append(f"a causal mask: each row reads only its first elements up to its own index; past them "
                               f"the output is {skip[1]:g} without a read")
+        prog.skip_zero = skipping.find_guard(prog)
+        if prog.skip_zero is not None:
+            prog.notes.append("a padding mask: where it is 0 the other inputs are not read")
         if self.heavy is not None and all(i.abi != -1 for i in inputs):
             prog.notes.append(f"the {self.heavy.op}'s result does not reach the output: no {self.heavy.op} needed")
             return Pattern("row" if prog.is_row and reductions(expr) else "elementwise", program=prog,

@@ -11,7 +11,8 @@ for any size along them (`free_dims`):
 - a strided view (a slice or piece of a tensor, Input.strides): view dim d and tensor dim j match while their sizes
   are equal, d's stride is the tensor's stride along j and d is not shifted; what is left of the view (its offset
   and the reach of its other dims) must stay inside one step of the last matched dim;
-- a reshaped strided view (Input.terms) keeps every size.
+- a reshaped strided view (Input.terms): the same, where view dim d is read by one term (c // 1) % size times the
+  tensor's stride along j (GPT-J's interleaved pairs: batch, sequence and heads follow, the head dim is fixed).
 
 An F dim is free when some input's tensor follows it and every input that spans it (size != 1 in its view) does;
 a layout may fix more (`regs`, `cluster` and `grid` hold a row of the captured length: the reduced dims).
@@ -49,11 +50,13 @@ def free_dims(p: Program, k: int) -> dict[int, int]:
     if not inp.viewed:
         tpad = nd - len(S)
         return {j + tpad: j for j in range(len(S))}
-    if inp.tensor is None or inp.terms is not None:
+    if inp.tensor is None:
         return {}
     if inp.strides is not None:
         st = (0,) * pad + tuple(inp.strides)
         sh = (0,) * pad + tuple(inp.shift or (0,) * len(inp.shape))
+    if inp.terms is not None:
+        return _free_terms(inp, V, S, pad, sh)
     out: dict[int, int] = {}
     j = 0
     for d in range(nd):
@@ -75,6 +78,30 @@ def free_dims(p: Program, k: int) -> dict[int, int]:
         reach = inp.offset + sum((V[d] - 1) * st[d] for d in rest)
         if any(st[d] < 0 for d in rest) or any(d < max(out) for d in rest) or reach >= prod(S[j:]):
             return {}
+    return out
+
+
+def _free_terms(inp: Input, V: tuple[int, ...], S: tuple[int, ...], pad: int, sh: tuple[int, ...]) -> dict[int, int]:
+    """A reshaped strided view's leading dims that follow its tensor: view dim d and tensor dim j match while d is
+    read by one term, (c // 1) % S[j] times the tensor's stride along j, and is not shifted; the other terms (and
+    the offset) must reach inside one step of the last matched dim."""
+    terms = inp.terms or ()
+    out: dict[int, int] = {}
+    j = 0
+    for d in range(len(V)):
+        if V[d] == 1:
+            continue
+        while j < len(S) and S[j] == 1:
+            j += 1
+        on_d = [t for t in terms if t[0] + pad == d]
+        if j >= len(S) or V[d] != S[j] or sh[d] != 0 or on_d != [(d - pad, 1, S[j], prod(S[j + 1:]))]:
+            break
+        out[d] = j
+        j += 1
+    rest = [t for t in terms if t[0] + pad not in out]
+    if any(t[0] + pad < max(out, default=-1) for t in rest) or any(t[3] < 0 for t in rest) \
+            or inp.offset + sum((t[2] - 1) * t[3] for t in rest) >= prod(S[j:]):
+        return {}
     return out
 
 

@@ -9,6 +9,15 @@ with arange) and M very negative (-inf, or finfo.min where the row keeps at leas
 only its first A + 1 elements. Provable, not assumed: with X replaced by M, every reduction's argument must fold to
 that reduction's identity (-inf for max and log-sum-exp, 0 for a sum) and every output to one constant (0 for
 softmax), by the IR's own constant folding. Past the limit a template writes that constant without reading.
+
+A padding mask (`find_guard`): a row program whose output is per row and whose reductions are all sums, with an
+input G (the mask) that varies along the reduced dims but not the inner ones, such that with G = 0 every sum's
+argument folds to 0 (G multiplies what it sums: masked mean pooling's `sum(x * m) / sum(m)`), reads G first and skips
+an element (the C++ columns template: a whole token's features) where G is 0 (`Program.skip_zero`). The rule takes
+x * 0 = 0, so it holds for finite values of the other inputs; a NaN or an infinity under a padded position, which the
+reference would spread into the row's sum, is not read. An additive mask (`scores + (1 - m) * finfo.min`, BERT's and
+T5's attention) is not skipped: its softmax is exactly 0 at a padded key only where the row keeps an unpadded one,
+and a row with none is the softmax of its scores plus the same constant, which reads every score.
 """
 
 from __future__ import annotations
@@ -90,3 +99,39 @@ def _proves(p: Program, masked: Expr, m: Const) -> float | None:
             return None
     out = at_mask(p.out)
     return out.value if isinstance(out, Const) else None
+
+
+def _at_zero(e: Expr, k: int) -> Expr:
+    """e with input k's load replaced by 0, folded (x * 0 = 0: the other inputs taken as finite)."""
+    if e == Load(k):
+        return Const(0.0)
+    if isinstance(e, Red):
+        return e
+    if isinstance(e, Op):
+        args = [_at_zero(a, k) for a in e.args]
+        zero = Const(0.0)
+        if e.name == "mul" and zero in args:
+            return zero
+        if e.name in ("neg", "round_bf16", "round_fp16", "trunc", "add", "sub") and all(a == zero for a in args):
+            return zero
+        if e.name == "div" and args[0] == zero and isinstance(args[1], Const) and args[1].value != 0:
+            return zero
+        return op(e.name, *args, attrs=e.attrs)
+    return rebuild(e, lambda c: _at_zero(c, k))
+
+
+def find_guard(p: Program) -> int | None:
+    """The input whose zeros let a template skip elements of every sum (a padding mask), or None."""
+    if not p.is_row or p.more or p.has_totals or p.limit is not None or p.level(p.out) != "row":
+        return None
+    reds = reductions(p.out)
+    if not reds or any(r.kind != "sum" for r in reds):
+        return None
+    a1 = p.axes[-1] + 1
+    for k in range(len(p.inputs)):
+        s = p.padded(k)
+        if any(s[d] != 1 for d in range(a1, p.ndim)) or not p.load_is_full(k):
+            continue
+        if all(Load(k) in walk(r.arg) and _at_zero(r.arg, k) == Const(0.0) for r in reds):
+            return k
+    return None

@@ -168,6 +168,13 @@ def _pass_code(p: Program, plan, pno: int, indent: str, ref, acc_ref) -> tuple[s
     return body, ""
 
 
+def _guard(p: Program) -> str:
+    """Where a padding mask is 0 the element adds nothing (runner.catalog.skipping.find_guard): skip it unread."""
+    if p.skip_zero is None:
+        return ""
+    return f"if ({_loader(p)(p.skip_zero)} == 0.0f) continue;  /* a padded element */"
+
+
 def _rows(p: Program, params: CpuParams, out_t: str) -> str:
     if not p.is_row:
         raise NotExpressible("rows is for row programs")
@@ -183,6 +190,7 @@ def _rows(p: Program, params: CpuParams, out_t: str) -> str:
         parts.append(f"""      {decl}
       for (long long r = 0; r < lim; ++r) {{
         const long long flat = (o * a.R + r) * a.I + i; (void)flat;
+        {_guard(p)}
         {body}
       }}
       {vals}""")
@@ -281,6 +289,7 @@ def _columns(p: Program, params: CpuParams, out_t: str) -> str:
             for v in plan.values if v.pass_no == pno)
         parts.append(f"""      {decl}
       for (long long r = 0; r < a.R; ++r) {{
+        {{ const long long i = 0, flat = (o * a.R + r) * a.I; (void)i; (void)flat; {_guard(p)} }}
         for (long long i = 0; i < a.I; ++i) {{
           const long long flat = (o * a.R + r) * a.I + i; (void)flat;
           {body}

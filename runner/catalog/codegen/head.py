@@ -94,7 +94,11 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
                     lines.append(f"    shp[{k}][{d}] = t.shape[{j}];")
                     if inp.strides is not None:
                         lines.append(f"    {{ long long s = 1; for (int q = t.ndim - 1; q > {j}; --q) s *= t.shape[q]; "
-                                     f"a.vst[{k}][{d}] = s; a.vsz[{k}][{d}] = t.shape[{j}]; }}")
+                                     f"a.vst[{k}][{d}] = s; a.vsz[{k}][{d}] = t.shape[{j}];")
+                        for jj, term in enumerate(inp.terms or ()):  # a reshaped view: its term along d (sizes.py)
+                            if term[0] + nd - len(inp.shape) == d:
+                                lines.append(f"      a.tmod[{k}][{jj}] = t.shape[{j}]; a.tst[{k}][{jj}] = s;")
+                        lines.append("    }")
             else:
                 lines.append(f"    if (want != {numel}LL) return fb_fail(\"input {pos}: size differs from the captured "
                              "view\");")

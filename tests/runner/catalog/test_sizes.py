@@ -12,13 +12,16 @@ import pytest
 import torch
 
 from runner.catalog.capture import capture_sources
-from runner.catalog.codegen import cpu
+from runner.catalog.codegen import cpu, cuda
+from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.codegen.used import ACC_STRUCTS
 from runner.catalog.ir import Input, Load, Op, Program
 from runner.catalog.recognition import recognise
 from runner.catalog.sizes import abi_sizes, free_dims, sizes_line
+from runner.catalog.space import strategies
 from runner.harness.build import CPU_FLAGS
 from runner.harness.procs.abi import AbiError, KernelLibrary
+from tests.runner.catalog.codegen.nvcc import compile_together
 
 ROOT = Path(__file__).resolve().parents[3]
 HEAD = "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
@@ -54,6 +57,29 @@ def get_inputs():
     return [torch.randn(2, 4, 12, 32), torch.randn(2, 12, 32), torch.randn(2, 12, 32)]
 """ + INIT, "in0=d0,d1,d2,32 in1=d0,d2,32 in2=d0,d2,32",
         lambda: [torch.randn(3, 2, 7, 32), torch.randn(3, 7, 32), torch.randn(3, 7, 32)]),
+    "rope_interleaved_stack": (HEAD + """    def forward(self, x, cos, sin):  # GPT-J: rotate_every_two
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        rot = torch.stack((-x2, x1), dim=-1).flatten(-2)
+        c = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+        s = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+        return x * c + rot * s
+
+
+def get_inputs():
+    return [torch.randn(2, 6, 3, 16), torch.randn(2, 6, 8), torch.randn(2, 6, 8)]
+""" + INIT, "in0=d0,d1,d2,16 in1=d0,d1,8 in2=d0,d1,8",
+        lambda: [torch.randn(3, 5, 2, 16), torch.randn(3, 5, 8), torch.randn(3, 5, 8)]),
+    "rope_interleaved_view2": (HEAD + """    def forward(self, x, cos, sin):  # pairs through a view
+        xr = x.view(*x.shape[:-1], -1, 2)
+        x1, x2 = xr[..., 0], xr[..., 1]
+        c, s = cos[:, :, None, :], sin[:, :, None, :]
+        return torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).view_as(x)
+
+
+def get_inputs():
+    return [torch.randn(2, 6, 3, 16), torch.randn(2, 6, 8), torch.randn(2, 6, 8)]
+""" + INIT, "in0=d0,d1,d2,16 in1=d0,d1,8 in2=d0,d1,8",
+        lambda: [torch.randn(4, 3, 5, 16), torch.randn(4, 3, 8), torch.randn(4, 3, 8)]),
     "row_gain": (HEAD + """    def __init__(self, rows=64):
         super().__init__()
         self.gain = nn.Parameter(torch.rand(rows) + 0.5)
@@ -144,3 +170,75 @@ def test_a_source_carries_only_the_accumulators_it_uses(programs):
     assert not [n for n in ACC_STRUCTS if f"struct {n} " in flat]
     soft = cpu.render(programs["padding_mask_softmax"], cpu.CpuParams("rows", "online", "one"))
     assert [n for n in ACC_STRUCTS if f"struct {n} " in soft] == ["AccLse"]
+
+
+def _cuda_sources(p: Program) -> dict[str, str]:
+    """The first parameter set of every CUDA strategy the catalog proposes for p, rendered (label -> source)."""
+    out = {}
+    for st in strategies(p, "cuda"):
+        for params in st.params[:1]:
+            try:
+                out[params.label()] = cuda.render(p, params)
+            except NotExpressible:
+                continue
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_cuda_sources_of_these_problems_compile(programs, tmp_path):
+    """Every strategy's first CUDA source for each problem compiles with nvcc (sm_90) and names its sizes."""
+    sources = []
+    for name, p in programs.items():
+        for label, src in _cuda_sources(p).items():
+            assert src.splitlines()[2].startswith("// fusebot-sizes: in0="), (name, label)
+            sources.append(src)
+    assert len(sources) >= 2 * len(programs)
+    rc, log = compile_together(sources, tmp_path)
+    assert rc == 0, log[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_on_the_gpu_a_kernel_generated_at_one_size_is_right_at_another(programs, name, tmp_path):
+    """On the GPU (run by hand: `pytest -m gpu tests/runner/catalog/test_sizes.py`): every strategy's first CUDA
+    kernel, built for this GPU, against the reference module at sizes other than the captured ones."""
+    if not torch.cuda.is_available() or shutil.which("nvcc") is None:
+        pytest.skip("needs a CUDA GPU and nvcc")
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"
+    torch.manual_seed(0)
+    inputs = PROBLEMS[name][2]()
+    model = _model(name, inputs).eval()
+    with torch.no_grad():
+        want = model(*inputs)
+    args = [t.cuda() for t in [*inputs, *model.state_dict().values()]]
+    for k, (label, src) in enumerate(_cuda_sources(programs[name]).items()):
+        (tmp_path / f"k{k}.cu").write_text(src)
+        subprocess.run(["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", arch, "-I",
+                        str(ROOT / "runner/csrc"), f"k{k}.cu", "-o", f"k{k}.so"], cwd=tmp_path, check=True,
+                       capture_output=True, timeout=300)
+        out = torch.empty_like(want, device="cuda")
+        KernelLibrary(tmp_path / f"k{k}.so")(args, [out], torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.cpu(), want, rtol=1e-5, atol=1e-5, msg=lambda m, lab=label: f"{lab}: {m}")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+@pytest.mark.parametrize("layout", ["columns", "rows"])
+def test_a_padding_mask_skips_the_padded_tokens_unread(programs, layout, tmp_path):
+    """Masked mean pooling reads the mask first (runner.catalog.skipping.find_guard): a padded token's features are
+    never read (NaN there changes nothing), an additive mask (the padding-mask softmax) is not skipped."""
+    p = programs["masked_mean_pooling"]
+    assert p.skip_zero is not None and p.inputs[p.skip_zero].abi == 1
+    assert programs["padding_mask_softmax"].skip_zero is None
+    lib = _build(cpu.render(p, cpu.CpuParams(layout, threads="one")), tmp_path)
+    torch.manual_seed(1)
+    x, mask = PROBLEMS["masked_mean_pooling"][2]()
+    with torch.no_grad():
+        want = _model("masked_mean_pooling", [x, mask])(x, mask)
+    assert (mask == 0).any()
+    x[mask == 0] = float("nan")
+    out = torch.empty_like(want)
+    lib([x, mask], [out], None)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)

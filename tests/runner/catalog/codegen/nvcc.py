@@ -9,6 +9,7 @@ from pathlib import Path
 CSRC = Path(__file__).resolve().parents[4] / "runner/csrc"
 # macros a source defines that the next source in the same file defines again
 UNDEF = ("FB_NIN", "FB_ND", "FB_FAST", "FB_FAST_EXP", "FB_FAST_DIV", "FB_FAST_LOG", "FB_HD", "FB_M")
+EXPORTS = ("fusebot_forward", "fusebot_last_error", "fusebot_set_workspace", "fusebot_workspace_need")  # renamed per source
 FLAGS = ["-O3", "-std=c++17", "-arch=sm_90", "-c"]
 
 
@@ -16,9 +17,8 @@ def one_unit(sources: list[str]) -> str:
     head = [line for line in sources[0].splitlines() if line.startswith("#include")]
     parts = ["\n".join(head)]
     for k, src in enumerate(sources):
-        parts.append(f"#define fusebot_forward fusebot_forward_{k}\n#define fusebot_last_error fusebot_last_error_{k}\n"
-                     f"namespace cand{k} {{\n{src}\n}}\n#undef fusebot_forward\n#undef fusebot_last_error\n"
-                     + "".join(f"#undef {m}\n" for m in UNDEF))
+        parts.append("".join(f"#define {e} {e}_{k}\n" for e in EXPORTS) + f"namespace cand{k} {{\n{src}\n}}\n"
+                     + "".join(f"#undef {m}\n" for m in (*EXPORTS, *UNDEF)))
     return "\n".join(parts)
 
 
