@@ -31,7 +31,7 @@ import git
 import typer
 from pydantic import ValidationError
 
-from bot.action.report import RunReport, write_report
+from bot.action.report import RunReport, console_text, write_report
 from bot.action.settings import ActionSettings, Skip, Trigger, trigger_of
 from bot.github.client import token_client
 from bot.github.github_platform import GitHubPlatform
@@ -288,7 +288,7 @@ def action(
         typer.echo(f"::error title=fusebot::{redact(str(e), [settings.token.get_secret_value()])}", err=True)
         raise typer.Exit(1) from None
     write_report(report, settings.step_summary, settings.output)
-    typer.echo(f"fusebot: {report.title}. {report.detail}".strip())
+    typer.echo(console_text(report))
     for number, url in report.pulls():
         typer.echo(f"pull request #{number}: {url}")
     raise typer.Exit(code)

@@ -85,6 +85,14 @@ def summary_markdown(report: RunReport) -> str:
     return pr.scrub("\n".join(lines))  # the run's page is as public as the repository: no credential, no path
 
 
+def console_text(report: RunReport) -> str:
+    """What the step prints at its end: the title and detail, then each problem (a detail that ends with a colon
+    announces them), so the log says what is wrong and not only the annotations do."""
+    lines = [f"fusebot: {report.title}. {report.detail}".strip()]
+    lines += [f"  - {problem}" for problem in report.problems]
+    return pr.scrub("\n".join(lines))
+
+
 def output_block(name: str, value: str) -> str:
     """Always the multiline form: safe whatever the value holds."""
     delimiter = f"ghadelimiter_{secrets.token_hex(16)}"

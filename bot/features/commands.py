@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.context import Context
+from bot.features.status import status_text
 from bot.features.triggers import start_job, start_kernel_job
-from bot.github.platform import Platform, PullInfo, can_write, find_marker
+from bot.github.platform import Platform, PlatformError, PullInfo, can_write, find_marker
 from bot.github.routing import Router
 from bot.github.webhooks import Event
 from bot.publish import pr
@@ -34,8 +35,8 @@ HELP = """fusebot commands (from people with write access, in a comment on a pul
 - `/fusebot run`: optimise the marked targets this pull request changes
 - `/fusebot run all`: optimise every marked target at this pull request's head
 - `/fusebot stop`: cancel this pull request's queued and running jobs
-- `/fusebot status`: list this pull request's jobs
-- `/fusebot help`: this message
+- `/fusebot status`: this pull request's jobs: state, attempts, when queued, started and finished
+- `/fusebot help` (or `/fusebot` alone): this message
 
 On fusebot's own pull requests:
 
@@ -44,9 +45,6 @@ On fusebot's own pull requests:
 - `/fusebot benchmark`: re-measure this PR's kernels as they are on its branch (your edits included); the numbers
   come as a comment
 """
-STATUS_MARKER = "<!-- fusebot:status -->"
-
-
 @dataclass(frozen=True)
 class Command:
     name: str  # run, run-all, stop, status, help, rerun, benchmark, explain, unknown
@@ -61,6 +59,8 @@ def parse_command(body: str) -> Command | None:
             continue
         args = [w.lower() for w in words[1:]]
         text = " ".join(words)
+        if not args:
+            return Command("help", text)
         if args == ["run"]:
             return Command("run", text)
         if args == ["run", "all"]:
@@ -69,17 +69,6 @@ def parse_command(body: str) -> Command | None:
             return Command(args[0], text)
         return Command("unknown", text)
     return None
-
-
-def status_text(ctx: Context, repo: str, number: int) -> str:
-    jobs = ctx.store.list_jobs(repo=repo, pr_number=number)
-    if not jobs:
-        return f"{STATUS_MARKER}\nNo fusebot jobs for this pull request yet."
-    rows = ["| job | kind | commit | trigger | state | targets |", "| --- | --- | --- | --- | --- | --- |"]
-    for j in jobs:
-        n = len(j.spec.targets) if j.spec.kind == "search" else f"{len(j.spec.kernels)} kernel(s)"
-        rows.append(f"| `{j.id[:12]}` | {j.spec.kind} | {j.sha[:12]} | {j.trigger} | {j.state} | {n} |")
-    return STATUS_MARKER + "\n" + "\n".join(rows)
 
 
 def changed_after(updated_at: datetime | None, comment_created_at: str | None) -> bool:
@@ -105,14 +94,14 @@ def comment_created(ev: Event, ctx: Context) -> None:
         return
     comment_id = ev.data["comment"]["id"]
     if cmd.name == "unknown":
-        host.react_to_comment(number, comment_id, "confused")
+        acknowledge(host, number, comment_id, "confused")
         host.post_comment(number, f"Unknown command `{cmd.text}`.\n\n{HELP}")
         return
-    host.react_to_comment(number, comment_id, "+1")
+    acknowledge(host, number, comment_id, "+1")
     if cmd.name == "help":
         host.post_comment(number, HELP)
     elif cmd.name == "status":
-        host.post_comment(number, status_text(ctx, repo, number))
+        host.post_comment(number, status_text(ctx.store, repo, number))
     elif cmd.name in BOT_PR_COMMANDS:
         on_bot_pr(ctx, ev, host, inst, number, cmd.name)
     elif cmd.name == "stop":
@@ -120,6 +109,15 @@ def comment_created(ev: Event, ctx: Context) -> None:
         host.post_comment(number, f"Cancelled {n} fusebot job(s) on this pull request.")
     else:
         run(ctx, ev, host, inst, number, cmd)
+
+
+def acknowledge(host: Platform, number: int, comment_id: int, content: str) -> None:
+    """React to the command's comment. Best-effort: a refused reaction is logged and the command still answered."""
+    try:
+        host.react_to_comment(number, comment_id, content)
+    except PlatformError as e:
+        log.warning("#%d: reaction %r to comment %s not added (the command is answered anyway): %s", number,
+                    content, comment_id, e)
 
 
 def run(ctx: Context, ev: Event, host: Platform, inst: int, number: int, cmd: Command) -> None:

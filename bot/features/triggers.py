@@ -4,8 +4,9 @@ Shared by every handler that starts work: `start_job` records a search, `start_k
 (re-verify fusebot's kernels in a commit; none when it holds none). The user's mistakes are reported where the
 maintainer looks, with annotations at the repository's own file and line, never as an exception: a config error
 (including a target whose file or class does not exist) on the `fusebot config` check run, before any job is queued; a
-marked file that does not parse on the `fusebot` check run. A job is recorded under the key `<delivery id>:<index>`,
-so a re-handled delivery records nothing new.
+marked file that does not parse on the `fusebot` check run. The config's check run is made once per commit (found
+again on GitHub). A job is recorded under the key `<delivery id>:<index>`, so a re-handled delivery records nothing
+new.
 """
 
 from __future__ import annotations
@@ -83,8 +84,15 @@ def validate_config(ctx: Context, repo: str, installation_id: int, sha: str) -> 
 
 
 def _config_check(ctx: Context, repo: str, installation_id: int, sha: str, output: CheckOutput) -> None:
-    """The completed check run that reports on the repository's config."""
-    ctx.platform(installation_id, repo).create_check_run(sha, f"{ctx.settings.check_run_name} config", output)
+    """The completed check run that reports on the repository's config: once per commit. The config at a commit
+    never changes, so a second event about the same head (a PR opened, then labelled) finds the check run already
+    there, on GitHub itself, and adds nothing."""
+    host, name = ctx.platform(installation_id, repo), f"{ctx.settings.check_run_name} config"
+    existing = host.find_check_run(sha, name)
+    if existing is not None:
+        log.info("%s@%s: the config was reported before (check run %s)", repo, sha[:12], existing)
+        return
+    host.create_check_run(sha, name, output)
 
 
 def _checkout_with_config(ctx: Context, repo: str, installation_id: int, sha: str) -> tuple[Path, FusebotConfig | None]:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from datetime import UTC
-from typing import Any
+from typing import Any, TypeVar
 
-from github import Github, GithubException, InputGitTreeElement, UnknownObjectException
+from github import Github, InputGitTreeElement, UnknownObjectException
 
-from bot.github.client import call, refusal
+from bot.github.client import call_renewing
 from bot.github.platform import (
     BranchUpdate,
     CheckOutput,
@@ -26,6 +27,7 @@ from bot.github.platform import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 TITLE_LIMIT = 255
@@ -39,25 +41,30 @@ class GitHubPlatform:
         self.owner = repo.split("/", 1)[0]
         self._repo = gh.get_repo(repo)  # (the client is built lazy: no request here)
 
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """One operation; GitHub's refusal as PlatformError, a stale installation token renewed once."""
+        return call_renewing(self.gh, what, fn)
+
     # ---- git ----
     def default_branch(self) -> str:
-        return call("repository", lambda: self.gh.get_repo(self.full_name).default_branch)
+        return self._call("repository", lambda: self.gh.get_repo(self.full_name).default_branch)
 
     def head_sha(self, ref: str) -> str:
         if _SHA.match(ref):
             return ref
-        return call(f"ref {ref}", lambda: self._repo.get_git_ref(f"heads/{ref}").object.sha)
+        return self._call(f"ref {ref}", lambda: self._repo.get_git_ref(f"heads/{ref}").object.sha)
 
     def read_file(self, ref: str, path: str) -> str | None:
-        try:
-            content = self._repo.get_contents(path, ref=ref)
-        except UnknownObjectException:
-            return None
-        except GithubException as e:
-            raise refusal(f"contents of {path}", e) from None
-        if isinstance(content, list):
-            return None  # a directory
-        return content.decoded_content.decode("utf-8", errors="replace")
+        def read() -> str | None:
+            try:
+                content = self._repo.get_contents(path, ref=ref)
+            except UnknownObjectException:
+                return None
+            if isinstance(content, list):
+                return None  # a directory
+            return content.decoded_content.decode("utf-8", errors="replace")
+
+        return self._call(f"contents of {path}", read)
 
     def commit_files(self, branch: str, base_sha: str, files: dict[str, str | None], message: str) -> BranchUpdate:
         def run() -> BranchUpdate:
@@ -83,7 +90,7 @@ class GitHubPlatform:
             log.info("%s: branch %s -> %s", self.full_name, branch, commit.sha[:12])
             return BranchUpdate(branch, commit.sha, changed=True)
 
-        return call(f"commit to {branch}", run)
+        return self._call(f"commit to {branch}", run)
 
     # ---- pull requests, comments, check runs ----
     def upsert_pull_request(self, *, branch: str, base: str, title: str, body: str, key: str) -> PullRequestRef:
@@ -95,7 +102,7 @@ class GitHubPlatform:
             pull = self._repo.create_pull(base=base, head=branch, title=title, body=body, maintainer_can_modify=True)
             return PullRequestRef(pull.number, pull.html_url, created=True)
 
-        return call(f"pull request for {branch}", run)
+        return self._call(f"pull request for {branch}", run)
 
     def upsert_comment(self, issue_number: int, kind: str, key: str, body: str) -> CommentRef:
         def run() -> CommentRef:
@@ -107,24 +114,32 @@ class GitHubPlatform:
                     return CommentRef(comment.id, created=False)
             return CommentRef(issue.create_comment(body).id, created=True)
 
-        return call(f"comment on #{issue_number}", run)
+        return self._call(f"comment on #{issue_number}", run)
 
     def post_comment(self, issue_number: int, body: str) -> int:
-        return int(call(f"comment on #{issue_number}",
+        return int(self._call(f"comment on #{issue_number}",
                         lambda: self._repo.get_issue(issue_number).create_comment(body)).id)
 
     def react_to_comment(self, issue_number: int, comment_id: int, content: str) -> None:
-        call("reaction", lambda: self._repo.get_issue(issue_number).get_comment(comment_id).create_reaction(content))
+        self._call("reaction", lambda: self._repo.get_issue(issue_number).get_comment(comment_id).create_reaction(content))
 
     def create_check_run(self, head_sha: str, name: str, output: CheckOutput, external_id: str | None = None) -> int:
         kwargs = check_run_fields(output)
         if external_id is not None:
             kwargs["external_id"] = external_id
-        run = call("create check run", self._repo.create_check_run, name=name, head_sha=head_sha, **kwargs)
+        run = self._call("create check run", lambda: self._repo.create_check_run(name=name, head_sha=head_sha, **kwargs))
         return int(run.id)
 
     def update_check_run(self, check_run_id: int, output: CheckOutput) -> None:
-        call("update check run", lambda: self._repo.get_check_run(check_run_id).edit(**check_run_fields(output)))
+        self._call("update check run", lambda: self._repo.get_check_run(check_run_id).edit(**check_run_fields(output)))
+
+    def find_check_run(self, head_sha: str, name: str) -> int | None:
+        """The id of a check run called `name` on the commit (the newest), or None."""
+        def run() -> int | None:
+            found = [r.id for r in self._repo.get_commit(head_sha).get_check_runs(check_name=name) if r.name == name]
+            return max(found) if found else None
+
+        return self._call(f"check runs of {head_sha[:12]}", run)
 
     # ---- what the App's features read ----
     def pull(self, number: int) -> PullInfo:
@@ -143,11 +158,11 @@ class GitHubPlatform:
                 updated_at=pr.updated_at.replace(tzinfo=pr.updated_at.tzinfo or UTC) if pr.updated_at else None,
             )
 
-        return call(f"pull request {number}", read)
+        return self._call(f"pull request {number}", read)
 
     def pull_files(self, number: int) -> list[str]:
         """Paths the PR changes (renamed files under both names)."""
-        files = call("pull files", lambda: list(self._repo.get_pull(number).get_files()))
+        files = self._call("pull files", lambda: list(self._repo.get_pull(number).get_files()))
         out: list[str] = []
         for f in files:
             out.append(f.filename)
@@ -156,16 +171,17 @@ class GitHubPlatform:
         return out
 
     def pull_body(self, number: int) -> str:
-        return call(f"pull request {number}", lambda: self._repo.get_pull(number).body or "")
+        return self._call(f"pull request {number}", lambda: self._repo.get_pull(number).body or "")
 
     def permission(self, user: str) -> str:
         """The user's permission on the repository: admin, write, read or none (the collaborator permission API)."""
-        try:
-            return self._repo.get_collaborator_permission(user)
-        except UnknownObjectException:
-            return "none"  # not a user GitHub knows as a collaborator
-        except GithubException as e:
-            raise refusal(f"permission of {user} on {self.full_name}", e) from None
+        def read() -> str:
+            try:
+                return self._repo.get_collaborator_permission(user)
+            except UnknownObjectException:
+                return "none"  # not a user GitHub knows as a collaborator
+
+        return self._call(f"permission of {user} on {self.full_name}", read)
 
 
 def check_run_fields(o: CheckOutput) -> dict[str, Any]:

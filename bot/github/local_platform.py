@@ -206,6 +206,10 @@ class LocalPlatform:
         run.update(_output_fields(output))
         self._save(state)
 
+    def find_check_run(self, head_sha: str, name: str) -> int | None:
+        found = [r["id"] for r in self._load()["check_runs"] if r["head_sha"] == head_sha and r["name"] == name]
+        return max(found) if found else None
+
     # ---- what the App's features read ----
     def pull(self, number: int) -> PullInfo:
         found = next((p for p in self._load()["pulls"] if p["number"] == number), None)

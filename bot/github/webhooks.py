@@ -1,7 +1,9 @@
 """Webhook deliveries, with no I/O: the signature check and event parsing (gidgethub's sansio, in small).
 
 `parse` turns the raw request (headers + body bytes) into an `Event` or raises `InvalidSignature` /
-`BadRequest`; the web layer maps those to 401 / 400.
+`BadRequest`; the web layer maps those to 401 / 400. A signed delivery of an event fusebot handles must carry the
+fields its handlers read (`REQUIRED`): one that lacks any is refused here, with the reason logged, and never queued,
+so it cannot fail in a handler and be retried.
 """
 
 from __future__ import annotations
@@ -9,10 +11,25 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+log = logging.getLogger(__name__)
+
+# Per event: the fields (dotted paths) its handlers read, and their JSON types. Every App delivery names its
+# installation; `head.repo` may be null (a deleted fork) and is not required.
+_APP = (("repository.full_name", str), ("installation.id", int))
+REQUIRED: dict[str, tuple[tuple[str, type], ...]] = {
+    "pull_request": (("pull_request.number", int), ("pull_request.state", str), ("pull_request.head.sha", str),
+                     ("pull_request.head.ref", str), ("pull_request.base.sha", str), ("pull_request.base.ref", str),
+                     ("pull_request.base.repo.full_name", str), *_APP),
+    "issue_comment": (("issue.number", int), ("comment.id", int), *_APP),
+    "check_run": (("check_run.id", int), *_APP),
+    "installation": (("installation.id", int),),
+    "installation_repositories": (("installation.id", int),),
+}
 
 class InvalidSignature(Exception):
     """X-Hub-Signature-256 is missing or does not match the body."""
@@ -61,9 +78,30 @@ class Event:
         return sender.get("login") if isinstance(sender, dict) else None
 
 
+def missing_fields(name: str, data: dict[str, Any]) -> list[str]:
+    """The fields `name`'s handlers need that `data` lacks or holds with the wrong type ("pull_request.head.sha")."""
+    missing = []
+    for path, kind in REQUIRED.get(name, ()):
+        value: Any = data
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            missing.append(path)
+    return missing
+
+
 def parse(headers: Mapping[str, str], body: bytes, secret: bytes) -> Event:
     """Verify and parse one delivery. `headers` must be case-insensitive (Starlette's are) or lower-case keys."""
     verify_signature(body, headers.get("x-hub-signature-256"), secret)
+    try:
+        return _parse(headers, body)
+    except BadRequest as e:
+        log.warning("webhook refused (400): %s (event %s, delivery %s)", e, headers.get("x-github-event"),
+                    str(headers.get("x-github-delivery"))[:200])
+        raise
+
+
+def _parse(headers: Mapping[str, str], body: bytes) -> Event:
     name = headers.get("x-github-event")
     delivery_id = headers.get("x-github-delivery")
     if not name or not delivery_id:
@@ -76,4 +114,7 @@ def parse(headers: Mapping[str, str], body: bytes, secret: bytes) -> Event:
         raise BadRequest("body is not JSON") from None
     if not isinstance(data, dict):
         raise BadRequest("body is not a JSON object")
+    missing = missing_fields(name, data)
+    if missing:
+        raise BadRequest(f"{name} delivery without {', '.join(missing)}")
     return Event(name=name, delivery_id=delivery_id, data=data)

@@ -2,7 +2,10 @@
 job's check run shows its state, so a restart or an unreachable GitHub delays updates but never loses one.
 
 `check_run_view` is pure: a job's state as a check run's output, with the Stop or Run again button. A succeeded
-search's check run then gets the full tables from its delivery (bot/publish/deliver.py).
+search's check run then gets the full tables from its delivery (bot/publish/deliver.py), which also writes the
+labelled PR's status comment. Once that comment exists it follows the PR's newest search job (`status_view`): a
+newer run queued, running, cancelled or failed replaces the last run's "done", so it never shows results as current
+after a later run was stopped; an older job that finishes late does not overwrite a newer one's state.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from bot.github.platform import CheckOutput
+from bot.github.platform import CheckOutput, Platform
 from bot.publish import pr
 from bot.publish.benchmark import benchmark_check
 from bot.publish.deliver import deliver_job
@@ -75,6 +78,35 @@ def _kernel_job_view(job: JobInfo) -> CheckOutput:
     return CheckOutput(out.status, out.title, out.summary, out.conclusion)
 
 
+def status_view(job: JobInfo) -> str:
+    """The labelled PR's status comment while its newest search job is not done (pure)."""
+    sha = f"`{job.sha[:12]}`"
+    if job.state == "queued":
+        state, detail = "queued", f"A new run at {sha} is waiting for a GPU runner."
+    elif job.state in ("leased", "running"):
+        state, detail = "running", f"Searching {sha} (attempt {max(job.attempts, 1)})."
+    elif job.state == "cancelled":
+        state, detail = "cancelled", f"The run at {sha} was cancelled: nothing from it will be proposed."
+    else:
+        state, detail = "failed", f"The run at {sha} failed: {job.error or 'no detail'}"
+    detail += (f"\n\nJob `{job.id[:12]}`; `/fusebot status` lists every run. Earlier runs' results stay on their "
+               "check runs and pull requests.")
+    return pr.status_comment(job.pr_number or 0, state, detail=detail)
+
+
+def follow_status(ctx: Context, host: Platform, job: JobInfo) -> None:
+    """Keep the labelled PR's status comment on its newest search job (see the module's docstring)."""
+    if job.pr_number is None or job.spec.kind != "search":
+        return
+    searches = [j for j in ctx.store.list_jobs(repo=job.repo, pr_number=job.pr_number) if j.spec.kind == "search"]
+    newest = searches[-1] if searches else job
+    if newest.state == "succeeded" or (newest.id != job.id and job.state != "succeeded"):
+        return  # the newest run's own delivery wrote it; an older run's state change is not news
+    if not any(j.state == "succeeded" for j in searches):
+        return  # no status comment yet: the check run shows the state, the comment comes with the first results
+    host.upsert_comment(job.pr_number, "status", f"pr-{job.pr_number}", status_view(newest))
+
+
 STOP = {"label": "Stop", "description": "Cancel this fusebot job", "identifier": "stop"}
 RERUN = {"label": "Run again", "description": "Run this fusebot job again", "identifier": "rerun"}
 
@@ -101,6 +133,7 @@ def sync_check_runs(ctx: Context, limit: int = 20) -> int:
             host.update_check_run(run_id, out)
         if job.state == "succeeded" and job.result is not None:  # PRs, full tables, the status comment
             deliver_job(host, job, run_id)
+        follow_status(ctx, host, job)
         ctx.store.mark_notified(job.id, job.state, run_id)
         done += 1
     return done

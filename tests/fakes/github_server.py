@@ -8,7 +8,8 @@ match is recorded in `errors` and answered with an error status; the `fake_githu
 `fill` (required fields get minimal valid values), then validated.
 
 Authentication is checked as GitHub does it: /app/... needs the App's JWT (RS256, verified with the App's public
-key), everything else an installation token that this fake issued, for a repository of that installation.
+key), everything else an installation token that this fake issued, for a repository of that installation, or a
+person's token (`user_tokens`: what a maintainer's own client sends; a comment posted with it is theirs).
 """
 
 from __future__ import annotations
@@ -197,6 +198,8 @@ class FakeGitHub:
         self.reactions: list[dict[str, Any]] = []
         self.check_runs: dict[int, dict[str, Any]] = {}
         self.tokens: dict[str, int] = {}
+        self.user_tokens: dict[str, str] = {}  # a person's token -> their login
+        self._caller = "fusebot[bot]"  # who sent the request being handled
         self.calls: list[Call] = []
         self.errors: list[str] = []
         self.fail_next: dict[str, int] = {}  # "METHOD template" -> status to answer once (outage simulation)
@@ -217,6 +220,8 @@ class FakeGitHub:
             ("POST", "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions"): self._create_reaction,
             ("POST", "/repos/{owner}/{repo}/check-runs"): self._create_check_run,
             ("PATCH", "/repos/{owner}/{repo}/check-runs/{check_run_id}"): self._update_check_run,
+            ("GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs"): self._list_check_runs,
+            ("GET", "/repos/{owner}/{repo}/check-runs/{check_run_id}/annotations"): self._list_annotations,
             # what the PR publisher uses: git data, pulls, comments found again and edited
             ("GET", "/repos/{owner}/{repo}/git/ref/{ref}"): self._get_ref,
             ("POST", "/repos/{owner}/{repo}/git/refs"): self._create_ref,
@@ -318,6 +323,8 @@ class FakeGitHub:
                 handler = self.handlers.get((method, template))
                 if handler is None:
                     return self._error(f"{method} {template}: in the description but not faked", 501)
+                credential = request.headers.get("authorization", "").partition(" ")[2]
+                self._caller = self.user_tokens.get(credential, "fusebot[bot]")
                 status, payload = handler(params, dict(request.query_params), body)
             self.calls.append(Call(method, path, status, body))
         responses = op["responses"]
@@ -380,6 +387,8 @@ class FakeGitHub:
             if str(claims.get("iss")) != str(self.app_id) or claims["exp"] - claims["iat"] > 660:
                 return 401, {"message": "JWT issuer or lifetime invalid"}
             return None
+        if scheme.lower() in ("token", "bearer") and credential in self.user_tokens:
+            return None  # a person: the repositories here are public
         inst = self.tokens.get(credential) if scheme.lower() in ("token", "bearer") else None
         if inst is None:
             return 401, {"message": "Bad credentials"}
@@ -503,13 +512,10 @@ class FakeGitHub:
     def _create_comment(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
         repo = self._repo(p)
         cid = next(self._ids)
+        created = NOW if self._caller == "fusebot[bot]" else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.comments[cid] = {"repo": repo.full_name, "issue": int(p["issue_number"]), "body": body["body"],
-                              "user": "fusebot[bot]"}
-        return 201, {"url": f"{self.base_url}/repos/{repo.full_name}/issues/comments/{cid}",
-                     "id": cid, "body": body["body"], "user": self._user("fusebot[bot]", "Bot"),
-                     "created_at": NOW, "updated_at": NOW, "author_association": "NONE",
-                     "html_url": f"https://github.com/{repo.full_name}/pull/{p['issue_number']}#issuecomment-{cid}",
-                     "issue_url": f"https://api.github.com/repos/{repo.full_name}/issues/{p['issue_number']}"}
+                              "user": self._caller, "created_at": created}
+        return 201, self._comment_json(repo.full_name, cid, self.comments[cid])
 
     def _create_reaction(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
         cid = int(p["comment_id"])
@@ -543,6 +549,26 @@ class FakeGitHub:
             run["status"] = "completed"
         self.check_runs[rid] = run
         return 201, self._check_run_json(run)
+
+    def _list_check_runs(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        repo = self._repo(p)
+        if int(q.get("page", "1")) > 1:
+            return 200, {"total_count": 0, "check_runs": []}
+        try:
+            sha = self._git(repo, "rev-parse", "--verify", f"{p['ref']}^{{commit}}").strip()
+        except subprocess.CalledProcessError:
+            return 404, {"message": "No commit found for SHA", "documentation_url": "https://docs.github.com/rest"}
+        runs = [self._check_run_json(r) for _, r in sorted(self.check_runs.items())
+                if r["repo"] == repo.full_name and r["head_sha"] == sha
+                and q.get("check_name", r["name"]) == r["name"]]
+        return 200, {"total_count": len(runs), "check_runs": runs}
+
+    def _list_annotations(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
+        run = self.check_runs.get(int(p["check_run_id"]))
+        if run is None or run["repo"] != self._repo(p).full_name or int(q.get("page", "1")) > 1:
+            return 200, []
+        return 200, [{**a, "blob_href": "https://github.com/x", "start_column": None, "end_column": None,
+                      "title": None, "raw_details": None} for a in run["output"].get("annotations", [])]
 
     def _update_check_run(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
         run = self.check_runs.get(int(p["check_run_id"]))
@@ -678,7 +704,8 @@ class FakeGitHub:
     def _comment_json(self, repo: str, cid: int, c: dict[str, Any]) -> dict[str, Any]:
         return {"url": f"{self.base_url}/repos/{repo}/issues/comments/{cid}", "id": cid, "body": c["body"],
                 "user": self._user(c["user"], "Bot" if c["user"].endswith("[bot]") else "User"),
-                "created_at": NOW, "updated_at": NOW, "author_association": "NONE",
+                "created_at": c.get("created_at", NOW), "updated_at": c.get("created_at", NOW),
+                "author_association": "NONE" if c["user"].endswith("[bot]") else "MEMBER",
                 "html_url": f"https://github.com/{repo}/pull/{c['issue']}#issuecomment-{cid}",
                 "issue_url": f"https://api.github.com/repos/{repo}/issues/{c['issue']}"}
 

@@ -7,9 +7,14 @@ module marked `# fusebot: optimize`, and the App's key, webhook secret and runne
     source DIR/env.sh && fusebot serve &                       # the bot, pointed at it
     fusebot worker --bot http://127.0.0.1:8000 &               # a runner
     python -m tests.fakes.local_github label --workdir DIR     # a maintainer labels the PR: the signed webhook
+    python -m tests.fakes.local_github comment --workdir DIR "/fusebot status"   # a maintainer comments on the PR
+    python -m tests.fakes.local_github show --workdir DIR      # the PR's comments, check runs and annotations
 
-`serve` logs each request the bot makes to GitHub and, when fusebot opens or updates a pull request, its title and
-files, and writes its body to DIR/pulls/<number>.md. Everything lives under DIR; nothing leaves this machine.
+`serve` logs each request the bot makes to GitHub, each comment and check run fusebot writes or changes, and, when
+fusebot opens or updates a pull request, its title and files, writing its body to DIR/pulls/<number>.md. `comment`
+posts the comment to this GitHub as the maintainer (so fusebot can react to it) and sends the bot the signed
+`issue_comment` webhook GitHub would; `show` reads back, through GitHub's own API, what a maintainer would see on
+the PR's page. Everything lives under DIR; nothing leaves this machine.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ def make_world(fake: FakeGitHub, state: dict[str, Any] | None = None) -> dict[st
     fake.add_pull(Pull(state["repo"], PR_NUMBER, state["feature"], "feature", state["repo"], "main", state["main"],
                        labels=[LABEL], title="models: per-row gains"))
     fake.set_permission(state["repo"], MAINTAINER, "write")
+    if state.get("maintainer_token"):
+        fake.user_tokens[state["maintainer_token"]] = MAINTAINER
     return state
 
 
@@ -87,16 +94,26 @@ class Reporter:
         self.fake, self.workdir = fake, workdir
         self.seen_calls, self.seen_errors = 0, 0
         self.seen_pulls: dict[int, tuple] = {}
+        self.seen: dict[str, Any] = {}  # comment and check-run keys -> what was last logged
 
     def poll(self) -> None:
         with self.fake._lock:
             calls, errors = self.fake.calls[self.seen_calls:], self.fake.errors[self.seen_errors:]
             self.seen_calls, self.seen_errors = self.seen_calls + len(calls), self.seen_errors + len(errors)
             pulls = [p for p in self.fake.pulls.values() if p.user == "fusebot[bot]"]
+            comments = {f"comment {i}": (c["issue"], c["user"], c["body"]) for i, c in self.fake.comments.items()}
+            runs = {f"check run {i}": (r["name"], r["status"], r.get("conclusion"), r["output"].get("title"),
+                                       len(r["output"].get("annotations", [])))
+                    for i, r in self.fake.check_runs.items()}
+            reactions = {f"reaction {r['id']}": (r["comment_id"], r["content"]) for r in self.fake.reactions}
         for c in calls:
             log.info("%s %s -> %d", c.method, c.path, c.status)
         for e in errors:
             log.warning("outside GitHub's OpenAPI description: %s", e)
+        for key, now in {**comments, **runs, **reactions}.items():
+            if self.seen.get(key) != now:
+                self.seen[key] = now
+                log.info("%s: %s", key, _one_line(now))
         for p in pulls:
             state = (p.head_sha, p.title, p.body)
             if self.seen_pulls.get(p.number) == state:
@@ -108,6 +125,11 @@ class Reporter:
             files = self.fake._git(self.fake.repos[p.repo], "diff", "--name-only", f"{p.base_sha}..{p.head_sha}")
             log.info("fusebot pull request #%d %r: %s <- %s\n  files: %s\n  body: %s", p.number, p.title,
                      p.base_ref, p.head_ref, ", ".join(files.split()), body)
+
+
+def _one_line(value: Any) -> str:
+    text = " | ".join(str(v) for v in value)
+    return " ".join(text.split())[:300]
 
 
 @app.command()
@@ -126,14 +148,14 @@ def setup(
     key = workdir / "app.pem"
     key.write_text(private)
     key.chmod(0o600)
-    secret, token = secrets.token_hex(32), secrets.token_hex(20)
+    secret, token, maintainer_token = secrets.token_hex(32), secrets.token_hex(20), secrets.token_hex(20)
     fake = FakeGitHub(APP_ID, public, workdir / "git")
     world = make_world(fake)
     api_url = f"http://127.0.0.1:{port or free_port()}"
     env = write_env(workdir, api_url, fake.clone_url_template(), APP_ID, key, secret, token)
     state = workdir / STATE
     state.write_text(json.dumps({**world, "app_id": APP_ID, "public_key": public, "api_url": api_url,
-                                 "secret": secret}))
+                                 "secret": secret, "maintainer_token": maintainer_token}))
     state.chmod(0o600)
     typer.echo(f"{world['repo']}: pull request #{PR_NUMBER} (main <- feature) adds models/row_gain.py; "
                f"GitHub will be {api_url}; the bot's settings: {env}")
@@ -188,12 +210,68 @@ def label(
 ) -> None:
     """Send the bot the webhook GitHub sends when a maintainer labels the pull request, signed with the secret."""
     world = _state(workdir.resolve())
-    body = json.dumps(labeled_payload(world)).encode()
-    headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": f"local-{time.time_ns()}",
+    _send(bot, world, "pull_request", labeled_payload(world))
+
+
+def _send(bot: str, world: dict[str, Any], event: str, payload: dict[str, Any]) -> None:
+    """POST a webhook as GitHub does: signed with the secret, a fresh delivery id."""
+    body = json.dumps(payload).encode()
+    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": f"local-{time.time_ns()}",
                "X-Hub-Signature-256": sign(body, world["secret"].encode()), "Content-Type": "application/json"}
     r = httpx.post(f"{bot.rstrip('/')}/webhook", content=body, headers=headers, timeout=30)
     typer.echo(f"{r.status_code} {r.text}")
     raise typer.Exit(0 if r.status_code < 300 else 1)
+
+
+def _as_maintainer(world: dict[str, Any]) -> httpx.Client:
+    """A client on this GitHub's API with the maintainer's own token (set up by `setup`)."""
+    if not world.get("maintainer_token"):
+        raise typer.BadParameter("this workdir predates `comment` and `show`: run `setup` in a new one")
+    return httpx.Client(base_url=world["api_url"], timeout=30,
+                        headers={"Authorization": f"token {world['maintainer_token']}"})
+
+
+@app.command()
+def comment(
+    text: Annotated[str, typer.Argument(help="The comment, e.g. \"/fusebot status\".")],
+    workdir: Annotated[Path, typer.Option(help="The --workdir given to `serve`.")],
+    bot: Annotated[str, typer.Option(help="The bot's base URL.")] = "http://127.0.0.1:8000",
+) -> None:
+    """Comment on the pull request as the maintainer: the comment on GitHub, then the signed webhook to the bot."""
+    from tests.bot.helpers import comment_payload
+
+    world = _state(workdir.resolve())
+    with _as_maintainer(world) as gh:
+        r = gh.post(f"/repos/{world['repo']}/issues/{PR_NUMBER}/comments", json={"body": text})
+    r.raise_for_status()
+    posted = r.json()
+    payload = comment_payload(text, number=PR_NUMBER, comment_id=posted["id"], sender=MAINTAINER)
+    payload["comment"]["created_at"] = posted["created_at"]
+    payload["repository"]["full_name"] = world["repo"]
+    payload["installation"]["id"] = world["installation"]
+    _send(bot, world, "issue_comment", payload)
+
+
+@app.command()
+def show(
+    workdir: Annotated[Path, typer.Option(help="The --workdir given to `serve`.")],
+) -> None:
+    """What a maintainer sees on the pull request: its comments, and the check runs on its head with annotations."""
+    world = _state(workdir.resolve())
+    repo = world["repo"]
+    with _as_maintainer(world) as gh:
+        comments = gh.get(f"/repos/{repo}/issues/{PR_NUMBER}/comments").json()
+        runs = gh.get(f"/repos/{repo}/commits/{world['feature']}/check-runs").json()["check_runs"]
+        notes = {r["id"]: gh.get(f"/repos/{repo}/check-runs/{r['id']}/annotations").json() for r in runs}
+    typer.echo(f"# pull request #{PR_NUMBER} of {repo}: {len(comments)} comment(s)")
+    for c in comments:
+        typer.echo(f"\n## {c['user']['login']} at {c['created_at']}\n{c['body']}")
+    typer.echo(f"\n# check runs on {world['feature'][:12]}")
+    for r in runs:
+        state = r["conclusion"] or r["status"]
+        typer.echo(f"\n## {r['name']}: {state}: {r['output']['title']}\n{r['output']['summary'] or ''}")
+        for a in notes[r["id"]]:
+            typer.echo(f"- {a['path']}:{a['start_line']}: {a['annotation_level']}: {a['message']}")
 
 
 if __name__ == "__main__":

@@ -241,6 +241,8 @@ def test_a_config_error_is_annotated_at_its_line_and_fails_the_step(world: Actio
     assert res.exit_code == 1
     assert "::error file=.github/fusebot.yml,line=2::pr_grouping" in res.output
     assert w.jobs == [] and "configuration error" in w.summary.read_text()
+    printed = res.output.split("fusebot: configuration error. `.github/fusebot.yml` is invalid:\n", 1)[1]
+    assert printed.startswith("  - line 2: pr_grouping: Input should be 'per-target' or 'single'")  # not only ":"
 
 
 def test_a_config_target_naming_a_missing_class_is_a_configuration_error_at_its_line(world: ActionWorld):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from bot.action.entry import _Progress
-from bot.action.report import RunReport, output_block, write_report
+from bot.action.report import RunReport, console_text, output_block, write_report
 from bot.github.platform import CheckOutput, PlatformError
 from runner.contract import Progress
 
@@ -32,6 +32,15 @@ def test_every_output_is_written_even_when_empty(tmp_path):
     assert parse((tmp_path / "out").read_text()) == {"pr-number": "", "pr-url": "", "pr-numbers": "[]", "pr-urls": "[]",
                                                      "best-speedup": ""}
     assert (tmp_path / "summary.md").read_text().startswith("## fusebot: nothing to do\n\nlabel `bug` added")
+
+
+def test_the_printed_line_carries_the_problems_its_detail_announces():
+    report = RunReport("configuration error", "`.github/fusebot.yml` is invalid:",
+                       problems=["line 1: budgett: unknown key (did you mean `budget`?)", "line 4: schedule.cron: x"])
+    assert console_text(report) == ("fusebot: configuration error. `.github/fusebot.yml` is invalid:\n"
+                                    "  - line 1: budgett: unknown key (did you mean `budget`?)\n"
+                                    "  - line 4: schedule.cron: x")
+    assert console_text(RunReport("nothing to do")) == "fusebot: nothing to do."
 
 
 class Recorder:

@@ -7,7 +7,8 @@ import copy
 
 import pytest
 
-from bot.features.commands import HELP, STATUS_MARKER, parse_command
+from bot.features.commands import HELP, parse_command
+from bot.features.status import STATUS_MARKER
 from tests.bot.helpers import INSTALLATION, MODULE, REPO, comment_payload, example, initial_files, pr_payload
 from tests.fakes.github_server import Pull
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bot.github.webhooks import BadRequest, InvalidSignature, parse, sign, verify_signature
-from tests.bot.helpers import EXAMPLES, WEBHOOK_SECRET, unexpected_differences
+from bot.github.webhooks import REQUIRED, BadRequest, InvalidSignature, missing_fields, parse, sign, verify_signature
+from tests.bot.helpers import EXAMPLES, WEBHOOK_SECRET, example, unexpected_differences
 from tests.fakes.github_server import load_spec, validation_errors
 
 SECRET = WEBHOOK_SECRET.encode()
@@ -48,6 +48,39 @@ def test_body_tampering_detected():
 def test_malformed_but_signed(body, over):
     with pytest.raises(BadRequest):
         parse(headers(body, **over), body, SECRET)
+
+
+@pytest.mark.parametrize("event, example_name, remove", [
+    ("pull_request", "pull_request.labeled", "pull_request"),
+    ("pull_request", "pull_request.synchronize", "pull_request.head.sha"),
+    ("pull_request", "pull_request.opened", "installation"),
+    ("issue_comment", "issue_comment.created.with-installation", "comment.id"),
+    ("check_run", "check_run.rerequested", "check_run"),
+    ("installation", "installation.created", "installation"),
+])
+def test_a_signed_delivery_without_a_field_its_handlers_read_is_a_bad_request(event, example_name, remove, caplog):
+    data = example(example_name)
+    data.setdefault("installation", {"id": 1})
+    assert missing_fields(event, data) == []
+    *parents, last = remove.split(".")
+    holder = data
+    for part in parents:
+        holder = holder[part]
+    del holder[last]
+    body = json.dumps(data).encode()
+    with pytest.raises(BadRequest) as e:
+        parse(headers(body, **{"x-github-event": event}), body, SECRET)
+    assert remove in str(e.value)
+    assert f"webhook refused (400): {event} delivery without {remove}" in caplog.text
+
+
+def test_a_field_of_the_wrong_type_is_missing():
+    data = example("issue_comment.created.with-installation")
+    data["issue"]["number"] = "2"
+    data["comment"]["id"] = True
+    assert missing_fields("issue_comment", data) == ["issue.number", "comment.id"]
+    assert set(REQUIRED) == {"pull_request", "issue_comment", "check_run", "installation", "installation_repositories"}
+    assert missing_fields("ping", {}) == []  # events fusebot does not handle are not checked
 
 
 EXAMPLE_FILES = sorted(p.name.removesuffix(".payload.json") for p in EXAMPLES.glob("*.payload.json"))

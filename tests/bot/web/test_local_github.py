@@ -1,7 +1,8 @@
 """tests/fakes/local_github.py, the README's "Trying the App on one machine": `setup`, `serve`, a real `fusebot serve`
 on the settings it wrote, and `label` sending the signed webhook. The delivery becomes a queued job after the bot's
-real requests to the fake GitHub (token, config, permission, changed files, check run). The worker's half of the loop
-(lease, search, result, PR) is tests/bot/test_worker.py's and test_action_search.py's."""
+real requests to the fake GitHub (token, config, permission, changed files, check run). Then the conversation:
+`comment "/fusebot status"` is answered (and reacted to), and `show` reads back the comments and check runs. The
+worker's half of the loop (lease, search, result, PR) is tests/bot/test_worker.py's and test_action_search.py's."""
 
 from __future__ import annotations
 
@@ -97,3 +98,17 @@ def test_a_labelled_pr_on_the_local_github_becomes_a_queued_job(tmp_path: Path, 
     assert "outside GitHub's OpenAPI description" not in github
     for text in (github, (tmp_path / "bot.log").read_text(), sent.stdout):
         assert settings["FUSEBOT_WEBHOOK_SECRET"] not in text and settings["FUSEBOT_WORKER_TOKEN"] not in text
+
+    asked = tool("comment", "--workdir", str(work), "--bot", bot, "/fusebot status")
+    assert asked.returncode == 0 and asked.stdout.startswith("202 "), asked.stdout + asked.stderr
+    deadline = time.monotonic() + 60
+    while "<!-- fusebot:status -->" not in (shown := tool("show", "--workdir", str(work))).stdout:
+        assert time.monotonic() < deadline, shown.stdout + shown.stderr + (tmp_path / "bot.log").read_text()[-3000:]
+        time.sleep(0.5)
+    assert "## maintainer at " in shown.stdout and "/fusebot status" in shown.stdout
+    assert "## fusebot[bot] at " in shown.stdout and "| label | queued | 0 |" in shown.stdout
+    assert "## fusebot: queued: Queued: 1 target(s)" in shown.stdout
+    time.sleep(1)
+    github = (tmp_path / "github.log").read_text()
+    assert "POST /repos/Codertocat/Hello-World/issues/comments/" in github and "/reactions -> 201" in github
+    assert re.search(r"reaction \d+: \d+ \| \+1", github) and "outside GitHub's OpenAPI description" not in github
