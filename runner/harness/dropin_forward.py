@@ -189,17 +189,23 @@ def _fits_traced(items, codes, sizes):
         want = [*vargs, *[("tensor", d, s) for d, s in vstate]]
         if len(want) != len(items):
             continue
-        ok = True
-        for pos, (a, v) in enumerate(zip(items, want)):
+        ok, exact = True, True
+        for a, v in zip(items, want):
             if v[0] == "number":
                 ok = ok and not isinstance(a, torch.Tensor) and type(a) is _NUMBERS[v[1]][0]
             elif not isinstance(a, torch.Tensor) or v[1] not in _CODES:
                 ok = False
             else:
-                need = next((n for p, n in sizes if p == pos), None) if sizes is not None else None
                 ok = (ok and a.dtype == _CODES[v[1]] and a.device.type == BACKEND and a.layout == torch.strided
-                      and a.dim() == len(v[2]) and (tuple(a.shape) == v[2] or (
-                          sizes is not None and a.numel() > 0 and (need is None or a.numel() == need))))
+                      and a.dim() == len(v[2]))
+                exact = exact and tuple(a.shape) == v[2]
+        if ok and not exact:
+            seen = {}
+            for pos, a in enumerate(items):
+                if isinstance(a, torch.Tensor):
+                    rule = next((r for p, r in sizes if p == pos), None) if sizes is not None else None
+                    ok = ok and sizes is not None and a.numel() > 0 and (
+                        rule is None or _size_miss(tuple(a.shape), rule, seen) is None)
         if ok:
             return True
     return False

@@ -4,9 +4,10 @@ the kernel runs, and where it calls the original forward instead.
 The kernel takes a call only when it is what was verified: the backend's device type (all tensors on one device),
 the verified dtypes and ranks, strided tensors (non-contiguous ones are copied, as the harness's own inputs were), and
 the problem's shape sets: exactly, unless the source is one of fusebot's generated kernels, which read every size from
-the call's tensors (`// fusebot catalog:`, `// fused by fusebot's seed proposer`): their other sizes are accepted too,
-except an input whose element count the source checks (`if (want != N)`, a captured view), an empty input, and a
-`// fixed sizes:` line naming more than element counts. An LLM's kernel may build any size in: only the verified.
+the call's tensors: their other sizes are accepted too, as far as the source's `// fusebot-sizes:` line says (per ABI
+input, each dim a fixed size or a run-time one), or for a kernel without that line (`// fusebot catalog:`, `// fused by
+fusebot's seed proposer`) except an input whose element count its set-up checks; never an empty input. An LLM's
+kernel may build any size in: only the verified shapes.
 Everything else calls the original forward, warning once per reason (FallbackWarning): another device, dtype, rank,
 shape or layout, a non-default extra argument, no library for this host, or a kernel error at an unverified size.
 Without a warning: FUSEBOT_DISABLE, the class's `fusebot_enabled`, autograd wanting gradients (the kernel is for
@@ -107,15 +108,26 @@ def _verified():
 
 
 def _sizes():
-    """None when the kernel may have every size built in (only the verified shapes); else the element counts its
-    source requires per ABI input, every other size being read from the call's tensors (a catalog kernel)."""
+    """None when the kernel may have every size built in (only the verified shapes); else the rule per ABI input of
+    the sizes it takes, every other size being read from the call's tensors: its source's `// fusebot-sizes:` line
+    (per dim a fixed size, or `dK`, a run-time size every dim named dK shares), or for fusebot's other generated
+    kernels the element counts their set-up checks."""
     if not _SIZES:
         try:
             text = (_HERE / KERNEL).read_text()
         except OSError:  # the source is not beside it (the harness's timed drop-in): only the verified shapes
             text = ""
+        line = re.search(r"^// fusebot-sizes: (.*)$", text, re.M)
         fixed = re.search(r"^// fixed sizes: (.*)$", text, re.M)
-        if not re.search(r"^// (fusebot catalog:|fused by fusebot's seed proposer)", text, re.M) or (
+        if line:
+            rules = {}
+            for tok in line.group(1).split():
+                key, _, dims = tok.partition("=")
+                if key.startswith("in") and key[2:].isdigit():
+                    rules[int(key[2:])] = () if dims == "scalar" else tuple(
+                        d if d.startswith("d") else int(d) for d in dims.split(","))
+            _SIZES[:] = [rules]
+        elif not re.search(r"^// (fusebot catalog:|fused by fusebot's seed proposer)", text, re.M) or (
                 fixed and any(not t.startswith("in") for t in fixed.group(1).split() if t != "none")):
             _SIZES[:] = [None]
         else:
@@ -124,32 +136,60 @@ def _sizes():
     return _SIZES[0]
 
 
+def _size_miss(shape, rule, seen):
+    """Why `shape` breaks its ABI input's rule (an element count; or per dim a fixed size or a run-time dim "dK"
+    whose size every dim named dK shares in one call), or None; `seen` collects the run-time dims' sizes."""
+    if isinstance(rule, int):
+        n = 1
+        for s in shape:
+            n *= s
+        return None if n == rule else f"has {n} elements (the kernel is built for {rule})"
+    if len(rule) != len(shape):
+        return f"has {len(shape)} dims (the kernel reads {len(rule)})"
+    for j, (s, r) in enumerate(zip(shape, rule)):
+        if isinstance(r, int):
+            if s != r:
+                return f"has size {s} along dim {j} (the kernel is built for {r})"
+        elif seen.setdefault(r, s) != s:
+            return f"has size {s} along dim {j} where another input has {seen[r]} (one dim of the kernel)"
+    return None
+
+
 def _outside(vset, items, sizes):
     """Why the call's arguments and state `items` fall outside the verified set `vset` ((category, text)), or None;
-    with `sizes` None only its exact shapes are inside."""
+    with `sizes` None only its exact shapes are inside, else what the kernel's size rules take."""
     vargs, vstate = vset
     want = [*vargs, *[("tensor", d, s) for d, s in vstate]]
     if len(items) != len(want):
         return "args", f"{len(items) - len(vstate)} arguments (verified: {len(vargs)})"
+    names = [f"input {pos}" + (" (an argument)" if pos < len(vargs) else " (a parameter or buffer)")
+             for pos in range(len(items))]
     for pos, (a, v) in enumerate(zip(items, want)):
-        name = f"input {pos}" + (" (an argument)" if pos < len(vargs) else " (a parameter or buffer)")
         if v[0] == "number":
             if type(a).__name__ != v[1]:
-                return "args", f"{name} is a {type(a).__name__} (verified: a Python {v[1]})"
+                return "args", f"{names[pos]} is a {type(a).__name__} (verified: a Python {v[1]})"
             continue
         if not isinstance(a, torch.Tensor):
-            return "args", f"{name} is a {type(a).__name__} (verified: a tensor)"
+            return "args", f"{names[pos]} is a {type(a).__name__} (verified: a tensor)"
         if a.dtype != v[1]:
-            return "dtype", f"{name} is {a.dtype} (verified: {v[1]})"
+            return "dtype", f"{names[pos]} is {a.dtype} (verified: {v[1]})"
         if a.dim() != len(v[2]):
-            return "rank", f"{name} has {a.dim()} dims (verified: {len(v[2])})"
-        if tuple(a.shape) != v[2]:
-            if sizes is None:
-                return "shape", f"{name} has shape {tuple(a.shape)} (verified: {v[2]}; the kernel may build sizes in)"
-            if a.numel() == 0:
-                return "empty", f"{name} is empty (shape {tuple(a.shape)})"
-            if pos in sizes and a.numel() != sizes[pos]:
-                return "shape", f"{name} has {a.numel()} elements (the kernel is built for {sizes[pos]})"
+            return "rank", f"{names[pos]} has {a.dim()} dims (verified: {len(v[2])})"
+    other = [pos for pos, (a, v) in enumerate(zip(items, want)) if v[0] == "tensor" and tuple(a.shape) != v[2]]
+    if not other:
+        return None
+    if sizes is None:
+        pos = other[0]
+        return "shape", (f"{names[pos]} has shape {tuple(items[pos].shape)} (verified: {want[pos][2]}; the kernel may "
+                         "build sizes in)")
+    seen = {}
+    for pos, a in enumerate(items):
+        if isinstance(a, torch.Tensor):
+            if a.numel() == 0 and pos in other:
+                return "empty", f"{names[pos]} is empty (shape {tuple(a.shape)})"
+            miss = _size_miss(tuple(a.shape), sizes[pos], seen) if pos in sizes else None
+            if miss:
+                return "shape", f"{names[pos]} {miss}"
     return None
 
 

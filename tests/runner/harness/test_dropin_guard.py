@@ -156,6 +156,27 @@ def test_a_size_generic_kernel_takes_other_sizes_and_its_errors_carry_its_messag
         fused(torch.randn(193, 256))
 
 
+SIZED = PICKY.replace("// fusebot catalog: test\n", "// fusebot catalog: test\n// fusebot-sizes: in0=d0,256 in1=256\n")
+
+
+@pytest.mark.parametrize("mod", [SIZED], indirect=True)
+def test_the_sources_sizes_line_says_which_dims_follow_the_call(mod):
+    original, fused = pair(mod)
+    assert mod._sizes() == {0: ("d0", 256), 1: (256,)}
+    x = torch.randn(10, 256)  # rows: a run-time size
+    out, ran, warned = calls_and_warnings(mod, lambda: fused(x))
+    assert ran == 1 and not warned
+    torch.testing.assert_close(out, original(x).detach())
+    with torch.no_grad():
+        fused.bias = torch.nn.Parameter(torch.randn(128))
+    _, ran, warned = calls_and_warnings(mod, lambda: fused(torch.randn(10, 128)))  # columns: built in
+    assert ran == 0 and "has size 128 along dim 1 (the kernel is built for 256)" in warned[0]
+    seen = {}
+    assert mod._size_miss((4, 8), ("d0", 8), seen) is None and seen == {"d0": 4}
+    assert "where another input has 4" in mod._size_miss((5,), ("d0",), seen)
+    assert mod._size_miss((2, 3), 6, {}) is None and "9 elements (the kernel is built for 6)" in mod._size_miss((3, 3), 6, {})
+
+
 def test_a_kernels_fixed_sizes_are_read_from_its_source(mod, tmp_path):
     text = "// fusebot catalog: x\n// fixed sizes: none\n" + \
         '    if (want != 16384LL) return fb_fail("input 0: size differs from the captured view");\n'
