@@ -1,5 +1,5 @@
 """The drop-in's forward where PyTorch takes a module apart: copies and pickles (no registry of modules), jit.trace,
-jit.script, fx.symbolic_trace and vmap (the original forward), torch.compile (the custom op), CUDA (under `gpu`)."""
+jit.script, fx.symbolic_trace and vmap (the original forward), torch.compile (the custom op); CUDA: test_dropin_cuda.py."""
 
 from __future__ import annotations
 
@@ -129,56 +129,3 @@ def test_torch_compile_of_a_size_generic_kernel_takes_other_sizes(tmp_path, monk
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(fused, backend="eager", fullgraph=True)(x), original(x))
     assert mod.Model.kernel_calls == 1
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_dropin_guards_the_device_streams_and_graphs(tmp_path, monkeypatch):
-    """The CUDA drop-in on its GPU: the shipped library (no nvcc on PATH), several streams, a CUDA graph, and on a
-    second GPU (where there is one) the kernel on that device with the current device left as it was."""
-    from runner.results.files import Provenance, target_files, write_files
-    from tests.verdicts import EXAMPLE, SPEC, real_verdicts, seed_candidate
-
-    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
-    root = tmp_path / "repo"
-    (root / "examples").mkdir(parents=True)
-    (root / "examples" / "mlp_epilogue.py").write_text(EXAMPLE.read_text())
-    files = target_files(SPEC, seed_candidate("cuda"), real_verdicts()["fused"], Provenance(target=SPEC.name),
-                         kernels_dir="fbk")
-    assert any(name.endswith(".so.b64") for name in files), sorted(files)
-    write_files(root / "fbk", files)
-    monkeypatch.syspath_prepend(str(root))
-    monkeypatch.setenv("PATH", "/nonexistent")  # the shipped library: no compiler needed
-    mod = importlib.import_module("fbk.scaledbiasrelu.dropin")
-    torch.manual_seed(0)
-    original = mod.Original(1024).cuda().eval()
-    fused = mod.ScaledBiasReLU(1024).cuda().eval()
-    fused.load_state_dict(original.state_dict())
-    x = torch.randn(4096, 1024, device="cuda")
-    with torch.no_grad():
-        want = original(x)
-        torch.testing.assert_close(fused(x), want)
-        streams = [torch.cuda.Stream() for _ in range(4)]
-        outs = []
-        for s in streams:
-            with torch.cuda.stream(s):
-                outs.append(fused(x))
-        torch.cuda.synchronize()
-        for o in outs:
-            torch.testing.assert_close(o, want)
-        static = x.clone()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = fused(static)
-        static.copy_(x * 0.5)
-        graph.replay()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(out, original(x * 0.5))
-    assert not (tmp_path / "cache").exists()
-    if torch.cuda.device_count() > 1:
-        torch.cuda.set_device(0)
-        on1 = copy.deepcopy(fused).to("cuda:1")
-        with torch.no_grad():
-            got = on1(x.to("cuda:1"))
-        assert got.device == torch.device("cuda:1") and torch.cuda.current_device() == 0
-        torch.testing.assert_close(got.cpu(), want.cpu())

@@ -1,0 +1,171 @@
+"""The CUDA drop-in on a GPU (marked `gpu`): the library shipped beside it loading with no nvcc on PATH, scratch memory
+from torch's caching allocator (fusebot_set_workspace), several streams, a CUDA graph, torch.compile, and the device
+guard on a second GPU where there is one. Compiling the CUDA sources needs no GPU: test_dropin_ship.py."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+
+import pytest
+import torch
+
+from runner.catalog.codegen.cuda.common import workspace_code
+from runner.contract import Candidate, ProblemSpec
+from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_files
+from tests.runner.harness.test_dropin import ROOT
+from tests.verdicts import EXAMPLE, seed_candidate
+from tests.verdicts import SPEC as EXAMPLE_SPEC
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+REFERENCE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(4096, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+# two kernels meeting in a workspace, as the catalog's split and grid layouts do (its workspace_code)
+KERNEL = """#include <cuda_runtime.h>
+#include <stdio.h>
+#include "fusebot.h"
+static char fb_err[256];
+FB_EXPORT const char* fusebot_last_error(void) { return fb_err; }
+""" + workspace_code("float v;") + """
+__global__ void fb_k1(const float* x, FbWs* ws, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) ws[i].v = x[i] * 2.0f;
+}
+__global__ void fb_k2(const FbWs* ws, float* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = ws[i].v + 1.0f;
+}
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  if (n_in != 1 || n_out != 1) { snprintf(fb_err, sizeof fb_err, "expected one input and one output"); return 1; }
+  long long n = 1;
+  for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
+  cudaStream_t s = (cudaStream_t)stream;
+  FbWs* ws = (FbWs*)fb_workspace((size_t)n * sizeof(FbWs), s);
+  if (!ws) { snprintf(fb_err, sizeof fb_err, "workspace allocation failed"); return 3; }
+  const unsigned blocks = (unsigned)((n + 255) / 256);
+  fb_k1<<<blocks, 256, 0, s>>>((const float*)in[0].data, ws, n);
+  fb_k2<<<blocks, 256, 0, s>>>(ws, (float*)out[0].data, n);
+  return cudaGetLastError() == cudaSuccess ? 0 : 4;
+}
+"""
+
+
+@pytest.fixture
+def ws_dropin(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "repo" / "fbk_ws" / "twice"
+    folder.mkdir(parents=True)
+    (folder / "kernel.cu").write_text(KERNEL)
+    (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
+    (folder / REFERENCE_FILE).write_text(REFERENCE)
+    (folder / "reference_src.py").write_text(REFERENCE)
+    spec = ProblemSpec(name="twice", path=str(folder / "reference_src.py"))
+    files = dropin_files(spec, Candidate(id="ws", format="fast", backend="cuda", sources={"kernel.cu": KERNEL}))
+    assert any(n.endswith(".so.b64") for n in files), "the runner built no shippable CUDA library"
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    for pkg in (folder.parent, folder):
+        (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "repo"))
+    monkeypatch.setenv("PATH", "/nonexistent")  # the shipped library: no nvcc needed
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    yield importlib.import_module("fbk_ws.twice.dropin")
+    for name in [m for m in sys.modules if m.startswith("fbk_ws")]:
+        sys.modules.pop(name)
+
+
+def test_scratch_memory_streams_graphs_and_compile(ws_dropin, tmp_path):
+    mod = ws_dropin
+    fused = mod.Model().cuda().eval()
+    x = torch.randn(4096, 1024, device="cuda")
+    want = x * 2.0 + 1.0
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), want)
+        assert mod.Model.kernel_calls == 1
+        assert list(mod._WS_NEED.values()) == [4096 * 1024 * 4]  # asked for once, given by torch's allocator
+        streams = [torch.cuda.Stream() for _ in range(4)]
+        outs = []
+        for k, s in enumerate(streams):
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                outs.append(fused(x + k))
+        torch.cuda.synchronize()
+        for k, o in enumerate(outs):
+            torch.testing.assert_close(o, want + 2.0 * k)
+        static = x.clone()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fused(static)
+        static.copy_(x * 0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, x + 1.0)
+        calls = mod.Model.kernel_calls
+        compiled = torch.compile(fused, fullgraph=True)
+        torch.testing.assert_close(compiled(x), want)
+        assert mod.Model.kernel_calls == calls + 1
+    assert not (tmp_path / "cache").exists()  # nothing built here
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_a_module_on_the_second_gpu_runs_there_and_leaves_the_current_device(ws_dropin):
+    fused = ws_dropin.Model().cuda().eval()
+    torch.cuda.set_device(0)
+    on1 = copy.deepcopy(fused).to("cuda:1")
+    x = torch.randn(4096, 1024, device="cuda:1")
+    with torch.no_grad():
+        got = on1(x)
+    assert got.device == torch.device("cuda:1") and torch.cuda.current_device() == 0
+    assert ws_dropin.Model.kernel_calls == 1
+    torch.testing.assert_close(got, x * 2.0 + 1.0)
+
+
+def test_the_seed_kernel_on_the_gpu_takes_other_sizes_and_cpu_tensors_run_the_original(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "repo"
+    (root / "examples").mkdir(parents=True)
+    (root / "examples" / "mlp_epilogue.py").write_text(EXAMPLE.read_text())
+    folder = root / "fbk_seed" / "scaledbiasrelu"
+    folder.mkdir(parents=True)
+    cand = seed_candidate("cuda")
+    (folder / "kernel.cu").write_text(cand.sources["kernel.cu"])
+    (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
+    for name, text in dropin_files(EXAMPLE_SPEC, cand, root_depth=1).items():
+        (folder / name).write_text(text)
+    for pkg in (folder.parent, folder):
+        (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    mod = importlib.import_module("fbk_seed.scaledbiasrelu.dropin")
+    torch.manual_seed(0)
+    original = mod.Original(1024).cuda().eval()
+    fused = mod.ScaledBiasReLU(1024).cuda().eval()
+    fused.load_state_dict(original.state_dict())
+    x = torch.randn(300, 1024, device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), original(x))
+        assert mod.ScaledBiasReLU.kernel_calls == 1
+        with pytest.warns(mod.FallbackWarning, match="the kernel runs on one cuda device"):
+            cpu = copy.deepcopy(fused).cpu()(x.cpu())
+        torch.testing.assert_close(cpu, original(x).cpu())
+    assert mod.ScaledBiasReLU.kernel_calls == 1 and not (tmp_path / "cache").exists()
+    for name in [m for m in sys.modules if m.startswith("fbk_seed") or m == "examples" or m.startswith("examples.")]:
+        sys.modules.pop(name)
