@@ -67,11 +67,14 @@ def _unit_info(row: UnitRow, source_path: str | None = None) -> UnitInfo:
                     source_path=source_path)
 
 
-def combined_progress(units: list[UnitRow]) -> Progress:
-    """The job's progress: its units' counts summed, the best speedup over them, how many targets are done."""
+def combined_progress(units: list[UnitRow]) -> Progress | None:
+    """The job's progress: its units' counts summed, the best speedup over them, how many targets are done (None
+    before any unit reported)."""
     ps = [Progress.model_validate_json(u.progress) for u in units if u.progress]
+    if not ps:
+        return None
     if len(units) == 1:
-        return ps[0] if ps else Progress()
+        return ps[0]
     done = sum(u.state in TERMINAL_STATES for u in units)
     running = sum(u.state in HELD for u in units)
     speedups = [p.best_speedup for p in ps if p.best_speedup is not None]
@@ -129,7 +132,8 @@ class Units(StoreBase):
         units = list(s.scalars(select(UnitRow).where(UnitRow.job_id == job_id).order_by(UnitRow.idx)))
         if not units:
             return
-        values: dict[str, Any] = {"progress": combined_progress(units).model_dump_json(),
+        progress = combined_progress(units)
+        values: dict[str, Any] = {"progress": progress.model_dump_json() if progress else None,
                                   "attempts": max(u.attempts for u in units)}
         states = {u.state for u in units}
         if states <= set(TERMINAL_STATES):
