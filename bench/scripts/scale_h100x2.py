@@ -8,8 +8,8 @@
    fake GitHub of tests/fakes/github_server.py, real HTTP) run in this process; the workers are `fusebot worker`
    processes. Figure: the two workers' wall time over the one worker's (target <= 0.55).
 2. One search (llama_rmsnorm, the builtin catalog) with one GPU and with two (runner/harness/gpus.py: an evaluator
-   process per GPU, the search's queue feeding both), on the same wall budget. Figure: verified candidates per hour
-   with two GPUs over one (target >= 1.8).
+   process per GPU, the search's queue feeding both, every GPU's judge started before the search), on the same wall
+   budget. Figure: verified candidates per hour with two GPUs over one (target >= 1.8).
 
 Each configuration starts with an empty harness cache of its own (no build or torch.compile result carries over).
 Writes OUT/results.json (every number, the GPU, driver, torch and commit) and OUT/README.md (the table).
@@ -137,6 +137,8 @@ def search_run(workdir: Path, devices: list[int], wall_s: float) -> dict:
     config = HarnessConfig(cache_dir=workdir / "cache")
     with device_evaluators(spec, "cuda", devices, config, visible=torch.cuda.device_count()) as ev:
         ctx = problem_context(spec, ev, "cuda")
+        for device in getattr(ev, "evaluators", {}).values():  # every GPU's judge started and its baselines measured
+            device.baselines()
         result = search(ctx, ev, make_proposers([]), budget, workdir / "trace.jsonl", min_gain=-1.0)
         per_device = {}
         for a in result.history.attempts:
@@ -208,7 +210,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "h100x2-scale")
     parser.add_argument("--budget-seconds", type=float, default=15.0, help="search budget per target (App)")
-    parser.add_argument("--search-seconds", type=float, default=40.0, help="wall budget of each search (part 2)")
+    parser.add_argument("--search-seconds", type=float, default=35.0, help="wall budget of each search (part 2)")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if torch.cuda.device_count() < 2:
@@ -218,8 +220,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fusebot-scale-") as tmp:
         for key, n in (("one", 1), ("two", 2)):
             (Path(tmp) / f"app{n}").mkdir()
-            results["app"][key] = app_run(Path(tmp) / f"app{n}", n, args.budget_seconds, timeout_s=200 if n == 1
-                                          else 150)
+            results["app"][key] = app_run(Path(tmp) / f"app{n}", n, args.budget_seconds, timeout_s=240 if n == 1
+                                          else 160)
             log.info("app, %d worker(s): %s", n, results["app"][key])
         for key, devices in (("one", [0]), ("two", [0, 1])):
             (Path(tmp) / f"search{len(devices)}").mkdir()
