@@ -265,6 +265,21 @@ def _search_target(job: Job, target: TargetSpec, source_dir: Path, tmp: Path, po
     return accepted_result(job, target, spec, outcome, source_dir, workdir), environment
 
 
+def job_devices(backend: str, gpus: Sequence[int] | None = None) -> list[int]:
+    """The GPUs a job runs on: `gpus`, else FUSEBOT_GPUS (all, or 0,1: the host's choice), else every visible one;
+    none on the CPU backend."""
+    if backend != "cuda":
+        return []
+    return list(gpus) if gpus is not None else parse_gpus(os.environ.get("FUSEBOT_GPUS"), visible_gpus())
+
+
+def proposer_pools(job: Job, backend: str | None = None, gpus: Sequence[int] | None = None) -> list[list]:
+    """One pool of proposers for each search `run_job` runs at once on this host (the Action makes them before the
+    LLM key leaves its environment, then passes them as `proposer_pools`)."""
+    devices = job_devices(backend or default_backend(), gpus)
+    return [make_proposers(job.models) for _ in lanes(devices, max(1, len(job.targets)))]
+
+
 def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,
             backend: str | None = None, workdir: Path | None = None, gpus: Sequence[int] | None = None,
             proposer_pools: Sequence[Sequence] | None = None) -> JobResult:
@@ -278,9 +293,7 @@ def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *,
         log.info("job %s: %s of the kernels under %s", job.id, job.kind, job.kernels_dir)
         return run_kernel_job(job, Path(source_dir), progress, backend=backend, workdir=workdir)
     chosen = backend or default_backend()
-    # FUSEBOT_GPUS (all, or 0,1) is the host's choice where the caller made none: the Action's runner, a worker
-    devices = list(gpus) if gpus is not None else parse_gpus(os.environ.get("FUSEBOT_GPUS"), visible_gpus()) \
-        if chosen == "cuda" else []
+    devices = job_devices(chosen, gpus)
     pools = [list(p) for p in proposer_pools] if proposer_pools else [list(proposers)] if proposers is not None else None
     plan = lanes(devices, len(job.targets) if pools is None else min(len(job.targets), len(pools)))
     pools = pools or [make_proposers(job.models) for _ in plan]

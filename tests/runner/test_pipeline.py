@@ -141,3 +141,16 @@ def test_targets_are_searched_at_once_one_per_device(tmp_path, monkeypatch):
     both = threading.Barrier(1)
     run_job(one, src, seen.append, backend="cpu", gpus=[0, 1], proposers=[(FakeKernels(), 1.0)])
     assert opened == [("chain", [0, 1], 2)]  # one target: one search over both devices
+
+
+def test_a_pool_of_proposers_for_each_search_at_once(monkeypatch):
+    from runner.pipeline import job_devices, proposer_pools
+
+    job = Job(id="j3", repo="o/r", sha="0" * 40, targets=[
+        TargetSpec(name=f"t{i}", file=f"m{i}.py", class_name="Model") for i in range(3)])
+    pools = proposer_pools(job, "cuda", [0, 1])
+    assert len(pools) == 2 and pools[0][0][0] is not pools[1][0][0]  # searches at once share no proposer
+    assert len(proposer_pools(job, "cpu")) == 1 and job_devices("cpu", [0, 1]) == []
+    monkeypatch.setenv("FUSEBOT_GPUS", "1")
+    monkeypatch.setattr("runner.pipeline.visible_gpus", lambda: 2)
+    assert job_devices("cuda") == [1] and job_devices("cuda", [0]) == [0]
