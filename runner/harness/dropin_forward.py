@@ -117,8 +117,8 @@ def _eager(module, args, kwargs):
     """An eager call: the kernel through ctypes where the guard lets it, else the original forward."""
     if not module.fusebot_enabled or _env_off(type(module).__name__):
         return Original.forward(module, *args, **kwargs)
-    if torch.jit.is_tracing() or _transformed() or any(isinstance(a, torch.fx.Proxy)
-                                                       for a in (*args, *kwargs.values())):
+    if torch._C._is_tracing() or _transformed() or any(isinstance(a, torch.fx.Proxy)
+                                                        for a in (*args, *kwargs.values())):
         return _fallback(module, args, kwargs, "trace", "traced (jit.trace, fx) or under a torch.func transform such "
                          "as vmap", warn=False)
     table = _verified()[0]
@@ -132,12 +132,19 @@ def _eager(module, args, kwargs):
             return _fallback(module, args, kwargs, "args", why)
     state = _state(module)
     items = [*call, *state]
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in items):
-        return _fallback(module, args, kwargs, "grad", "autograd wants gradients here (the kernel is for inference)",
-                         warn=False)
-    if any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in items):
-        kind = next(type(t).__name__ for t in items if isinstance(t, torch.Tensor) and type(t) not in _PLAIN)
-        return _fallback(module, args, kwargs, "subclass", f"a tensor subclass ({kind})")
+    grad = torch.is_grad_enabled()
+    key = []  # what the plan depends on, built in the same pass as the per-call checks
+    for t in items:
+        if isinstance(t, torch.Tensor):
+            if grad and t.requires_grad:
+                return _fallback(module, args, kwargs, "grad", "autograd wants gradients here (the kernel is for "
+                                 "inference)", warn=False)
+            if type(t) not in _PLAIN:
+                return _fallback(module, args, kwargs, "subclass", f"a tensor subclass ({type(t).__name__})")
+            key.append((t.dtype, t.shape, t.device, t.layout))
+        else:
+            key.append(type(t))
+    key = tuple(key)
     if module.training:
         what = _train_dependent(module)
         if what:
@@ -146,7 +153,6 @@ def _eager(module, args, kwargs):
     plans = module.__dict__.get("_fusebot_plans")
     if plans is None:
         plans = module.__dict__["_fusebot_plans"] = {}
-    key = tuple((a.dtype, a.shape, a.device, a.layout) if isinstance(a, torch.Tensor) else type(a) for a in items)
     plan = plans.get(key)
     if plan is None:
         if len(plans) > 256:

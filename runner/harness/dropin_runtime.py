@@ -30,6 +30,7 @@ class _FbTensor(ctypes.Structure):
 _LOCK = threading.RLock()
 _LIB = None  # a library bound from outside (the harness), used for every device
 _LIBS = {}  # arch -> bound library, or the BuildError that says why there is none
+_BY_DEVICE = {}  # torch.device -> the same (the arch looked up once per device)
 
 
 def _cpu_flags():
@@ -249,10 +250,10 @@ def _library(device):
     """The bound library for `device`'s arch: shipped, else built here; BuildError (remembered) when neither."""
     if _LIB is not None:
         return _LIB
-    arch = _host_arch(device)
-    lib = _LIBS.get(arch)
+    lib = _BY_DEVICE.get(device)
     if lib is None:
         with _LOCK:
+            arch = _host_arch(device)
             lib = _LIBS.get(arch)
             if lib is None:
                 try:
@@ -269,6 +270,7 @@ def _library(device):
                 except (OSError, subprocess.SubprocessError) as exc:
                     lib = BuildError(f"the kernel library cannot be loaded or built here: {exc}")
                 _LIBS[arch] = lib
+            _BY_DEVICE[device] = lib
     if isinstance(lib, BuildError):
         raise lib
     return lib
