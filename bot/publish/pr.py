@@ -309,8 +309,9 @@ def check_completed(plan: PullRequestPlan, pr_url: str | None = None, error: str
     env = environment_line(plan.environment)
     if not plan.improved:
         why = "\n".join(f"- `{r.class_name or r.target}`: {r.message or 'no verified kernel'}" for r in plan.results)
-        summary = (f"{verdict_line(plan.results)}\n\n{why}\n\nNo pull request is opened: a kernel is proposed only "
-                   "when it is verified and faster than both PyTorch eager and torch.compile.")
+        summary = (f"{verdict_line(plan.results)}\n\n{why}\n\nNo pull request is opened: a change is proposed only "
+                   "when it is verified and faster than both PyTorch eager and torch.compile, in every confirmation "
+                   "round and by the minimum effect (the larger of 3% and the rounds' spread).")
         return CheckOutput("completed", "No faster kernel", clip(summary), "neutral",
                            clip(f"{tables}\n\n{env}"))
     link = f"\n\nProposed in {pr_url}." if pr_url else ""
