@@ -41,7 +41,7 @@ def _note(key, message, warn=True):
         return
     _SEEN.add(key)
     if warn:
-        warnings.warn(f"fusebot drop-in {TARGET}: {message}", FallbackWarning, stacklevel=4)
+        warnings.warn(f"fusebot drop-in {TARGET}: {message}", FallbackWarning, stacklevel=7)  # the caller's line
     else:
         log.info("fusebot drop-in %s: %s", TARGET, message)
 

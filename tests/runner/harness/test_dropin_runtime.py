@@ -120,3 +120,26 @@ def test_a_shipped_library_is_loaded_from_memory(tmp_path, monkeypatch):
     mod = load(write_folder(tmp_path / "out", KERNEL, SPEC2, ship=True), "dropin_memfd")
     lib = mod._library(torch.device("cpu"))
     assert lib._name.startswith("/proc/self/fd/") and not (tmp_path / "cache").exists()
+
+
+def test_building_for_another_gpu_says_so_naming_the_test_beside_it(tmp_path, monkeypatch, caplog):
+    from runner.harness.dropin import dropin_source
+
+    folder = write_folder(tmp_path / "out", KERNEL, SPEC2)
+    (folder / "dropin.py").write_text(dropin_source(SPEC2, "cuda", built_for="NVIDIA H100 80GB HBM3",
+                                                    built_arch="sm_90"))
+    (folder / "kernel.cu").write_text("// not built here\n")
+    (folder / "test_dropin.py").rename(folder / "test_scale_relu.py")  # the name a PR gives it
+    mod = load(folder, "dropin_other_gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    monkeypatch.setattr(mod, "_nvcc", lambda: None)
+    for capability, warned in (((9, 0), False), ((8, 0), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        caplog.clear()
+        with pytest.raises(mod.BuildError, match="nvcc was not found"):
+            mod._compile(torch.device("cuda", 0))
+        said = [r.getMessage() for r in caplog.records if "verified on" in r.getMessage()]
+        assert bool(said) == warned, said
+    assert "building kernel.cu for sm_80 (NVIDIA A100)" in said[0] and "NVIDIA H100 80GB HBM3 (sm_90)" in said[0]
+    assert "run test_scale_relu.py" in said[0]
