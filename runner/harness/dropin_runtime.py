@@ -31,6 +31,7 @@ _LOCK = threading.RLock()
 _LIB = None  # a library bound from outside (the harness), used for every device
 _LIBS = {}  # arch -> bound library, or the BuildError that says why there is none
 _BY_DEVICE = {}  # torch.device -> the same (the arch looked up once per device)
+_FDS = []  # the memfds shipped libraries were loaded from
 
 
 def _cpu_flags():
@@ -110,16 +111,21 @@ def _load_bytes(data):
     if hasattr(os, "memfd_create") and Path("/proc/self/fd").is_dir():
         fd = os.memfd_create("fusebot-" + KERNEL, os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             try:
                 import fcntl  # sealing: the bytes checked are the bytes mapped
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
                             | fcntl.F_SEAL_SEAL)
             except (ImportError, AttributeError, OSError):
                 pass
-            return _bind(f"/proc/self/fd/{fd}")
-        finally:
+            lib = _bind(f"/proc/self/fd/{fd}")
+        except BaseException:
             os.close(fd)
+            raise
+        _FDS.append(fd)  # kept open: the loader knows a library by its path, and a closed fd's number comes back
+        return lib
     lib = _cache_root() / hashlib.sha256(data).hexdigest() / "kernel.so"
     if not _intact(lib):
         _store(lib, data)

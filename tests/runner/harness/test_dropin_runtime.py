@@ -143,3 +143,21 @@ def test_building_for_another_gpu_says_so_naming_the_test_beside_it(tmp_path, mo
         assert bool(said) == warned, said
     assert "building kernel.cu for sm_80 (NVIDIA A100)" in said[0] and "NVIDIA H100 80GB HBM3 (sm_90)" in said[0]
     assert "run test_scale_relu.py" in said[0]
+
+
+def test_two_shipped_libraries_in_one_process_stay_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    right = load(write_folder(tmp_path / "a", KERNEL, SPEC2, ship=True), "dropin_two_a")
+    other = KERNEL.replace("v > 0.0f ? v : 0.0f", "v")  # no ReLU: results tell the libraries apart
+    plain = load(write_folder(tmp_path / "b", other, SPEC2, ship=True), "dropin_two_b")
+    x = torch.randn(64, 256)
+    outs = []
+    for mod in (right, plain, right):
+        mod._BY_DEVICE.clear()
+        mod._LIBS.clear()  # loaded again: the fd numbers of closed memfds would have come back
+        original, fused = pair(mod)
+        with torch.no_grad():
+            outs.append((fused(x), original(x)))
+    torch.testing.assert_close(*outs[0])
+    torch.testing.assert_close(*outs[2])
+    assert (outs[1][0] < 0).any()  # the second library's own (wrong) kernel ran, not the first's
