@@ -136,6 +136,8 @@ def test_the_local_platform_answers_what_the_apps_features_ask(tmp_path):
     [stored] = platform.check_runs()
     assert (stored.id, stored.external_id, stored.conclusion) == (run, "job-1", "failure")
     assert stored.annotations == [Annotation("models/new.py", 1, "syntax error: x").as_api()]
+    assert platform.find_check_run(update.sha, "fusebot") == run  # found again by commit and name
+    assert platform.find_check_run(update.sha, "fusebot config") is None and platform.find_check_run(base, "fusebot") is None
     assert can_write(platform, "anyone")
     with pytest.raises(PlatformError):
         platform.pull(99)
