@@ -28,8 +28,8 @@ PROGRESS = re.compile(r"round (\d+)/(\d+): built (\d+), verified (\d+), rejected
 
 
 class Harness(TableEvaluator):
-    """What `fusebot optimize` asks of runner.harness.evaluator.Evaluator, without a process: eager takes 1 ms, no
-    torch.compile, and a candidate's verdict is read off its source (tests/fakes/evaluators.py)."""
+    """What `fusebot optimize` asks of its evaluator (runner/harness/gpus.py device_evaluators), without a process:
+    eager takes 1 ms, no torch.compile, and a candidate's verdict is read off its source (tests/fakes/evaluators.py)."""
 
     def __init__(self, spec, backend="cpu", **kwargs):
         super().__init__(eager_ms=1.0, compile_ms=None)
@@ -62,7 +62,7 @@ class Harness(TableEvaluator):
 def run_optimize(monkeypatch, tmp_path):
     """`fusebot optimize examples/row_gain.py` with 3 implementations of one idea: fast, wrong and not building."""
     markers = ["ms=0.25", "wrong", "build-error"]
-    monkeypatch.setattr(optimize_cli, "Evaluator", Harness)
+    monkeypatch.setattr(optimize_cli, "device_evaluators", lambda spec, backend, devices, config=None, **kw: Harness(spec))
     monkeypatch.setattr(optimize_cli, "make_proposers",
                         lambda models: [(Scripted("scripted", lambda r, k, j: markers[j]), 1.0)])
     root = logging.getLogger()
