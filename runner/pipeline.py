@@ -146,6 +146,8 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
     """Write the result folder; a kernel (and its drop-in and test) only when it beat both baselines."""
     for name in GENERATED:  # a previous run's kernel must not outlive a run that found none
         (out / name).unlink(missing_ok=True)
+    for shipped in out.glob("kernel.*.so.b64"):
+        shipped.unlink()
     files: list[str] = []
     cand = o.best.candidate if o.improved and o.best else None
     if cand is not None:
@@ -159,9 +161,11 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
                 shutil.copyfile(problem_file, out / dropin.REFERENCE_FILE)
                 files.append(dropin.REFERENCE_FILE)
             digest = hashlib.sha256("".join(cand.sources.values()).encode()).hexdigest()
-            (out / dropin.DROPIN_FILE).write_text(dropin.dropin_source(spec, cand.backend, cand.extra_cflags, digest))
+            for name, text in dropin.dropin_files(spec, cand, digest).items():  # the drop-in, its shipped library
+                (out / name).write_text(text)
+                files.append(name)
             (out / TEST_FILE).write_text(dropin_test_source(spec, cand.backend))
-            files += [dropin.DROPIN_FILE, TEST_FILE]
+            files.append(TEST_FILE)
     files += ["report.md", "result.json"]
     (out / "report.md").write_text(report_markdown(o))
     (out / "result.json").write_text(json.dumps(result_json(o, files), indent=1))
