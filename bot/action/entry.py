@@ -61,12 +61,13 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help=__d
 def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> JobResult:
     """The real search (torch and the harness are imported here, not before). The proposers are made first, then
     the LLM key leaves the environment: the processes the search starts (compilers, candidates, the generated
-    drop-in's test, all of which run the repository's code) never inherit it."""
-    from runner.pipeline import make_proposers, run_job  # torch: imported only when a search runs
+    drop-in's test, all of which run the repository's code) never inherit it. With several GPUs the targets are
+    searched at once, one search per GPU (runner.pipeline.run_job)."""
+    from runner.pipeline import proposer_pools, run_job  # torch: imported only when a search runs
 
-    proposers = make_proposers(job.models)
+    pools = proposer_pools(job)  # one pool per search run at once (targets spread over the runner's GPUs)
     os.environ.pop(LLM_KEY_VARIABLE, None)
-    return run_job(job, source_dir, progress, proposers=proposers)
+    return run_job(job, source_dir, progress, proposer_pools=pools)
 
 
 def github_platform(settings: ActionSettings) -> Platform:
