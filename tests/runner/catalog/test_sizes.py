@@ -135,8 +135,10 @@ def test_a_kernel_generated_at_one_size_is_right_at_another(programs, name, tmp_
     with torch.no_grad():
         want = model(*inputs)
     assert inputs[0].shape != tuple(p.inputs[0].tensor or p.inputs[0].shape)  # another size than the captured one
+    args = [*inputs, *model.state_dict().values()]
+    assert fits(abi_sizes(p), args)  # the line admits these sizes
     out = torch.empty_like(want)
-    lib([*inputs, *model.state_dict().values()], [out], None)
+    lib(args, [out], None)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
 
@@ -151,6 +153,7 @@ def test_a_merged_view_keeps_its_size_and_the_kernel_refuses_another(tmp_path):
     out = torch.empty(16, 8)
     lib([good], [out], None)
     torch.testing.assert_close(out, good.view(16, 8).relu())
+    assert fits(abi_sizes(p), [good]) and not fits(abi_sizes(p), [torch.randn(3, 8, 8)])
     with pytest.raises(AbiError, match="size differs"):
         lib([torch.randn(3, 8, 8)], [torch.empty(24, 8)], None)
 
@@ -172,16 +175,29 @@ def test_a_source_carries_only_the_accumulators_it_uses(programs):
     assert [n for n in ACC_STRUCTS if f"struct {n} " in soft] == ["AccLse"]
 
 
-def _cuda_sources(p: Program) -> dict[str, str]:
-    """The first parameter set of every CUDA strategy the catalog proposes for p, rendered (label -> source)."""
+def _cuda_sources(p: Program) -> dict[cuda.CudaParams, str]:
+    """The first parameter set of every CUDA strategy the catalog proposes for p, rendered."""
     out = {}
     for st in strategies(p, "cuda"):
         for params in st.params[:1]:
             try:
-                out[params.label()] = cuda.render(p, params)
+                out[params] = cuda.render(p, params)
             except NotExpressible:
                 continue
     return out
+
+
+def fits(line: dict[int, list[str]], tensors: list[torch.Tensor]) -> bool:
+    """Do these tensors fit a source's sizes (abi_sizes): fixed sizes equal, each dK one size?"""
+    seen: dict[str, int] = {}
+    for pos, dims in line.items():
+        shape = tensors[pos].shape
+        if len(shape) != len(dims):
+            return False
+        for want, n in zip(dims, shape, strict=True):
+            if (want.startswith("d") and seen.setdefault(want, n) != n) or (not want.startswith("d") and int(want) != n):
+                return False
+    return True
 
 
 @pytest.mark.slow
@@ -190,8 +206,8 @@ def test_the_cuda_sources_of_these_problems_compile(programs, tmp_path):
     """Every strategy's first CUDA source for each problem compiles with nvcc (sm_90) and names its sizes."""
     sources = []
     for name, p in programs.items():
-        for label, src in _cuda_sources(p).items():
-            assert src.splitlines()[2].startswith("// fusebot-sizes: in0="), (name, label)
+        for params, src in _cuda_sources(p).items():
+            assert src.splitlines()[2] == sizes_line(p, 0, params.layout), (name, params.label())
             sources.append(src)
     assert len(sources) >= 2 * len(programs)
     rc, log = compile_together(sources, tmp_path)
@@ -202,7 +218,8 @@ def test_the_cuda_sources_of_these_problems_compile(programs, tmp_path):
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_on_the_gpu_a_kernel_generated_at_one_size_is_right_at_another(programs, name, tmp_path):
     """On the GPU (run by hand: `pytest -m gpu tests/runner/catalog/test_sizes.py`): every strategy's first CUDA
-    kernel, built for this GPU, against the reference module at sizes other than the captured ones."""
+    kernel, built for this GPU, against the reference module at sizes other than the captured ones; a kernel whose
+    line fixes a size the call changes (a row held in registers or on chip) must refuse the call instead."""
     if not torch.cuda.is_available() or shutil.which("nvcc") is None:
         pytest.skip("needs a CUDA GPU and nvcc")
     major, minor = torch.cuda.get_device_capability()
@@ -213,15 +230,21 @@ def test_on_the_gpu_a_kernel_generated_at_one_size_is_right_at_another(programs,
     with torch.no_grad():
         want = model(*inputs)
     args = [t.cuda() for t in [*inputs, *model.state_dict().values()]]
-    for k, (label, src) in enumerate(_cuda_sources(programs[name]).items()):
+    for k, (params, src) in enumerate(_cuda_sources(programs[name]).items()):
         (tmp_path / f"k{k}.cu").write_text(src)
         subprocess.run(["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", arch, "-I",
                         str(ROOT / "runner/csrc"), f"k{k}.cu", "-o", f"k{k}.so"], cwd=tmp_path, check=True,
                        capture_output=True, timeout=300)
         out = torch.empty_like(want, device="cuda")
-        KernelLibrary(tmp_path / f"k{k}.so")(args, [out], torch.cuda.current_stream().cuda_stream)
+        lib = KernelLibrary(tmp_path / f"k{k}.so")
+        if not fits(abi_sizes(programs[name], 0, params.layout), args):
+            with pytest.raises(AbiError, match="differs from the captured"):
+                lib(args, [out], torch.cuda.current_stream().cuda_stream)
+            continue
+        lib(args, [out], torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
-        torch.testing.assert_close(out.cpu(), want, rtol=1e-5, atol=1e-5, msg=lambda m, lab=label: f"{lab}: {m}")
+        torch.testing.assert_close(out.cpu(), want, rtol=1e-5, atol=1e-5,
+                                   msg=lambda m, lab=params.label(): f"{lab}: {m}")
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
