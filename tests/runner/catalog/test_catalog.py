@@ -21,6 +21,7 @@ from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer, catalog_proposers, label_of, remember
 from runner.search.types import Attempt, History, ProblemContext
+from tests.runner.catalog.codegen.nvcc import EXPORTS
 from tests.runner.conftest import FAST_TIMER
 
 CATALOG = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog"
@@ -122,9 +123,8 @@ def one_translation_unit(sources: list[str]) -> str:
     head = [line for line in sources[0].splitlines() if line.startswith("#include")]
     parts = ["\n".join(head)]
     for k, src in enumerate(sources):
-        parts.append(f"#define fusebot_forward fusebot_forward_{k}\n#define fusebot_last_error fusebot_last_error_{k}\n"
-                     f"namespace cand{k} {{\n{src}\n}}\n#undef fusebot_forward\n#undef fusebot_last_error\n"
-                     + "".join(f"#undef {m}\n" for m in _UNDEF))
+        parts.append("".join(f"#define {e} {e}_{k}\n" for e in EXPORTS) + f"namespace cand{k} {{\n{src}\n}}\n"
+                     + "".join(f"#undef {m}\n" for m in (*EXPORTS, *_UNDEF)))
     return "\n".join(parts)
 
 
