@@ -62,12 +62,14 @@ GENERATED = (dropin.DROPIN_FILE, TEST_FILE, dropin.REFERENCE_FILE, dropin.HEADER
 
 # ---- proposers -------------------------------------------------------------------------------------------------
 
-def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
+def make_proposers(models: Sequence[str], *, builtin: bool = True) -> list[tuple[Proposer, float]]:
     """The builtin catalog and the source rewrites, and beside them every configured model when an endpoint is
     configured (FUSEBOT_LLM_* or --model): one population, the catalog's kernels the first beam the models refine
-    (runner/search/loop.py)."""
-    pool: list[tuple[Proposer, float]] = [(p, 1.0) for p in catalog_proposers()]
-    pool += [(p, 0.0) for p in rewrite_proposers()]  # source rewrites: their own first-round quota, no share
+    (runner/search/loop.py). `builtin=False` leaves the models alone (to try a model by itself)."""
+    pool: list[tuple[Proposer, float]] = []
+    if builtin:
+        pool += [(p, 1.0) for p in catalog_proposers()]
+        pool += [(p, 0.0) for p in rewrite_proposers()]  # source rewrites: their own first-round quota, no share
     if models or os.environ.get("FUSEBOT_LLM_BASE_URL"):
         try:
             settings = LLMSettings(**({"models": ",".join(models)} if models else {}))
@@ -76,6 +78,8 @@ def make_proposers(models: Sequence[str]) -> list[tuple[Proposer, float]]:
                                  for err in e.errors())
             raise UsageError(f"LLM settings are invalid: {problems}") from None
         pool += llm_proposers(settings)
+    if not pool:
+        raise UsageError("--no-builtin leaves no proposer: configure a model (FUSEBOT_LLM_BASE_URL, --model)")
     return pool
 
 

@@ -71,6 +71,8 @@ def optimize(
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline",
                                                       help="Skip the torch.compile baseline.")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard DIR's trace instead of resuming it.")] = False,
+    no_builtin: Annotated[bool, typer.Option("--no-builtin", help="Only the configured models propose (no catalog, "
+                                             "no source rewrites): to try a model by itself.")] = False,
     gpus: Annotated[str | None, typer.Option("--gpus", envvar="FUSEBOT_GPUS", metavar="all|0,1", help="The GPUs "
                                              "candidates are evaluated on at once (default: all visible).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the search does.")] = False,
@@ -83,7 +85,7 @@ def optimize(
     try:
         chosen: Backend = choose_backend(backend)  # type: ignore[assignment]
         spec = problem_for(problem)
-        proposers = make_proposers(model or [])
+        proposers = make_proposers(model or [], builtin=not no_builtin)
         devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []
         with device_evaluators(spec, chosen, devices, HarnessConfig(compile_baseline=not no_compile_baseline)) as ev, \
                 ProgressView(console, rounds) as view:

@@ -37,8 +37,9 @@ def cli_env(url: str, tmp: Path) -> dict[str, str]:
 
 
 def optimize(out: Path, env: dict, *extra: str, **kw) -> subprocess.Popen:
+    # the scripted model alone: the catalog would find its own kernel for this elementwise chain
     cmd = [sys.executable, "-m", "runner.cli.optimize", str(PROBLEM), "--out", str(out), "--backend", "cpu",
-           "--no-compile-baseline", *extra]
+           "--no-compile-baseline", "--no-builtin", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, **kw)
 

@@ -64,7 +64,7 @@ def run_optimize(monkeypatch, tmp_path):
     markers = ["ms=0.25", "wrong", "build-error"]
     monkeypatch.setattr(optimize_cli, "device_evaluators", lambda spec, backend, devices, config=None, **kw: Harness(spec))
     monkeypatch.setattr(optimize_cli, "make_proposers",
-                        lambda models: [(Scripted("scripted", lambda r, k, j: markers[j]), 1.0)])
+                        lambda models, builtin=True: [(Scripted("scripted", lambda r, k, j: markers[j]), 1.0)])
     root = logging.getLogger()
     saved = root.handlers[:], root.level
 

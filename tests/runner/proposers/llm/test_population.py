@@ -3,7 +3,10 @@ see; over real HTTP to the scripted server."""
 
 from __future__ import annotations
 
+import pytest
+
 from runner.contract import Candidate, SearchBudget
+from runner.errors import UsageError
 from runner.pipeline import make_proposers
 from runner.proposers.catalog import CatalogProposer
 from runner.proposers.llm.proposer import LLMProposer, llm_proposers
@@ -63,3 +66,12 @@ def test_the_catalogs_verified_kernels_are_the_first_beam_the_model_sees(tmp_pat
     assert {c.name: c.verified for c in res.credit} == {"catalog": 1, "scripted-a": 1}
     report = report_markdown(outcome("relu2", res, CTX.baselines, CTX.roofline))
     assert "| scripted-a (best) | 1 | 2 | 600 | - |" in report and "| catalog | 1 | 0 | 0 | - |" in report, report[-900:]
+
+
+def test_no_builtin_leaves_the_models_alone_and_needs_one(monkeypatch):
+    monkeypatch.delenv("FUSEBOT_LLM_BASE_URL", raising=False)
+    with pytest.raises(UsageError, match="no proposer"):
+        make_proposers([], builtin=False)
+    monkeypatch.setenv("FUSEBOT_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("FUSEBOT_LLM_API_KEY", "sk-real")
+    assert [p.name for p, _ in make_proposers(["m-1"], builtin=False)] == ["m-1"]
