@@ -238,7 +238,7 @@ class SearchBudget(_Model):
     ideas_per_round: int = 4
     implementations_per_idea: int = 2
     beam: int = 3
-    max_repairs: int = 2
+    max_repairs: int = 4  # up to 5 tries: the answer, then 4 repairs fed with the chain of attempts
     wall_seconds: float = 300.0
     gpu_seconds: float | None = None
     tokens: int | None = None

@@ -58,7 +58,7 @@ def optimize(
     implementations: Annotated[int, typer.Option(min=1, metavar="N", help="Implementations per idea.")] = 2,
     beam: Annotated[int, typer.Option(min=1, metavar="N", help="Best verified kernels shown to the next "
                                       "round.")] = 3,
-    max_repairs: Annotated[int, typer.Option(min=0, metavar="N", help="Repairs of a rejected candidate.")] = 2,
+    max_repairs: Annotated[int, typer.Option(min=0, metavar="N", help="Repairs of a rejected candidate.")] = 4,
     wall_seconds: Annotated[float, typer.Option(metavar="S", help="Budget: wall-clock seconds.")] = 1800.0,
     gpu_seconds: Annotated[float | None, typer.Option(metavar="S", help="Budget: seconds spent in the "
                                                       "harness.")] = None,

@@ -206,7 +206,7 @@ class Session:
     tokens_used: int = 0
     cost_usd: float = 0.0
     failed: Callable[[Idea, str], None] = lambda idea, why: None
-    max_repairs: int = 2  # repairs of one candidate, for a proposer that repairs its own answers (no code, cut off)
+    max_repairs: int = 4  # repairs of one candidate, for a proposer that repairs its own answers (no code, cut off)
     usage: dict[str, Usage] = field(default_factory=dict)  # by model
     reserved: int = 0
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)

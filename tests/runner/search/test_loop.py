@@ -284,3 +284,8 @@ def test_a_kernel_from_a_resumed_trace_is_confirmed_like_a_fresh_one_before_it_i
         assert ev.confirmed == ["r1-a-i0-c0"] and [c.id for c in ev.evaluated] == ["r1-a-i0-c0"]
         assert o.improved is wins and o.best.candidate.id == "r1-a-i0-c0", o.message
         assert (out / "kernel.cpp").exists() is wins
+
+
+def test_a_candidate_gets_five_tries_by_default():
+    # the answer and four repairs, each fed with the chain of attempts
+    assert SearchBudget().max_repairs == 4
