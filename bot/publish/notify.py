@@ -11,6 +11,7 @@ after a later run was stopped; an older job that finishes late does not overwrit
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bot.github.platform import CheckOutput, Platform
@@ -19,6 +20,7 @@ from bot.publish.benchmark import benchmark_check
 from bot.publish.deliver import deliver_job
 from bot.publish.hygiene import hygiene_check
 from bot.store.jobs import JobInfo
+from bot.store.units import UnitInfo
 
 if TYPE_CHECKING:  # the App's context is built above this layer; only its type is needed here
     from bot.context import Context
@@ -31,14 +33,28 @@ def check_run_name(base: str, kind: str) -> str:
     return base if kind == "search" else f"{base} {kind}"
 
 
-def check_run_view(job: JobInfo) -> CheckOutput:
-    """A job's state as its check run shows it, with the button that fits (Stop while it runs, Run again after)."""
-    out = _view(job)
+def check_run_view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
+    """A job's state as its check run shows it, with the button that fits (Stop while it runs, Run again after).
+    While a search runs, each target's line says where its unit is (`units`: the job's units, in target order)."""
+    out = _view(job, units)
     return CheckOutput(out.status, out.title, pr.clip(out.summary), out.conclusion, out.text,
                        actions=tuple(check_run_actions(out.status)))
 
 
-def _view(job: JobInfo) -> CheckOutput:
+def _unit_line(u: UnitInfo) -> str:
+    """One target's state while its job runs: `- `T`: running on gpu-b, round 2, 3 verified`."""
+    if u.state in ("leased", "running"):
+        where = f" on {u.leased_by}" if u.leased_by else ""
+        p = u.progress
+        detail = f", round {p.round}, {p.built} built, {p.verified} verified" if p else ""
+        state = f"running{where}{detail}"
+    else:
+        state = {"queued": "waiting for a GPU runner", "succeeded": "done"}.get(u.state, u.state)
+    again = f" (attempt {u.attempts})" if u.attempts > 1 else ""
+    return f"- `{u.target}`: {state}{again}"
+
+
+def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
     if job.state == "cancelled":
         return CheckOutput("completed", "Cancelled", "The job was cancelled.", "cancelled")
     if job.state == "failed":
@@ -52,6 +68,8 @@ def _view(job: JobInfo) -> CheckOutput:
     if job.state in ("leased", "running"):
         p = job.progress
         detail = f"round {p.round}, {p.built} built, {p.verified} verified" if p else "starting"
+        if len(units) > 1:
+            targets = "\n".join(_unit_line(u) for u in units[:50])
         return CheckOutput("in_progress", f"Searching: {detail}", targets)
     improved = [t for t in (job.result.targets if job.result else []) if t.improved]
     if not improved:
@@ -124,7 +142,8 @@ def sync_check_runs(ctx: Context, limit: int = 20) -> int:
             ctx.store.mark_notified(job.id, job.state, None)
             continue
         host = ctx.platform(job.installation_id, job.repo)
-        out = check_run_view(job)
+        running = job.spec.kind == "search" and job.state in ("leased", "running")
+        out = check_run_view(job, ctx.store.units(job.id) if running else ())
         if job.check_run_id is None:
             run_id = host.create_check_run(job.sha, check_run_name(ctx.settings.check_run_name, job.spec.kind), out,
                                            external_id=job.id)
