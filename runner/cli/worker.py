@@ -27,10 +27,11 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import ValidationError
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
+from runner.cli.worker_log import quiet_polling, result_lines
+from runner.cli.worker_settings import WorkerSettings
 from runner.contract import Job, JobResult, Progress
 from runner.errors import UsageError
 from runner.harness import bwrap
@@ -39,42 +40,6 @@ log = logging.getLogger(__name__)
 
 RunJob = Callable[[Job, Path, Callable[[Progress], None]], JobResult]
 LEASE_HEADER = "X-Fusebot-Lease"
-_PLACEHOLDERS = {"", "changeme", "change-me", "secret", "placeholder", "token", "xxx", "test"}
-
-
-class WorkerSettings(BaseSettings):
-    """FUSEBOT_WORKER_<FIELD>; `bot_url` and `gpu_index` may come from the command line."""
-
-    model_config = SettingsConfigDict(env_prefix="FUSEBOT_WORKER_", extra="ignore", hide_input_in_errors=True)
-
-    bot_url: str
-    token: SecretStr
-    name: str = Field(default_factory=lambda: os.uname().nodename)
-    gpu_index: int | None = Field(default=None, ge=0)
-    poll_seconds: Annotated[float, Field(gt=0)] = 5.0
-    heartbeat_seconds: Annotated[float, Field(gt=0)] = 15.0
-    upload_retry_seconds: Annotated[float, Field(gt=0)] = 300.0  # keep trying to hand in a result this long
-    work_dir: Path | None = None  # default: a temporary directory per job
-    alive_file: Path | None = None  # touched on every poll and every heartbeat: the container's health check reads it
-    ready_file: Path | None = None  # present while the bot answers and the worker takes work: a readiness probe
-    drain_seconds: Annotated[float, Field(ge=0)] = 0.0  # SIGTERM: the running unit may finish this long, then goes back
-
-    @field_validator("token")
-    @classmethod
-    def _token(cls, v: SecretStr) -> SecretStr:
-        t = v.get_secret_value().strip()
-        if t.lower() in _PLACEHOLDERS or (t.startswith("<") and t.endswith(">")) or len(t) < 16:
-            raise ValueError("the runner token is missing, a placeholder or shorter than 16 characters")
-        return v
-
-    @field_validator("bot_url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("bot_url must be an http(s) URL")
-        return v.rstrip("/")
-
-
 class TokenRefused(Exception):
     """The bot does not know this runner's token: retrying cannot help."""
 
@@ -285,6 +250,8 @@ class Worker:
                 return
         if result.job_id != job.id:
             result = result.model_copy(update={"job_id": job.id})
+        for line in result_lines(job.id, result):
+            log.info("%s", line)
         self._post_final(job.id, lease, "result", result.model_dump(mode="json"))
 
     # ---- the loop ----------------------------------------------------------------------------------------
@@ -369,9 +336,12 @@ def worker(
     bot: Annotated[str | None, typer.Option("--bot", help="The bot's base URL.")] = None,
     gpu: Annotated[int | None, typer.Option("--gpu", help="GPU index this worker uses (one worker per GPU).")] = None,
     once: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also log every request to the bot.")] = False,
 ) -> None:
-    """Token from FUSEBOT_WORKER_TOKEN; the URL from --bot or FUSEBOT_WORKER_BOT_URL."""
+    """Token from FUSEBOT_WORKER_TOKEN; the URL from --bot or FUSEBOT_WORKER_BOT_URL. The log has one line per unit
+    leased and one per target with its verdict; polling is quiet unless -v."""
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_polling(verbose)
     overrides: dict[str, Any] = {}
     if bot is not None:
         overrides["bot_url"] = bot

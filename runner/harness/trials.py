@@ -72,7 +72,7 @@ def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: 
                 result.reasons.append(check)
                 return results, result.reasons
             discard_outputs(worker.workdir, rep)
-            log.info("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
+            log.debug("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
                      prep.get("seconds", 0.0), rep.get("seconds"), rep.get("handoff"), check.get("seconds", 0.0))
             result.reasons += check["reasons"]
             result.max_abs_err, result.max_rel_err = check.get("max_abs_err"), check.get("max_rel_err")

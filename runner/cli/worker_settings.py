@@ -1,0 +1,45 @@
+"""`fusebot worker`'s settings (FUSEBOT_WORKER_*), validated at start-up."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_PLACEHOLDERS = {"", "changeme", "change-me", "secret", "placeholder", "token", "xxx", "test"}
+
+
+class WorkerSettings(BaseSettings):
+    """FUSEBOT_WORKER_<FIELD>; `bot_url` and `gpu_index` may come from the command line."""
+
+    model_config = SettingsConfigDict(env_prefix="FUSEBOT_WORKER_", extra="ignore", hide_input_in_errors=True)
+
+    bot_url: str
+    token: SecretStr
+    name: str = Field(default_factory=lambda: os.uname().nodename)
+    gpu_index: int | None = Field(default=None, ge=0)
+    poll_seconds: Annotated[float, Field(gt=0)] = 5.0
+    heartbeat_seconds: Annotated[float, Field(gt=0)] = 15.0
+    upload_retry_seconds: Annotated[float, Field(gt=0)] = 300.0  # keep trying to hand in a result this long
+    work_dir: Path | None = None  # default: a temporary directory per job
+    alive_file: Path | None = None  # touched on every poll and every heartbeat: the container's health check reads it
+    ready_file: Path | None = None  # present while the bot answers and the worker takes work: a readiness probe
+    drain_seconds: Annotated[float, Field(ge=0)] = 0.0  # SIGTERM: the running unit may finish this long, then goes back
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, v: SecretStr) -> SecretStr:
+        t = v.get_secret_value().strip()
+        if t.lower() in _PLACEHOLDERS or (t.startswith("<") and t.endswith(">")) or len(t) < 16:
+            raise ValueError("the runner token is missing, a placeholder or shorter than 16 characters")
+        return v
+
+    @field_validator("bot_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("bot_url must be an http(s) URL")
+        return v.rstrip("/")
