@@ -30,7 +30,7 @@ import typer
 from pydantic import ValidationError
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
-from runner.cli.worker_log import quiet_polling, result_lines
+from runner.cli.worker_log import HeldLease, quiet_polling, result_lines
 from runner.cli.worker_settings import WorkerSettings
 from runner.contract import Job, JobResult, Progress
 from runner.errors import UsageError
@@ -211,10 +211,13 @@ class Worker:
         log.info("%s unit %s leased (job %s, target %s): %s@%s, %d kernel(s)", job.kind, job.id,
                  unit.get("job_id", job.id), unit.get("target") or "-", job.repo, job.sha[:12], len(job.kernels))
         self.current = (job.id, lease)
+        held = HeldLease(self.settings.lease_file)
+        held.note(job.id, lease)
         try:
             self._execute(job, lease, interval)
         finally:
             self.current = None
+            held.clear()
         return True
 
     def _execute(self, job: Job, lease: str, interval: float) -> None:
@@ -276,6 +279,7 @@ class Worker:
 
     def run(self, *, once: bool = False, max_jobs: int | None = None) -> int:
         """Lease and run units until stopped (or, with `once`, until the queue is empty). Returns units run."""
+        HeldLease(self.settings.lease_file).give_back(self.client, LEASE_HEADER)  # a killed run's unit, at once
         done = 0
         while not self.stop.is_set() and (max_jobs is None or done < max_jobs):
             self.touch_alive()

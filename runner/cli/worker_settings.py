@@ -27,6 +27,7 @@ class WorkerSettings(BaseSettings):
     work_dir: Path | None = None  # default: a temporary directory per job
     alive_file: Path | None = None  # touched on every poll and every heartbeat: the container's health check reads it
     ready_file: Path | None = None  # present while the bot answers and the worker takes work: a readiness probe
+    lease_file: Path | None = None  # the unit held, noted so that a restart after a kill hands it back at once
     drain_seconds: Annotated[float, Field(ge=0)] = 0.0  # SIGTERM: the running unit may finish this long, then goes back
 
     @field_validator("token")

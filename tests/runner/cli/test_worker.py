@@ -41,8 +41,8 @@ def bot(tmp_path, fake_github) -> Iterator[tuple]:  # noqa: F811
         yield world, url, job
 
 
-def spawn(url: str, mode: str, drain_s: float, ready: Path) -> subprocess.Popen:
-    env = {**os.environ, "FUSEBOT_WORKER_TOKEN": RUNNER_TOKENS["gpu-a"], "PYTHONPATH": str(ROOT)}
+def spawn(url: str, mode: str, drain_s: float, ready: Path, **env_extra: str) -> subprocess.Popen:
+    env = {**os.environ, "FUSEBOT_WORKER_TOKEN": RUNNER_TOKENS["gpu-a"], "PYTHONPATH": str(ROOT), **env_extra}
     return subprocess.Popen([sys.executable, "-m", "tests.runner.cli.drain_worker", url, mode, str(drain_s),
                              str(ready)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -60,7 +60,7 @@ def read_until(proc: subprocess.Popen, marker: str, timeout_s: float = 30) -> st
     raise AssertionError(f"{marker!r} not seen; output:\n{''.join(out)}")
 
 
-def other_worker(url: str) -> tuple[Worker, list[str]]:
+def other_worker(url: str, **settings_extra) -> tuple[Worker, list[str]]:
     ran: list[str] = []
 
     def run_job(job, source_dir, progress):
@@ -68,7 +68,8 @@ def other_worker(url: str) -> tuple[Worker, list[str]]:
         return JobResult(job_id=job.id, ok=True, targets=[TargetResult(target=t.name, improved=False)
                                                           for t in job.targets])
 
-    settings = WorkerSettings(bot_url=url, token=RUNNER_TOKENS["gpu-b"], poll_seconds=0.05, heartbeat_seconds=0.2)
+    settings = WorkerSettings(bot_url=url, token=RUNNER_TOKENS["gpu-b"], poll_seconds=0.05, heartbeat_seconds=0.2,
+                              **settings_extra)
     return Worker(settings, run_job=run_job), ran
 
 
@@ -121,3 +122,20 @@ def test_sigterm_gives_the_unit_back_when_the_drain_time_is_up(bot, tmp_path):
     finally:
         proc.kill()
     assert world.ctx.store.unit(unit_id).state == "queued"
+
+
+def test_a_worker_killed_mid_unit_hands_it_back_when_it_starts_again(bot, tmp_path):
+    world, url, job = bot
+    lease_file = tmp_path / "state" / "lease.json"
+    proc = spawn(url, "block", 0, tmp_path / "ready", FUSEBOT_WORKER_LEASE_FILE=str(lease_file))
+    try:
+        unit_id = read_until(proc, "RUNNING").split()[1]
+    finally:
+        proc.kill()  # SIGKILL: no drain, no release
+    proc.wait(15)
+    assert world.ctx.store.unit(unit_id).state in ("leased", "running") and lease_file.exists()
+    restarted, ran = other_worker(url, lease_file=lease_file)  # the same worker, started again
+    started = time.monotonic()
+    assert restarted.run(once=True) == 2 and ran[0] == unit_id  # handed back at once, not after the 300 s lease
+    assert time.monotonic() - started < 30 and world.ctx.store.get(job.id).state == "succeeded"
+    assert not lease_file.exists()
