@@ -340,7 +340,7 @@ def test_the_columns_shared_memory_bound_knows_every_accumulator_size(tmp_path):
     import re
 
     from runner.catalog.codegen.cuda.columns import ACC_BYTES as _ACC_BYTES
-    from runner.catalog.codegen.head import ACCUMULATORS
+    from runner.catalog.codegen.used import ACCUMULATORS
 
     assert set(_ACC_BYTES) == set(re.findall(r"struct (Acc\w+)", ACCUMULATORS))
     checks = "".join(f'static_assert(sizeof({k}) == {n}, "{k}");\n' for k, n in _ACC_BYTES.items())
