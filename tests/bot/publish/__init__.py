@@ -1,5 +1,5 @@
 """Tests of bot/publish/. Beside the modules named by a test_<module>.py here:
 publish: tests/bot/github/test_local_platform.py (the flow on a real git repository)
-deliver, notify (beside test_notify.py): tests/bot/github/test_github_platform.py and tests/bot/features/test_kernel_jobs.py (the outbox
-delivering to the fake GitHub)
+deliver, notify (beside test_notify.py): tests/bot/github/test_github_platform.py and
+tests/bot/features/test_kernel_jobs.py (the outbox delivering to the fake GitHub)
 """
