@@ -32,7 +32,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GROUP = "examples"
 BASE = "main"
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help=__doc__)
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__)
 
 
 class DemoError(Exception):
@@ -105,16 +105,18 @@ def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudge
 
 @app.command()
 def demo(
-    workdir: Annotated[Path, typer.Option(help="Where the demo repository and search traces go.")] = Path("fusebot-demo"),
-    examples: Annotated[Path, typer.Option(help="Folder of marked example modules.")] = EXAMPLES,
-    backend: Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda when a GPU is present).")] = None,
-    rounds: Annotated[int, typer.Option(min=1)] = 2,
-    ideas: Annotated[int, typer.Option(min=1, help="Ideas per round.")] = 2,
-    wall_seconds: Annotated[float, typer.Option(min=1, help="Search budget per target, seconds.")] = 180.0,
+    workdir: Annotated[Path, typer.Option(metavar="DIR", help="Where the demo repository and search traces go.")] = \
+        Path("fusebot-demo"),
+    examples: Annotated[Path, typer.Option(metavar="DIR", help="Folder of marked example modules.")] = EXAMPLES,
+    backend: Annotated[str | None, typer.Option(metavar="cuda|cpu", help="Where kernels run (default: cuda when a GPU "
+                                                                          "is present).")] = None,
+    rounds: Annotated[int, typer.Option(min=1, metavar="N", help="Search rounds per target.")] = 2,
+    ideas: Annotated[int, typer.Option(min=1, metavar="N", help="Ideas per round.")] = 2,
+    wall_seconds: Annotated[float, typer.Option(min=1, metavar="S", help="Search budget per target, seconds.")] = 180.0,
     compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline")] = True,
-    threads: Annotated[int, typer.Option(min=1, help="CPU backend: threads for eager, torch.compile and the "
+    threads: Annotated[int, typer.Option(min=1, metavar="N", help="CPU backend: threads for eager, torch.compile and the "
                                                      "kernels (OMP_NUM_THREADS).")] = 1,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the search does.")] = False,
 ) -> None:
     """Run the flow on a local repository made from examples/ and print the PR it would open."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,

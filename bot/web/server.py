@@ -165,13 +165,13 @@ def create_app(
     return app
 
 
-app = typer.Typer(add_completion=False, help="Run fusebot's GitHub App web service.")
+app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Run fusebot's GitHub App web service.")
 
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", metavar="HOST", help="Address to listen on."),
+    port: int = typer.Option(8000, metavar="PORT", help="Port to listen on."),
 ) -> None:
     """Serve webhooks, the runner API, /healthz and /metrics. Settings come from FUSEBOT_* variables."""
     import uvicorn  # the server, only when serving

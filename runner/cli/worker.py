@@ -332,14 +332,16 @@ def serve(w: Worker, *, once: bool = False) -> int | None:
         w.set_ready(False)
 
 
-app = typer.Typer(add_completion=False, help="Lease units of work from a fusebot bot and run them on this GPU.")
+app = typer.Typer(add_completion=False, rich_markup_mode=None,
+                  help="Lease units of work from a fusebot bot and run them on this GPU.")
 
 
 @app.command()
 def worker(
-    bot: Annotated[str | None, typer.Option("--bot", help="The bot's base URL.")] = None,
-    gpu: Annotated[int | None, typer.Option("--gpu", help="GPU index this worker uses (one worker per GPU).")] = None,
-    once: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+    bot: Annotated[str | None, typer.Option("--bot", metavar="URL", help="The bot's base URL.")] = None,
+    gpu: Annotated[int | None, typer.Option("--gpu", metavar="N", help="GPU index this worker uses (one worker per "
+                                                                       "GPU).")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Exit when the queue is empty.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also log every request to the bot.")] = False,
 ) -> None:
     """Token from FUSEBOT_WORKER_TOKEN; the URL from --bot or FUSEBOT_WORKER_BOT_URL. The log has one line per unit

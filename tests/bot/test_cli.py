@@ -4,6 +4,7 @@ naming the environment variable of each missing or invalid one (never a value)."
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -30,10 +31,12 @@ def test_help_on_the_command_and_its_subcommands(flag):
     top = fusebot(flag)
     assert top.returncode == 0 and top.stdout.startswith("Usage: fusebot [OPTIONS] COMMAND [ARGS]...")
     assert "--version" in top.stdout and "-h, --help" in top.stdout and "<bool>" not in top.stdout
-    for name in ("eval", "optimize", "serve", "worker"):
+    for name in ("eval", "optimize", "bench", "serve", "worker", "demo", "action"):
         sub = fusebot(name, flag)
         assert sub.returncode == 0, sub.stderr
         assert f"Usage: fusebot {name} [OPTIONS]" in sub.stdout
+        # click's plain layout: no boxes, no type tags, metavars in capitals (or the values a flag takes)
+        assert "╭" not in sub.stdout and not re.search(r"<(bool|str|int|path|float)", sub.stdout), sub.stdout
 
 
 def test_serve_without_settings_names_each_environment_variable():
