@@ -343,8 +343,8 @@ def test_the_search_gets_llm_proposers_and_its_processes_never_the_llm_key(world
     w = world
     seen: dict = {}
 
-    def fake_run_job(job: Job, source_dir: Path, progress, *, proposers=None) -> JobResult:
-        seen.update(environ=dict(os.environ), proposers=proposers)
+    def fake_run_job(job: Job, source_dir: Path, progress, *, proposer_pools=None) -> JobResult:
+        seen.update(environ=dict(os.environ), pools=proposer_pools)
         w.jobs.append(job)
         return fake_result(job, improved_result(), slow_result())
 
@@ -354,6 +354,7 @@ def test_the_search_gets_llm_proposers_and_its_processes_never_the_llm_key(world
     res = run_action(w, w.event("workflow_dispatch", dispatch_payload()), FUSEBOT_MODELS="model-a,model-b",
                      FUSEBOT_LLM_BASE_URL="http://127.0.0.1:9/v1", FUSEBOT_LLM_API_KEY=LLM_KEY)
     assert res.exit_code == 0, res.output
-    assert [p.name for p, _ in seen["proposers"]] == ["catalog", "model-a", "model-b"]
+    # one pool per search run at once (on this CPU host: one), made before the LLM key left the environment
+    assert [[p.name for p, _ in pool] for pool in seen["pools"]] == [["catalog", "rewrite", "model-a", "model-b"]]
     assert LLM_KEY not in seen["environ"].values() and TOKEN not in seen["environ"].values()
     assert len(bot_prs(w)) == 1
