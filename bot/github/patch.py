@@ -5,6 +5,13 @@ from __future__ import annotations
 import difflib
 
 
+def _lines(text: str) -> list[str]:
+    """The text's lines as git counts them: split at "\\n" only (str.splitlines also splits at "\\r", form feeds
+    and other separators, which git keeps inside a line: a patch cut there is corrupt)."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def unified_patch(old: dict[str, str | None], new: dict[str, str | None]) -> str:
     """The patch turning `old` into `new` (path -> text; None or absent: no such file), files in path order."""
     out: list[str] = []
@@ -12,8 +19,8 @@ def unified_patch(old: dict[str, str | None], new: dict[str, str | None]) -> str
         a, b = old.get(path), new.get(path)
         if a == b:
             continue
-        a_lines = [] if a is None else a.splitlines(keepends=True)
-        b_lines = [] if b is None else b.splitlines(keepends=True)
+        a_lines = [] if a is None else _lines(a)
+        b_lines = [] if b is None else _lines(b)
         out.append(f"diff --git a/{path} b/{path}\n")
         if a is None:
             out.append("new file mode 100644\n")
