@@ -275,9 +275,9 @@ def _search_target(job: Job, target: TargetSpec, source_dir: Path, tmp: Path, po
 
 def job_devices(backend: str, gpus: Sequence[int] | None = None) -> list[int]:
     """The GPUs a job runs on: `gpus`, else FUSEBOT_GPUS (all, or 0,1: the host's choice), else every visible one;
-    none on the CPU backend."""
+    on the CPU backend none unless given (each given device then a slice of the cores, docs/scaling.md)."""
     if backend != "cuda":
-        return []
+        return list(gpus) if gpus is not None else []
     return list(gpus) if gpus is not None else parse_gpus(os.environ.get("FUSEBOT_GPUS"), visible_gpus())
 
 
