@@ -92,7 +92,8 @@ def test_bench_runs_every_problem_of_a_folder_and_writes_its_table(tmp_path):
         assert r["verified"] and r["fusebot_ms"] > 0 and r["eager_ms"] > 0 and r["compile_ms"] is None
         assert r["speedup_vs_eager"] == pytest.approx(r["eager_ms"] / r["fusebot_ms"])
         assert r["pct_of_floor"] == pytest.approx(100 * r["floor_ms"] / r["fusebot_ms"])
-        assert 0 < r["search_seconds"] < 120 and r["candidates"] == 1
+        # the catalog's one kernel, and for mingpt_gelu the source rewrite of its tanh-GELU formula to F.gelu
+        assert 0 < r["search_seconds"] < 120 and r["candidates"] == (2 if r["problem"] == "mingpt_gelu" else 1)
     assert rows["mingpt_gelu"]["pattern"] == "elementwise" and rows["rmsnorm"]["pattern"] == "row"
     md = (out / "README.md").read_text()
     assert "| mingpt_gelu | elementwise | yes |" in md and "| rmsnorm | row | yes |" in md
