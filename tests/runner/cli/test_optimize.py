@@ -66,7 +66,9 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
     v = result["verdict"]
     assert v["accepted"] and v["timing"]["median_ms"] < result["baselines"]["eager"]["median_ms"]
     summary = result["trace_summary"]
-    assert (summary["accepted"], summary["rejected"], summary["no_code"]) == (3, 2, 1)
+    # the no-code answer, and its re-ask when the scripted server has no reply left for it: the four implement calls
+    # run at once, so which prompt gets which scripted reply varies from run to run
+    assert (summary["accepted"], summary["rejected"]) == (3, 2) and summary["no_code"] in (1, 2)
     assert sorted(result["files"]) == sorted(["kernel.cpp", "fusebot.h", "reference.py", "dropin.py",
                                               "test_dropin.py", "report.md", "result.json"])
     report = (out / "report.md").read_text()
