@@ -122,6 +122,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     # the verdict line's speedup (2 decimals) is the output's (4 digits) up to their roundings: 3.9349 shows as 3.93x
     # beside a best-speedup of 3.935 (and 3.935 would print as 3.94)
     [said] = re.findall(r"\*\*([0-9.]+)x\*\* faster than", summary)
-    assert float(said) == pytest.approx(best, abs=0.006), (said, best)
+    # (over 100x, the output's 4 digits round to a tenth: 104.74x beside 104.7)
+    assert float(said) == pytest.approx(best, rel=1e-3, abs=0.006), (said, best)
     for text in (log, summary, w.output.read_text(), body, status):
         assert TOKEN not in text
