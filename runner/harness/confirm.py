@@ -47,8 +47,13 @@ MIN_EFFECT = 0.03
 
 def margin(conf: Confirmation, floor: float = MIN_EFFECT) -> float:
     """How much faster than the faster baseline a kernel must be for a claim, as a fraction (0.03: 3%): the larger of
-    `floor` and the spread of the rounds' speedups over the faster baseline (what the same comparison moved by)."""
-    return max(floor, spread(conf.speedup_vs_faster()))
+    `floor` and the spread of the rounds' speedups over the faster baseline (what the same comparison moved by),
+    leaving out the highest and the lowest round when there are five or more: one round a busy host preempted
+    moves the extremes, not the comparison (the unstable-measurement rule judges the rounds' own spread)."""
+    speedups = sorted(conf.speedup_vs_faster())
+    if len(speedups) >= 5:
+        speedups = speedups[1:-1]
+    return max(floor, spread(speedups))
 
 
 def spread_text(conf: Confirmation) -> str:

@@ -2,6 +2,8 @@
 thread per core), a confirmation states its spread, and rounds that disagree by more than the threshold are an
 unstable measurement (no claim)."""
 
+import pytest
+
 from runner.contract import Candidate, Confirmation
 from runner.harness import confirm
 from runner.harness.config import HarnessConfig, timing_cores
@@ -46,3 +48,12 @@ def test_a_confirmation_states_its_spread_and_an_unstable_one_claims_nothing(har
         v = ev.confirm(Candidate(id="c", format="fast", backend="cpu", sources=HONEST_FAST), rounds=2)
     assert any(w.startswith("spread: over 2 rounds: the kernel") for w in v.warnings), v.warnings
     assert not v.accepted and v.reasons[0].startswith("unstable-measurement"), v.reasons
+
+
+def test_the_minimum_effect_leaves_out_the_extreme_rounds_of_five():
+    # speedups 2.0, 2.05, 2.1, 2.0 and one preempted round at 40x: the margin follows the four that agree
+    one_outlier = _conf([1.0, 1.0, 1.0, 1.0, 0.05], [2.0, 2.05, 2.1, 2.0, 2.0])
+    assert confirm.margin(one_outlier) == pytest.approx(0.1 / 2.05)  # 2.0-2.1 over the middle three
+    three = _conf([1.0, 1.0, 0.05], [2.0, 2.05, 2.0])  # too few rounds to leave any out
+    assert confirm.margin(three) > 10
+    assert confirm.margin(_conf([1.0] * 5, [2.0] * 5)) == confirm.MIN_EFFECT
