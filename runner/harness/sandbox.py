@@ -19,10 +19,13 @@ it again from inside. What was achieved is returned so that a verdict can state 
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import resource
+import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -214,6 +217,29 @@ def confined_env(workdir: Path, base: dict[str, str] | None = None) -> dict[str,
     # always its own: torch writes its default (under the parent's /tmp) into os.environ once it has used it
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(wd, "inductor")
     return env
+
+
+def describe_problem(spec, module: str, output: str, what: str, timeout_s: float) -> object | None:
+    """Run `python -m MODULE SPEC.json` (a describer of ours that loads the user's problem) confined, with no GPU,
+    and read the JSON it writes as `output` beside the spec; None (and a logged reason) when it cannot."""
+    with tempfile.TemporaryDirectory(prefix="fusebot-describe-") as tmp:
+        work = Path(tmp)
+        (work / "spec.json").write_text(spec.model_dump_json())
+        env = confined_env(work)
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        where = spec.root or (str(Path(spec.path).parent) if spec.path else None)
+        cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work),
+               *(["--read", where] if where else []), "--", sys.executable, "-m", module, str(work / "spec.json")]
+        try:
+            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("describing %s's %s timed out after %.0f s", spec.name, what, timeout_s)
+            return None
+        out = work / output
+        if not out.exists():
+            log.warning("could not describe %s's %s: %s", spec.name, what, (proc.stdout + proc.stderr).strip()[-600:])
+            return None
+        return json.loads(out.read_text())
 
 
 _USAGE = "usage: python -m runner.harness.sandbox --write DIR [--write DIR] [--read PATH] -- CMD ..."

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from runner.contract import DEFAULT_TOLERANCE, ProblemSpec
-from runner.harness.sandbox import confined_env
+from runner.harness.sandbox import describe_problem
 
 log = logging.getLogger(__name__)
 
@@ -29,27 +26,7 @@ OUTPUT_FILE = "verified.json"
 def verified_inputs(spec: ProblemSpec, *, timeout_s: float = 120.0) -> dict:
     """{"shape_sets": [{"inputs": [{"shape": [..], "dtype": "float32"}, ...], "outputs": [...]}, ...],
     "atol": .., "rtol": ..} or {} when the problem cannot be described."""
-    with tempfile.TemporaryDirectory(prefix="fusebot-shapes-") as tmp:
-        work = Path(tmp)
-        (work / "spec.json").write_text(spec.model_dump_json())
-        env = confined_env(work)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        where = spec.root or (str(Path(spec.path).parent) if spec.path else None)
-        cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work),
-               *(["--read", where] if where else []), "--",
-               sys.executable, "-m", "runner.results.shapes", str(work / "spec.json")]
-        try:
-            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning("describing %s's verified inputs timed out after %.0f s", spec.name, timeout_s)
-            return {}
-        out = work / OUTPUT_FILE
-        if not out.exists():
-            log.warning("could not describe %s's inputs: %s", spec.name, (proc.stdout + proc.stderr).strip()[-600:])
-            return {}
-        return json.loads(out.read_text())
+    return describe_problem(spec, "runner.results.shapes", OUTPUT_FILE, "verified inputs", timeout_s) or {}
 
 
 def tolerance(spec: ProblemSpec, output_dtypes: list[str]) -> tuple[float, float]:

@@ -12,41 +12,19 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from runner.contract import ProblemSpec
-from runner.harness.sandbox import confined_env
+from runner.harness.sandbox import describe_problem
 from runner.search.types import InputSet
 
 log = logging.getLogger(__name__)
 
 
 def describe_inputs(spec: ProblemSpec, *, timeout_s: float = 120.0) -> list[InputSet]:
-    with tempfile.TemporaryDirectory(prefix="fusebot-inputs-") as tmp:
-        work = Path(tmp)
-        (work / "spec.json").write_text(spec.model_dump_json())
-        env = confined_env(work)
-        root = str(Path(__file__).resolve().parents[3])
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        where = spec.root or (str(Path(spec.path).parent) if spec.path else None)
-        cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work),
-               *(["--read", where] if where else []), "--",
-               sys.executable, "-m", "runner.proposers.llm.inputs", str(work / "spec.json")]
-        try:
-            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning("describing %s's inputs timed out after %.0f s", spec.name, timeout_s)
-            return []
-        out = work / "inputs.json"
-        if not out.exists():
-            log.warning("could not describe %s's inputs: %s", spec.name, (proc.stdout + proc.stderr).strip()[-600:])
-            return []
-        return [InputSet.model_validate(s) for s in json.loads(out.read_text())]
+    sets = describe_problem(spec, "runner.proposers.llm.inputs", "inputs.json", "inputs", timeout_s)
+    return [InputSet.model_validate(s) for s in sets or []]
 
 
 def _tensor(name: str, t, role: str) -> dict:
