@@ -10,7 +10,7 @@ demo:
 test:
 	@bash scripts/bootstrap.sh
 	.venv/bin/ruff check .
-	.venv/bin/python -m pytest -q -n 2 --dist loadfile
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=20
 
 gpu-test:
 	@bash scripts/bootstrap.sh

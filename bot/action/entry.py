@@ -238,14 +238,18 @@ def _create_check(platform: Platform, trig: Trigger, names: list[str]) -> int | 
         return None
 
 
+SUMMARY_LIMIT = 1 << 20  # GitHub's limit on a step's job summary
+
+
 def fork_results(workspace: Path, repo: str, trig: Trigger, cfg: FusebotConfig, result: JobResult) -> str:
-    """The comment fusebot would have posted on the fork's PR, with the patch against the checked-out head."""
+    """The comments fusebot would have posted on the fork's PR, with the patch against the checked-out head."""
     plan = pr.PullRequestPlan(repo, trig.base, "kernels", trig.base_sha, result.targets,
                               environment=result.environment, kernels_dir=cfg.kernels_dir, source_pr=trig.pr_number,
                               trigger=trig.kind)
     files = branch_files(plan)
     old = {p: (workspace / p).read_text() if (workspace / p).is_file() else None for p in files}
-    return pr.fork_comment(plan, unified_patch(old, files))
+    # a summary holds a megabyte: one part, unless the patch is larger
+    return "\n\n".join(pr.fork_comments(plan, unified_patch(old, files), limit=SUMMARY_LIMIT))
 
 
 def load_settings() -> ActionSettings:

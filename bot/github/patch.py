@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 
 def _lines(text: str) -> list[str]:
@@ -33,3 +34,27 @@ def unified_patch(old: dict[str, str | None], new: dict[str, str | None]) -> str
         for line in body:
             out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def file_sections(patch: str) -> list[str]:
+    """`patch` cut before each `diff --git` line: one section per file, each a patch of its own."""
+    starts = [m.start() for m in re.finditer(r"^diff --git ", patch, re.M)] or [0]
+    if starts[0] != 0:
+        starts.insert(0, 0)
+    return [patch[a:b] for a, b in zip(starts, [*starts[1:], len(patch)], strict=True) if patch[a:b]]
+
+
+def split_patch(patch: str, room: int, first_room: int | None = None) -> tuple[list[str], list[str]]:
+    """`patch` packed into parts of whole files (each part applies by itself with `git apply`, in any order): the
+    first of at most `first_room` characters (`room` when None; it may stay empty), the others of at most `room`;
+    and the sections of the files too large for any part."""
+    parts = [""]
+    too_large: list[str] = []
+    for section in file_sections(patch):
+        if len(section) > room:
+            too_large.append(section)
+        elif len(parts[-1]) + len(section) <= (room if len(parts) > 1 or first_room is None else first_room):
+            parts[-1] += section
+        else:
+            parts.append(section)
+    return parts, too_large

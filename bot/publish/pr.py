@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from bot.github.patch import split_patch
 from bot.github.platform import CheckOutput, marker
 from bot.logs import redact
 from bot.publish import review
@@ -339,21 +340,38 @@ def status_comment(pr_number: int, state: str, plan: PullRequestPlan | None = No
     return clip("\n".join(lines))
 
 
-def fork_comment(plan: PullRequestPlan, patch: str, limit: int = BODY_LIMIT) -> str:
-    """Results for a PR from a fork: fusebot never pushes to a fork, so the patch comes as a comment."""
+def fork_comments(plan: PullRequestPlan, patch: str, limit: int = BODY_LIMIT) -> list[str]:
+    """Results for a PR from a fork: fusebot never pushes to a fork, so the patch comes in comments, whole files in
+    each, as many comments as it takes (a drop-in alone is tens of kilobytes; a comment holds 65536 characters)."""
+    patch = scrub(patch, keep_paths=True)
+    table = [target_table(r) + "\n" for r in plan.results] + [environment_line(plan.environment), ""]
+    table_text = scrub("\n".join(table))
+    frame = 400  # a part's marker, title and fences
+    parts, too_large = split_patch(patch, limit - frame, first_room=limit - frame - 1200 - len(table_text))
+    n = len([p for p in parts if p]) or 1
+    if n == 1:
+        how = "```sh\n# save the patch below as fusebot.patch, then\ngit apply fusebot.patch\n```"
+    else:
+        where = f"this comment and the next {n - 1}" if parts[0] else f"the next {n} comments"
+        how = (f"The patch comes in {n} parts, in {where}, whole files in each, so each part applies by itself:"
+               f"\n\n```sh\n# save part k as fusebot-k.patch (k = 1..{n}), then\n"
+               f"git apply fusebot-*.patch\n```")
     head = [marker("fork", f"pr-{plan.source_pr or 0}"), verdict_line(plan.results), "",
             "This pull request comes from a fork, so fusebot does not push to it. Apply the kernels yourself:", "",
-            "```sh\n# save the patch below as fusebot.patch, then\ngit apply fusebot.patch\n```", ""]
-    head += [target_table(r) + "\n" for r in plan.results] + [environment_line(plan.environment), ""]
-    fixed = scrub("\n".join(head))
-    room = limit - len(fixed) - 200
-    if room <= 0:
-        return clip(fixed, limit)
-    patch = scrub(patch, keep_paths=True)
-    shown = patch if len(patch) <= room else patch[:room]
-    note = "" if shown is patch else f"\n*…patch cut at {room} of {len(patch)} characters: see the check run.*\n"
-    return clip(fixed + f"<details><summary>fusebot.patch</summary>\n\n```diff\n{shown}\n```\n{note}\n</details>\n",
-                limit, keep_paths=True)
+            how, ""]
+    for section in too_large:
+        path = section.split("\n", 1)[0].removeprefix("diff --git a/").split(" b/", 1)[0]
+        head.append(f"*`{path}` ({len(section)} characters of patch) is larger than a comment holds and is not in "
+                    "the patch: run `fusebot optimize` on the module to get it.*\n")
+    first = scrub("\n".join(head)) + table_text
+    out, k = [], 0
+    for i, part in enumerate(parts):
+        k += bool(part)
+        title = "fusebot.patch" if n == 1 else f"fusebot.patch, part {k} of {n} (fusebot-{k}.patch)"
+        block = f"<details><summary>{title}</summary>\n\n```diff\n{part}```\n\n</details>\n" if part else ""
+        text = first + block if i == 0 else f"{marker('fork', f'pr-{plan.source_pr or 0}-part-{k}')}\n{block}"
+        out.append(clip(text, limit, keep_paths=True))
+    return out
 
 
 def explain_comments(job_id: str, results: list[TargetResult], limit: int = BODY_LIMIT) -> list[str]:

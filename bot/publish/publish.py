@@ -3,7 +3,8 @@
     publish(platform, plan, base_sha=..., check_run_id=..., label_pr=..., fork=...)
 
 - nothing improved: the check run completes `neutral` with the reasons; no branch, no PR; the status comment says so;
-- a fork's PR: no push; the results and a `git apply`-able patch go into a comment, the check run completes;
+- a fork's PR: no push; the results and a `git apply`-able patch go into comments (whole files in each, as many as
+  it takes), the check run completes;
 - otherwise: the branch `fusebot/<base>/<group>` is (re)built as one commit on the base with the kernels directory's
   files, the PR is found by branch and marker and updated (or opened), the check run links it, and the labelled PR's
   status comment links it too.
@@ -20,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from bot.github.patch import unified_patch
-from bot.github.platform import BranchUpdate, CheckOutput, Platform, PlatformError, PullRequestRef
+from bot.github.platform import BranchUpdate, CheckOutput, Platform, PlatformError, PullRequestRef, find_marker
 from bot.publish import pr
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,10 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
         if label_pr is None:
             raise ValueError("a fork's results go to its PR: label_pr is required")
         patch = unified_patch({p: platform.read_file(base_sha, p) for p in files}, files)
-        body = pr.fork_comment(plan, patch)
-        platform.upsert_comment(label_pr, "fork", f"pr-{label_pr}", body)
+        comments = pr.fork_comments(plan, patch)
+        for text in comments:
+            platform.upsert_comment(label_pr, "fork", find_marker(text, "fork") or f"pr-{label_pr}", text)
+        body = comments[0]
         out = pr.check_completed(plan)
         _finish_check(platform, check_run_id, CheckOutput(out.status, out.title, out.summary, out.conclusion,
                                                              _patch_text(patch)))
@@ -114,7 +117,11 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
 
 
 def _patch_text(patch: str) -> str:
-    return pr.clip(f"Apply with `git apply`:\n\n```diff\n{patch}\n```", keep_paths=True)
+    text = f"Apply with `git apply`:\n\n```diff\n{patch}\n```"
+    if len(text) > pr.BODY_LIMIT:  # a cut patch does not apply: point to the comments that hold it whole
+        return f"The patch ({len(patch)} characters) is more than a check run holds: it is in fusebot's comments on " \
+               "the pull request, whole files in each."
+    return pr.clip(text, keep_paths=True)
 
 
 def _finish_check(platform: Platform, check_run_id: int | None, out: CheckOutput) -> None:

@@ -1,5 +1,5 @@
 """Confirmation: the winner of a search timed again, in a fresh process, against both baselines in alternating
-rounds, so that a claim can require it to win in every round.
+rounds, so that a claim can require it to win in every round (of five or more, all but the highest and lowest).
 
 Times of one kernel measured in different processes differ by more than the gap between many candidates (on the
 H100: 0.234 and 0.277 ms for the same source), so the fastest of a search is partly the luckiest.
@@ -45,15 +45,27 @@ def spread(values: list[float]) -> float:
 MIN_EFFECT = 0.03
 
 
+EXTREMES = " (of five or more, the highest and the lowest left out)"  # how `won_every_round` reads
+
+
+def agreeing(conf: Confirmation) -> list[float]:
+    """The rounds' speedups over the faster baseline, sorted, leaving out the highest and the lowest when there are
+    five or more: one round a busy host preempted moves the extremes, not the comparison (the unstable-measurement
+    rule judges the rounds' own spread)."""
+    speedups = sorted(conf.speedup_vs_faster())
+    return speedups[1:-1] if len(speedups) >= 5 else speedups
+
+
+def won_every_round(conf: Confirmation) -> bool:
+    """Faster than the faster baseline in every round that agrees (`agreeing`)."""
+    return min(agreeing(conf)) > 1.0
+
+
 def margin(conf: Confirmation, floor: float = MIN_EFFECT) -> float:
     """How much faster than the faster baseline a kernel must be for a claim, as a fraction (0.03: 3%): the larger of
-    `floor` and the spread of the rounds' speedups over the faster baseline (what the same comparison moved by),
-    leaving out the highest and the lowest round when there are five or more: one round a busy host preempted
-    moves the extremes, not the comparison (the unstable-measurement rule judges the rounds' own spread)."""
-    speedups = sorted(conf.speedup_vs_faster())
-    if len(speedups) >= 5:
-        speedups = speedups[1:-1]
-    return max(floor, spread(speedups))
+    `floor` and the spread of the agreeing rounds' speedups over the faster baseline (what the same comparison
+    moved by)."""
+    return max(floor, spread(agreeing(conf)))
 
 
 def spread_text(conf: Confirmation) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.contract import Candidate, Progress, Verdict, faster_baseline
-from runner.harness.confirm import MIN_EFFECT, margin, spread
+from runner.harness.confirm import EXTREMES, MIN_EFFECT, agreeing, margin, spread, won_every_round
 from runner.search.loop import SearchResult
 from runner.search.types import Attempt
 
@@ -93,13 +93,14 @@ def claim(best: Attempt, v: Verdict) -> Claim:
     s = base_ms / v.timing.median_ms
     rounds = f"{min(per_round):.2f}-{max(per_round):.2f}x over {c.rounds} alternating rounds"
     figures = f"{v.timing.median_ms:.4g} ms against {base_ms:.4g} ms ({rounds})"
-    if min(per_round) <= 1.0:
-        message = f"nothing beat {faster} in every round: the fastest verified {what} took {figures}; not proposed"
+    if not won_every_round(c):
+        message = (f"nothing beat {faster} in every round{EXTREMES if c.rounds >= 5 else ''}: the fastest verified "
+                   f"{what} took {figures}; not proposed")
         return Claim(best, False, message, s, m, faster)
     if s < 1.0 + m:
         message = (f"below the minimum effect: the fastest verified {what} is {s:.2f}x faster than {faster}, under the "
                    f"{100 * m:.0f}% margin (the larger of a {100 * MIN_EFFECT:.0f}% floor and the rounds' "
-                   f"{100 * spread(per_round):.0f}% spread); {figures}; not proposed")
+                   f"{100 * spread(agreeing(c)):.0f}% spread); {figures}; not proposed")
         return Claim(best, False, message, s, m, faster)
     message = (f"{v.timing.median_ms:.4g} ms, {s:.2f}x faster than {faster} ({base_ms:.4g} ms; {rounds}; margin "
                f"{100 * m:.0f}%)")

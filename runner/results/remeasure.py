@@ -42,7 +42,7 @@ from runner.contract import (
     Verdict,
 )
 from runner.errors import ProblemError
-from runner.harness.confirm import margin
+from runner.harness.confirm import EXTREMES, margin, won_every_round
 from runner.harness.evaluator import Evaluator, default_backend
 from runner.harness.sandbox import confined_env
 from runner.results.bench_script import bench_filename, read_figures
@@ -74,8 +74,9 @@ def assessment(v: Verdict, check: DropinCheck | None = None) -> tuple[bool, str]
         per_round = v.confirmation.speedup_vs_faster()
         m = margin(v.confirmation)
         spread = f"; {min(per_round):.2f}-{max(per_round):.2f}x over {v.confirmation.rounds} alternating rounds"
-        if min(per_round) <= 1.0:
-            return False, (f"verified, but not faster than {faster} in every round: {ms:.4g} ms against "
+        if not won_every_round(v.confirmation):
+            return False, (f"verified, but not faster than {faster} in every round"
+                           f"{EXTREMES if v.confirmation.rounds >= 5 else ''}: {ms:.4g} ms against "
                            f"{base_ms:.4g} ms{spread}")
         if base_ms / ms < 1.0 + m:
             return False, (f"verified, but below the minimum effect: {base_ms / ms:.2f}x over {faster}, under the "

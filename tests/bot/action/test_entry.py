@@ -113,8 +113,9 @@ def test_a_fork_pr_gets_the_patch_as_a_comment_and_nothing_is_pushed(world: Acti
     assert len(w.jobs) == 1 and bot_prs(w) == []
     assert w.fake.refs(REPO) == refs_before  # no branch, no commit
     assert w.fake.calls_to("POST", "/git/") == []
-    [comment] = w.fake.comments_on(REPO, 2)
-    assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
+    first, *parts = w.fake.comments_on(REPO, 2)  # the results, then the patch's other parts (whole files each)
+    assert "git apply fusebot" in first and all("new file mode 100644" in c for c in [first, *parts])
+    assert all(f"part {k} of {1 + len(parts)}" in c for k, c in enumerate(parts, 2))
     out = w.outputs()
     speedup = pr.speedup(w.results[0].targets[0].verdict)  # the measured one (on a loaded CPU it may be < 1)
     assert out == {"pr-number": "", "pr-url": "", "pr-numbers": "[]", "pr-urls": "[]", "best-speedup": f"{speedup:.4g}"}

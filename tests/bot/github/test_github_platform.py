@@ -59,8 +59,9 @@ def test_a_fork_gets_a_comment_with_the_patch_and_no_push(world):
     refs_after = subprocess.run(["git", "--git-dir", str(world.repo.bare), "for-each-ref"], check=True,
                                 capture_output=True, text=True).stdout
     assert refs_after == refs_before and bot_pulls(world) == []
-    [comment] = [c for c in world.fake.comments_on(REPO, 3) if "fusebot:fork" in c]
-    assert "git apply fusebot.patch" in comment and "new file mode 100644" in comment
+    first, *parts = [c for c in world.fake.comments_on(REPO, 3) if "fusebot:fork" in c]
+    assert "git apply fusebot-*.patch" in first and f"The patch comes in {1 + len(parts)} parts" in first
+    assert all("new file mode 100644" in c for c in [first, *parts])
 
 
 def test_explain_and_rerun_on_a_fusebot_pr(world):

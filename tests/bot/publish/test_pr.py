@@ -87,11 +87,24 @@ def test_status_comment_and_fork_comment():
     assert find_marker(c, "status") == "pr-7" and "https://example.test/pr/9" in c
     s = pr.speedup(real_verdicts()["fused"])
     assert f"{s:.2f}x faster" in c
-    patch = "diff --git a/k.cpp b/k.cpp\n" + "+// line\n" * 20_000
-    f = pr.fork_comment(plan, patch)
+    small = "diff --git a/k.cpp b/k.cpp\n" + "+// line\n" * 100
+    [f] = pr.fork_comments(plan, small)
     assert len(f) <= pr.BODY_LIMIT and find_marker(f, "fork") == "pr-7"
-    assert "git apply fusebot.patch" in f and "diff --git a/k.cpp" in f and "patch cut at" in f
-    assert pr.target_table(plan.results[0]) in f
+    assert "git apply fusebot.patch" in f and small in f and pr.target_table(plan.results[0]) in f
+
+
+def test_a_fork_patch_larger_than_a_comment_comes_in_parts_of_whole_files():
+    plan = plan_of(improved_result())
+    files = [f"diff --git a/{n} b/{n}\n" + f"+// {n}\n" * 4_000 for n in ("a.py", "b.py", "c.py")]  # ~40 KB each
+    huge = "diff --git a/h.bin b/h.bin\n" + "+x\n" * 40_000  # one file over a comment
+    comments = pr.fork_comments(plan, "".join(files) + huge)
+    assert len(comments) == 3 and all(len(c) <= pr.BODY_LIMIT for c in comments)
+    assert [find_marker(c, "fork") for c in comments] == ["pr-7", "pr-7-part-2", "pr-7-part-3"]
+    assert "The patch comes in 3 parts, in this comment and the next 2" in comments[0]
+    for k, (c, f) in enumerate(zip(comments, files, strict=True), 1):
+        assert f"part {k} of 3" in c and f in c and pr.CUT_NOTE not in c
+    assert "`h.bin` (" in comments[0] and "is not in the patch" in comments[0] and "+x\n" not in "".join(comments)
+    assert pr.target_table(plan.results[0]) in comments[0]
 
 
 @pytest.mark.parametrize(("base", "group", "branch"), [("main", "examples", "fusebot/main/examples"),
@@ -139,7 +152,7 @@ def test_what_is_published_holds_no_credential_and_no_path_outside_the_repositor
     for plan in (plan_of(leaky_result(True)), plan_of(leaky_result(False))):
         out = pr.check_completed(plan, pr_url="https://github.com/acme/models/pull/3")
         patch = f"diff --git a/k.cpp b/k.cpp\n--- /dev/null\n+++ b/k.cpp\n+// {TOKEN}\n"
-        fork = pr.fork_comment(plan, patch)
+        [fork] = pr.fork_comments(plan, patch)
         assert "--- /dev/null" in fork  # a patch keeps its paths, so that it still applies
         texts += [out.summary, out.text, pr.status_comment(7, "done", plan), fork]
     texts += [pr.check_completed(plan_of(), error=LEAKY).summary, *pr.explain_comments("job1", [leaky_result(False)])]

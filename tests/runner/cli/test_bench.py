@@ -66,7 +66,7 @@ def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_p
     events = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()]
     start = next(e for e in events if e["event"] == "start")
     assert start["proposers"] == [{"name": "catalog", "share": 1.0}, {"name": "rewrite", "share": 0.0}]
-    ideas = next(e for e in events if e["event"] == "ideas")["ideas"]
+    ideas = next(e for e in events if e["event"] == "ideas" and e["proposer"] == "catalog")["ideas"]
     assert ideas and ideas[0].startswith("[elementwise")
     # the fused loop reads x once where eager makes five passes: it must beat eager, and then ships as kernel.cpp
     assert result["improved"], result["message"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli.optimize import EXIT_STATUS
+from runner.harness.build import cpu_level
 from runner.search.trace import read_events
 from tests.fakes.llm_server import Reply, ScriptedLLM
 from tests.runner.cpu_kernels import BROKEN, GOOD, PROBLEM, SLOW, WRONG, answer
@@ -70,7 +71,8 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
     # run at once, so which prompt gets which scripted reply varies from run to run
     assert (summary["accepted"], summary["rejected"]) == (3, 2) and summary["no_code"] in (1, 2)
     assert sorted(result["files"]) == sorted(["kernel.cpp", "fusebot.h", "reference.py", "dropin.py",
-                                              "test_dropin.py", "report.md", "result.json"])
+                                              "test_dropin.py", "report.md", "result.json",
+                                              f"kernel.{cpu_level()}.so.b64"])  # the library the drop-in ships
     report = (out / "report.md").read_text()
     assert "| PyTorch eager |" in report and "| roofline floor |" in report and "rejected at build" in report
     assert "Vectorize loads with float4" in report and "mismatch" in report and "no candidate" in report

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runner.contract import Baselines, Candidate, Confirmation, Verdict
-from runner.harness.confirm import MIN_EFFECT, margin, spread
+from runner.harness.confirm import MIN_EFFECT, margin, spread, won_every_round
 from runner.harness.timing import summarize
 from runner.results.choice import choose, claim, confirm_finalists, finalists
 from runner.results.outcome import benchmark_table, outcome, report_markdown, trace_markdown
@@ -120,3 +120,18 @@ def test_every_trace_row_says_why():
     assert len(cells) == 3 and all(cells), rows
     assert "proposed" in cells[0] and "50% slower than the fastest" in cells[1]
     assert "rejected at build (no reason recorded)" in cells[2]
+
+
+@pytest.mark.parametrize(("base_ms", "proposed"), [
+    ([1.5, 1.5, 0.5, 1.5, 1.6], True),  # one preempted round of five: the agreeing rounds all won
+    ([1.5, 0.9, 0.5, 1.5, 1.6], False),  # two lost rounds: one of them agrees
+    ([1.5, 0.5, 1.5], False),  # of three rounds, every round counts
+])
+def test_of_five_rounds_the_lowest_is_left_out_of_every_round(base_ms, proposed):
+    c = confirmed([1.0] * len(base_ms), base_ms).confirmation
+    assert won_every_round(c) is proposed
+    o = outcome("p", search_result(attempt("k", 1.0)), None, None, confirmed=confirmed([1.0] * len(base_ms), base_ms))
+    assert o.improved is proposed, o.message
+    if not proposed:
+        assert o.message.startswith("nothing beat torch.compile in every round")  # the helper's baselines: both
+        assert ("highest and the lowest left out" in o.message) is (len(base_ms) >= 5)
