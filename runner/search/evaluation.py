@@ -45,18 +45,20 @@ class Evaluation:
         if b.gpu_seconds is not None and self.gpu_seconds >= b.gpu_seconds:
             raise BudgetExhausted("gpu", f"{self.gpu_seconds:.1f} s of {b.gpu_seconds} s")
 
-    def _check(self) -> None:
+    def _check(self, tokens: bool = True) -> None:
+        """Raise BudgetExhausted when the next step would exceed the budget; `tokens=False` for a step that spends
+        none (evaluating answers already paid for)."""
         b = self.budget
         self._check_time()
         if b.candidates is not None and len(self.counted) >= b.candidates:
             raise BudgetExhausted("candidates", f"{len(self.counted)} of {b.candidates}")
-        if b.tokens is not None and self.session.tokens_used >= b.tokens:
+        if tokens and b.tokens is not None and self.session.tokens_used >= b.tokens:
             raise BudgetExhausted("tokens", f"{self.session.tokens_used} of {b.tokens}")
 
     # ---- evaluation ------------------------------------------------------------------------------------------
     def _evaluate(self, batch: list[tuple[Proposer, Idea, Candidate, str | None]]) -> list[Attempt]:
         """Evaluate new candidates (replayed verdicts are read back, never redone); archive each as an attempt."""
-        self._check()
+        self._check(tokens=False)
         keys = [candidate_key(c) for _, _, c, _ in batch]
         stop: BudgetExhausted | None = None
         limit = self.budget.candidates

@@ -130,6 +130,7 @@ class _Search(Evaluation):
         for a in replay.answers.values():
             self.session.count(a)
         self.history = History()
+        self.tokens_spent: BudgetExhausted | None = None  # the token budget ran out: this round's answers are judged
         self.counted: set[str] = set()  # candidate keys evaluated (or replayed) by this run: the candidates budget
         self.gpu_seconds = 0.0
         self.progress = Progress()
@@ -166,8 +167,15 @@ class _Search(Evaluation):
         return [(p, w) for p, w in self.proposers if p.name not in self.disabled]
 
     def _submit(self, kind: str, p: Proposer, fn: Callable, *args: Any, tag: Any = None) -> None:
-        """Queue a call of proposer p on its own workers (at most its `max_concurrency` at once)."""
-        self._check()
+        """Queue a call of proposer p on its own workers (at most its `max_concurrency` at once). Once the tokens
+        are spent, no call is made, and the answers already in are still evaluated before the search stops."""
+        try:
+            self._check()
+        except BudgetExhausted as e:
+            if e.resource != "tokens":
+                raise
+            self.tokens_spent = self.tokens_spent or e
+            return
         if p.name not in self.workers:
             size = concurrency(p)
             self.workers[p.name] = (Workers(size, f"proposer-{_slug(p.name)}"), size)
@@ -178,6 +186,11 @@ class _Search(Evaluation):
         kind, p, tag, _ = self.pending.pop(fut)
         try:
             value = fut.result()
+        except BudgetExhausted as e:  # the request would not fit the tokens left: the others' answers are still judged
+            if e.resource != "tokens":
+                raise
+            self.tokens_spent = self.tokens_spent or e
+            return
         except ProposerUnavailable as e:
             if p.name not in self.disabled:
                 log.warning("proposer %s is unavailable and leaves the search: %s", p.name, e)
@@ -315,6 +328,8 @@ class _Search(Evaluation):
                     stop = "no proposer left"
                     break
                 self._round()
+                if self.tokens_spent is not None:
+                    raise self.tokens_spent
                 beam = self._beam()
                 self.history.beam = [a.candidate.id for a in beam if a.candidate]
                 new_ms = beam[0].median_ms if beam else None

@@ -69,6 +69,8 @@ def test_the_token_budget_holds_under_concurrent_requests(tmp_path):
                      SearchBudget(rounds=3, ideas_per_round=2, implementations_per_idea=2, tokens=2500),
                      tmp_path / "t.jsonl")
     assert res.stop_reason.startswith("budget: tokens") and res.tokens_used == 300 * len(srv.completions()) <= 2500
+    # every answer paid for was judged, those that came in together with the one that spent the budget too
+    assert res.candidates == len([r for r in srv.completions() if IMPL_T in r.text])
 
 
 def test_cost_is_what_the_endpoint_reports_when_it_reports_one(tmp_path):

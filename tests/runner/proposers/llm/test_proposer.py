@@ -147,6 +147,8 @@ def test_the_token_budget_stops_the_search_before_exceeding_it(tmp_path):
     assert res.stop_reason.startswith("budget: tokens") and res.tokens_used == 300 * n <= 3200
     assert 3 <= n < 8  # it ran, and stopped before the 15 requests of the whole search
     assert res.best is not None
+    # every answer paid for was judged: one candidate per implementation answered
+    assert res.candidates == len([r for r in srv.completions() if IMPL_T in r.text])
     # when the budget is tight, the completion cap shrinks to what is left
     assert min(r.body["max_completion_tokens"] for r in srv.completions()) < 2000
 
