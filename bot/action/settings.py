@@ -11,6 +11,7 @@ it never appears in a repr, a log line, an output or the job summary.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,6 +52,8 @@ class ActionSettings(BaseSettings):
     config_path: str = Field(default=CONFIG_PATH, validation_alias=_env("FUSEBOT_CONFIG_PATH"))
     budget_seconds: float | None = Field(default=None, gt=0, validation_alias=_env("FUSEBOT_BUDGET_SECONDS"))
     models: str = Field(default="", validation_alias=_env("FUSEBOT_MODELS"))
+    # the `gpus` input: read again by the runner (runner.pipeline.job_devices), which checks the indices are visible
+    gpus: str = Field(default="", validation_alias=_env("FUSEBOT_GPUS"))
     log_level: str = Field(default="INFO", validation_alias=_env("FUSEBOT_LOG_LEVEL"))
     # PyGithub's pacing of requests and of writes (GitHub's secondary rate limits); the App's defaults
     request_interval_seconds: float = Field(default=0.25, ge=0,
@@ -77,6 +80,13 @@ class ActionSettings(BaseSettings):
     def _config_path(cls, v: str) -> str:
         if v.startswith("/") or ".." in v.split("/"):
             raise ValueError("config-path must be relative to the repository root")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: str) -> str:
+        if v.strip().lower() not in ("", "all") and not re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)*", v):
+            raise ValueError(f"gpus takes device indices like 0,1 (or all), not {v!r}")
         return v
 
     @field_validator("budget_seconds", mode="before")

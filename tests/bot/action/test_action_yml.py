@@ -27,7 +27,7 @@ from tests.bot.results import improved_result, slow_result
 from tests.devtools import dev_tool
 
 DOCUMENTED_INPUTS = {"label", "config-path", "budget", "models", "llm-api-key", "llm-base-url", "github-token",
-                     "python"}
+                     "gpus", "python"}
 OUTPUTS = {"pr-number", "pr-url", "pr-numbers", "pr-urls", "best-speedup"}
 
 SITECUSTOMIZE = '''

@@ -282,6 +282,8 @@ def test_missing_settings_refuse_to_start_naming_the_variable(world: ActionWorld
     assert res.exit_code == 2
     assert "GITHUB_SHA" in res.output and "token is empty" in res.output
     assert w.jobs == [] and w.fake.calls == []
+    res = CliRunner().invoke(cli.app, ["action"], env={**w.event("schedule", schedule_payload()), "FUSEBOT_GPUS": "0;1"})
+    assert res.exit_code == 2 and "gpus takes device indices like 0,1" in res.output and w.jobs == []
 
 
 def test_a_failed_search_fails_the_check_run_and_the_step(world: ActionWorld, monkeypatch: pytest.MonkeyPatch):
