@@ -9,7 +9,8 @@ with a buffer larger than the last-level cache written before it; warm-up, then 
 less than 1%; fresh inputs before every call, outside the timed span; the contestants alternating in rounds
 (eager, torch.compile, the change, eager, ...). It prints each contestant's median, IQR and n, the speedup over the
 faster baseline per round, and with `--json PATH` writes every raw sample. It needs nothing but torch (and, for a
-kernel, the compiler the drop-in builds it with on first use; for a rewrite, git, to read the module as it was).
+kernel, the compiler the drop-in builds it with on first use; for a rewrite, git, to read the module as it was, or,
+without git (a runner's copy of the branch), fusebot.json's diff taken back from the module as it is).
 
 `/fusebot benchmark` runs exactly this script (runner/results/remeasure.py) and reads its JSON (`read_figures`).
 """
@@ -45,6 +46,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -90,12 +92,56 @@ def _load_dropin():
     return mod
 
 
+def _taken_back(diff, text):
+    """The text before `diff` (fusebot.json's unified diff of the module) from the text after it; None when the
+    text changed where the diff did."""
+    lines, out, at, shift = text.splitlines(keepends=True), [], 0, 0
+    for hunk in re.split(r"(?m)^(?=@@ )", diff)[1:]:
+        head, *body = hunk.splitlines(keepends=True)
+        tagged = []
+        for line in body:
+            if line.startswith("\\"):  # "\ No newline at end of file": the line before it has none
+                tagged[-1] = (tagged[-1][0], tagged[-1][1].rstrip("\n"))
+            else:
+                tagged.append((line[:1], line[1:]))
+        new = [t for k, t in tagged if k in " +"]
+        old = [t for k, t in tagged if k in " -"]
+        start = int(re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", head).group(1))
+        expected = (start - 1 if new else start) + shift  # "+c,0": an empty side sits after line c
+        # where the hunk's lines are now: as the diff says, or moved by lines added or removed elsewhere since
+        fits = [p for p in range(at, len(lines) - len(new) + 1) if lines[p:p + len(new)] == new] if new else \
+            ([expected] if at <= expected <= len(lines) else [])
+        if not fits:
+            return None
+        where = min(fits, key=lambda p: abs(p - expected))
+        shift += where - expected
+        out += lines[at:where] + old
+        at = where + len(new)
+    return "".join(out + lines[at:])
+
+
+def _source_as_it_was():
+    """(the repository root, the module's text at COMMIT): from git, else (a copy without .git, as a runner has)
+    the module as it is with fusebot.json's diff taken back."""
+    try:
+        root = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=HERE, capture_output=True,
+                                   text=True, check=True).stdout.strip())
+        return root, subprocess.run(["git", "show", f"{COMMIT}:{MODULE_FILE}"], cwd=root, capture_output=True,
+                                    text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    root = next((p for p in HERE.parents if (p / MODULE_FILE).is_file()), None)
+    diff = json.loads((HERE / "fusebot.json").read_text()).get("diff", "")
+    text = _taken_back(diff, (root / MODULE_FILE).read_text()) if root is not None and diff else None
+    if text is None:
+        sys.exit(f"{MODULE_FILE} as it was at {COMMIT} is not readable: no git history here, and the file changed "
+                 "where fusebot's rewrite did (run this script in a clone with that commit)")
+    return root, text
+
+
 def _module_as_it_was():
-    """The module's file at COMMIT (git), loaded under its own package so its relative imports resolve."""
-    root = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=HERE, capture_output=True, text=True,
-                               check=True).stdout.strip())
-    text = subprocess.run(["git", "show", f"{COMMIT}:{MODULE_FILE}"], cwd=root, capture_output=True, text=True,
-                          check=True).stdout
+    """The module's file at COMMIT, loaded under its own package so its relative imports resolve."""
+    root, text = _source_as_it_was()
     sys.path.insert(0, str(root))
     mod = types.ModuleType(MODULE + "_before_fusebot")
     mod.__file__, mod.__package__ = str(root / MODULE_FILE), MODULE.rpartition(".")[0]

@@ -17,6 +17,7 @@ import torch
 from runner.contract import Verdict
 from runner.results.bench_script import bench_filename, bench_source, read_figures
 from runner.results.files import Provenance, slug, target_files, write_files
+from runner.results.proposal import unified_diff
 from tests.verdicts import EXAMPLE, SPEC, seed_candidate
 
 KERNELS = "fusebot_kernels"
@@ -75,8 +76,8 @@ def test_the_script_is_generated_for_each_backend_and_kind():
         compile(text, "bench.py", "exec")
         imported = {line.split()[1].split(".")[0] for line in text.splitlines()
                     if line.startswith(("import ", "from "))}
-        assert imported <= {"argparse", "importlib", "json", "os", "statistics", "subprocess", "sys", "time", "types",
-                            "pathlib", "torch"}, imported
+        assert imported <= {"argparse", "importlib", "json", "os", "re", "statistics", "subprocess", "sys", "time",
+                            "types", "pathlib", "torch"}, imported
         assert "STRICT = True" in text or "KIND = 'rewrite'" in text  # a kernel's timed calls never fall back
     assert "BACKEND = 'cuda'" in cuda and "CUDA events" in cuda and "BACKEND = 'cpu'" in cpu
     assert f"python {KERNELS}/{FOLDER}/bench_{FOLDER}.py" in cpu
@@ -91,3 +92,34 @@ def test_the_script_times_a_cuda_kernel_with_events(tmp_path):
     assert data["backend"] == "cuda" and data["device"] == torch.cuda.get_device_name()
     timing, _, conf = read_figures(data)
     assert timing.clock == "cuda_events" and conf.rounds == 3 and timing.n >= 30
+
+
+BEFORE = "import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        y = x * 2\n" \
+         "        return torch.relu(y) + 1\n\n\ndef get_inputs():\n    return [torch.randn(4)]"  # no final newline
+AFTER = "import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n" \
+        "        return torch.relu(x * 2) + 1\n\n\ndef get_inputs():\n    return [torch.randn(4)]\n"
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_without_git_a_rewrites_script_takes_the_diff_back_from_the_module(tmp_path, edited):
+    """A runner's copy of the branch has no .git: the module as it was is the module as it is, the manifest's diff
+    taken back; a module edited where the rewrite changed it is refused, never timed against a wrong original."""
+    root = tmp_path / "copy"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "m.py").write_text(AFTER.replace("x * 2", "x * 3") if edited else "# a comment\n" + AFTER)
+    folder = root / KERNELS / "m"
+    folder.mkdir(parents=True)
+    (folder / "fusebot.json").write_text(json.dumps({"kind": "rewrite", "diff": unified_diff("pkg/m.py", BEFORE,
+                                                                                             AFTER)}))
+    script = folder / "bench_m.py"
+    script.write_text(bench_source(SPEC, backend="cpu", target_folder="m", kernels_dir=KERNELS, kind="rewrite",
+                                   module_file="pkg/m.py", commit="abc123"))
+    probe = ("import runpy, sys; g = runpy.run_path(sys.argv[1]); root, text = g['_source_as_it_was'](); "
+             "sys.stdout.write(text)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | {"GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", probe, str(script)], cwd=root, env=env, capture_output=True, text=True)
+    if edited:
+        assert p.returncode != 0 and "changed where fusebot's rewrite did" in p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == "# a comment\n" + BEFORE  # the edit above the rewrite kept, the rewrite taken back
