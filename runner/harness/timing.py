@@ -50,7 +50,6 @@ _event_record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _event_elapsed = torch.cuda.Event.elapsed_time
 _zero = torch.Tensor.zero_
-_add = torch.Tensor.add_
 _median = statistics.median
 _sleep = getattr(torch.cuda, "_sleep", None)
 
@@ -118,7 +117,7 @@ class Timer:
             self.flush_bytes = flush_bytes or max(2 * l2, 64 << 20)
         else:
             self.flush_bytes = flush_bytes or (64 << 20)  # larger than any last-level cache we run on
-        self._flush_buf = torch.zeros(self.flush_bytes // 4, dtype=torch.int32, device=device)
+        self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
         self._cycles_per_us: float | None = None
         self.lead_us = 0.0  # GPU spin queued after the flush, so the call's host work is not timed
         self._host_ms: list[float] = []
@@ -127,13 +126,7 @@ class Timer:
         self._after: Callable[[], object] = _nothing
 
     def flush(self) -> None:
-        if not self.device.startswith("cuda"):
-            # memset of a buffer this large streams past the cache (non-temporal stores) and leaves the call's
-            # inputs cached; reading and writing every line evicts them (a [1024, 1024] multiply timed 0.21 ms
-            # after zero_ and 0.25 ms after add_ on a 2-core EPYC, 0.07 ms unflushed)
-            _add(self._flush_buf, 1)
-        else:
-            _zero(self._flush_buf)
+        _zero(self._flush_buf)
 
     def _lead_cycles(self, lead_us: float | None = None) -> int:
         """A lead (the timer's own by default) in clock cycles of this GPU (its clock measured once, by timing a
