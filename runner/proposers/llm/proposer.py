@@ -36,7 +36,7 @@ from runner.proposers.llm.client import (
 from runner.proposers.llm.extract import extract_code, extract_ideas
 from runner.proposers.llm.facts import requested_flags
 from runner.search.pool import Workers
-from runner.search.types import Answer, History, Idea, ProblemContext, Session
+from runner.search.types import Answer, BudgetExhausted, History, Idea, ProblemContext, Session
 
 __all__ = ["LLMProposer", "LLMSettings", "estimate_tokens", "llm_proposers", "retry_after_s", "retryable"]
 
@@ -152,14 +152,23 @@ class LLMProposer:
         return self._converse(ctx, idea, messages, "implement", None)
 
     def implement(self, ctx: ProblemContext, idea: Idea, history: History, n: int) -> list[Candidate]:
-        """n variants of the idea, asked for concurrently."""
+        """n variants of the idea, asked for concurrently. Variants answered before the token budget ran out are
+        kept (they are paid for); the budget's stop is raised only when none was."""
         if n <= 1 or self.max_concurrency <= 1:
-            found = [self._variant(ctx, idea, history, k, n) for k in range(n)]
+            calls = [lambda k=k: self._variant(ctx, idea, history, k, n) for k in range(n)]
         else:
             if self._variants is None:
                 self._variants = Workers(self.max_concurrency, f"llm-{self.name}")
-            futures = [self._variants.submit(self._variant, ctx, idea, history, k, n) for k in range(n)]
-            found = [f.result() for f in futures]
+            calls = [f.result for f in [self._variants.submit(self._variant, ctx, idea, history, k, n)
+                                        for k in range(n)]]
+        found, spent = [], None
+        for call in calls:
+            try:
+                found.append(call())
+            except BudgetExhausted as e:
+                spent = e
+        if spent is not None and not any(found):
+            raise spent
         return [c for c in found if c is not None]
 
     def repair(self, ctx: ProblemContext, candidate: Candidate, verdict: Verdict) -> Candidate | None:
