@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli.bench import BenchRow, bench_markdown, geomean, write_table
-from tests.session_env import session_env
+from tests.session_env import denied_by_noise, session_env
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests/fixtures/problems"
@@ -54,13 +54,16 @@ def test_a_suite_benched_in_batches_keeps_one_table(tmp_path):
 
 @pytest.mark.slow
 def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_path):
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "runner.cli.optimize", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
-           "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
-    p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
+    for attempt in range(2):  # once more when a loaded host's noise alone denied the claim
+        out = tmp_path / f"out{attempt}"
+        cmd = [sys.executable, "-m", "runner.cli.optimize", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
+               "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
+        p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        result = json.loads((out / "result.json").read_text())
+        if not denied_by_noise(result):
+            break
     assert p.stdout.startswith("improved: ") and "round 1/1: built " in p.stderr  # the outcome; the progress
-    result = json.loads((out / "result.json").read_text())
     v = result["verdict"]
     assert v["accepted"], v["reasons"]
     events = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()]

@@ -21,7 +21,7 @@ from runner.search.trace import read_events
 from tests.fakes.llm_server import Reply, ScriptedLLM
 from tests.runner.cpu_kernels import BROKEN, GOOD, PROBLEM, SLOW, WRONG, answer
 from tests.runner.llm_helpers import IDEAS, SECRET
-from tests.session_env import session_env
+from tests.session_env import denied_by_noise, session_env
 
 ROOT = Path(__file__).resolve().parents[3]
 IDEAS_T, IMPL_T, REPAIR_T = "## Task: ideas", "## Task: implement", "## Task: repair"
@@ -56,13 +56,16 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
         Reply(answer(GOOD, "repaired"), match="flaot v"),  # the repair of the build error
         Reply(answer(GOOD, "fixed-relu"), match=REPAIR_T),
     ]
-    out = tmp_path / "out"
-    with ScriptedLLM(script) as srv:
-        p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "2", "--implementations", "2",
-                     "--max-repairs", "1")
-        log, _ = p.communicate(timeout=300)
-    assert p.returncode == 0, log
-    result = json.loads((out / "result.json").read_text())
+    for attempt in range(2):  # once more when a loaded host's noise alone denied the claim
+        out = tmp_path / f"out{attempt}"
+        with ScriptedLLM(script) as srv:
+            p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "2", "--implementations", "2",
+                         "--max-repairs", "1")
+            log, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, log
+        result = json.loads((out / "result.json").read_text())
+        if not denied_by_noise(result):
+            break
     assert result["improved"] is True, result["message"]
     v = result["verdict"]
     assert v["accepted"] and v["timing"]["median_ms"] < result["baselines"]["eager"]["median_ms"]
