@@ -39,7 +39,9 @@ def test_every_device_evaluates_at_once_and_each_verdict_names_its_device(tmp_pa
                         tmp_path / "trace.jsonl", chunk=1)  # a chunk of one still feeds both devices
     finally:
         devices.close()
-    assert result.candidates == 8 and all(len(g.evaluated) >= 2 for g in gpus.values())
+    # both evaluated (the barrier: at once); how the other six split between them is the host's scheduling
+    assert result.candidates == 8 and all(g.evaluated for g in gpus.values())
+    assert sum(len(g.evaluated) for g in gpus.values()) == 8
     evaluated = [e for e in read_events(tmp_path / "trace.jsonl") if e["event"] == "evaluated"]
     by_device = {label: {c.id for c in g.evaluated} for label, g in gpus.items()}
     assert len(evaluated) == 8
