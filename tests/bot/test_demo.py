@@ -43,6 +43,7 @@ def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_demo_twice_opens_then_updates_one_local_pr(tmp_path):
     work = tmp_path / "demo"
     first = run_demo(work, tmp_path)

@@ -55,6 +55,7 @@ def medians(table_text: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: ActionWorld):
     w = world
     w.checkout(w.shas["feature"])

@@ -103,6 +103,7 @@ def table_row(label: str, t) -> str:
     return f"| {label} | {t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n} |"
 
 
+@pytest.mark.timing
 def test_benchmark_remeasures_the_branch_and_reports_a_broken_edit(world, cpu_runner):
     feature = epilogue_pr(world)
     search = label_and_upload(world, number=2, sha=feature)
@@ -129,7 +130,7 @@ def test_benchmark_remeasures_the_branch_and_reports_a_broken_edit(world, cpu_ru
                 table_row("**fusebot**", v.timing)):
         assert row in comment, (row, comment)
     assert f"Kernel measured: `{KERNEL}`" in comment and "Not verified" not in comment
-    assert ("**Verified and faster**" if r.improved else "**Verified**, but not faster") in comment
+    assert ("**Verified and faster**" if r.improved else "**Verified**, but ") in comment  # not faster, or by too little
     assert f"{len(v.trials)}/{len(v.trials)} trials passed" in comment
     [run] = runs_named(world, "fusebot benchmark", bot.head_sha)
     assert run["status"] == "completed" and run["conclusion"] == conclusion(result.targets) != "failure"

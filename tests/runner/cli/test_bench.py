@@ -53,6 +53,7 @@ def test_a_suite_benched_in_batches_keeps_one_table(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_path):
     for attempt in range(2):  # once more when a loaded host's noise alone denied the claim
         out = tmp_path / f"out{attempt}"

@@ -46,6 +46,7 @@ def optimize(out: Path, env: dict, *extra: str, **kw) -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_path):
     script = [
         Reply(IDEAS, match=IDEAS_T),
@@ -66,7 +67,7 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
         result = json.loads((out / "result.json").read_text())
         if not denied_by_noise(result):
             break
-    assert result["improved"] is True, result["message"]
+    assert result["improved"] is True, (result["message"], _verdict_reasons(out / "trace.jsonl"))
     v = result["verdict"]
     assert v["accepted"] and v["timing"]["median_ms"] < result["baselines"]["eager"]["median_ms"]
     summary = result["trace_summary"]
@@ -88,6 +89,7 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_when_nothing_beats_the_baselines_it_says_so_and_writes_no_kernel(tmp_path):
     out = tmp_path / "out"
     (out).mkdir()
@@ -120,6 +122,12 @@ def test_usage_errors_exit_2_with_a_message(tmp_path):
 
 def _events(trace: Path) -> list[dict]:
     return list(read_events(trace)) if trace.exists() else []
+
+
+def _verdict_reasons(trace: Path) -> list:
+    """Each judged candidate's id, stage and reasons, for a failure's message."""
+    return [(e["verdict"].get("candidate_id"), e["verdict"].get("stage"), e["verdict"].get("reasons"))
+            for e in _events(trace) if isinstance(e.get("verdict"), dict)]
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import logging
 import types
 from pathlib import Path
 
+import pytest
 import torch
 
 from runner.contract import ProblemSpec, SearchBudget
@@ -123,6 +124,7 @@ def test_the_search_asks_the_rewrites_in_the_first_round_only_beside_the_catalog
     assert [(c.name, c.share, c.ideas, c.verified) for c in res.credit] == [("catalog", 1.0, 2, 0), ("rewrite", 0.0, 4, 4)]
 
 
+@pytest.mark.timing
 def test_the_rewrite_of_row_gain_is_verified_by_the_harness_on_the_cpu(harness_cache):
     spec = row_gain_spec()
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)

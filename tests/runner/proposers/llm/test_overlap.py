@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from runner.contract import ProblemSpec, SearchBudget
 from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import problem_context
@@ -80,6 +82,7 @@ def test_cost_is_what_the_endpoint_reports_when_it_reports_one(tmp_path):
     assert abs(res.cost_usd - 0.012) < 1e-9 and res.credit[0].cost_usd == res.cost_usd
 
 
+@pytest.mark.timing
 def test_the_real_cpu_harness_verifies_a_kernel_while_a_slow_model_is_still_thinking(tmp_path, harness_cache):
     script = [
         Reply(IDEAS, match=IDEAS_T),
