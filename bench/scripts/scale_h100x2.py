@@ -211,6 +211,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "h100x2-scale")
     parser.add_argument("--budget-seconds", type=float, default=15.0, help="search budget per target (App)")
     parser.add_argument("--search-seconds", type=float, default=35.0, help="wall budget of each search (part 2)")
+    parser.add_argument("--parts", default="app,search", help="which parts to run: app, search or both")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if torch.cuda.device_count() < 2:
@@ -218,25 +219,28 @@ def main() -> None:
     started = time.monotonic()
     results: dict = {"machine": machine(), "app": {}, "search": {}}
     with tempfile.TemporaryDirectory(prefix="fusebot-scale-") as tmp:
-        for key, n in (("one", 1), ("two", 2)):
+        for key, n in (("one", 1), ("two", 2)) if "app" in args.parts else ():
             (Path(tmp) / f"app{n}").mkdir()
             results["app"][key] = app_run(Path(tmp) / f"app{n}", n, args.budget_seconds, timeout_s=240 if n == 1
                                           else 160)
             log.info("app, %d worker(s): %s", n, results["app"][key])
-        for key, devices in (("one", [0]), ("two", [0, 1])):
+        for key, devices in (("one", [0]), ("two", [0, 1])) if "search" in args.parts else ():
             (Path(tmp) / f"search{len(devices)}").mkdir()
             results["search"][key] = search_run(Path(tmp) / f"search{len(devices)}", devices, args.search_seconds)
             log.info("search, %d GPU(s): %s", len(devices), results["search"][key])
-    a1, a2 = results["app"]["one"]["delivered_s"], results["app"]["two"]["delivered_s"]
-    results["app"]["ratio"] = a2 / a1 if a1 and a2 else None
-    r1, r2 = results["search"]["one"]["verified_per_hour"], results["search"]["two"]["verified_per_hour"]
-    results["search"]["ratio"] = r2 / r1 if r1 and r2 else None
+    if results["app"]:
+        a1, a2 = results["app"]["one"]["delivered_s"], results["app"]["two"]["delivered_s"]
+        results["app"]["ratio"] = a2 / a1 if a1 and a2 else None
+    if results["search"]:
+        r1, r2 = results["search"]["one"]["verified_per_hour"], results["search"]["two"]["verified_per_hour"]
+        results["search"]["ratio"] = r2 / r1 if r1 and r2 else None
     results["total_seconds"] = time.monotonic() - started
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    (args.out / "README.md").write_text(readme(results))
-    log.info("wrote %s in %.0f s: app %.2fx, search %.2fx", args.out, results["total_seconds"],
-             results["app"]["ratio"] or float("nan"), results["search"]["ratio"] or float("nan"))
+    if results["app"] and results["search"]:
+        (args.out / "README.md").write_text(readme(results))
+    log.info("wrote %s in %.0f s: app %s, search %s", args.out, results["total_seconds"],
+             results["app"].get("ratio"), results["search"].get("ratio"))
 
 
 if __name__ == "__main__":
