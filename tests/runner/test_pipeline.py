@@ -6,8 +6,11 @@ import shutil
 from pathlib import Path
 
 from runner.contract import Candidate, Job, SearchBudget, TargetSpec
+from runner.harness.evaluator import HarnessConfig
+from runner.harness.gpus import device_evaluators
 from runner.pipeline import problem_spec, run_job
 from runner.search.types import Idea
+from tests.runner.conftest import FAST_TIMER
 from tests.runner.cpu_kernels import GOOD, PROBLEM
 
 
@@ -44,8 +47,15 @@ def test_problem_spec_points_into_the_source_tree(tmp_path):
     assert spec.path == str((src / "models/chain.py").resolve()) and spec.root == str(src.resolve())
 
 
-def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeypatch):
+def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeypatch, harness_cache):
+    """The real harness under run_job, with the test suite's short timer, a 100 ms timer cross-check (its escapes are
+    10x; tests/runner/harness has its own tests) and no torch.compile baseline (a cold compile took 14 s on the
+    2-core CI machine): the job's flow is the same with one baseline or two."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache, cpu_check_ms=100)
+    monkeypatch.setattr("runner.pipeline.device_evaluators",
+                        lambda spec, backend, devices, config=None, **kw: device_evaluators(spec, backend, devices,
+                                                                                             cfg, **kw))
     src = _repo(tmp_path)
     job = Job(id="j1", repo="o/r", sha="0" * 40, targets=[
         TargetSpec(name="chain", file="models/chain.py", class_name="Model"),
