@@ -193,13 +193,21 @@ def _outside(vset, items, sizes):
     return None
 
 
-def _reference(module, args, state):
-    """The original forward of `module` with `state` (state_dict order) in place of its own tensors."""
+def _reference(module, args, state, extra=None):
+    """The original forward of `module` with `state` (state_dict order), and `extra` (name -> tensor), in place of
+    its own tensors."""
     _REFERENCE.on = getattr(_REFERENCE, "on", 0) + 1
     try:
-        return torch.func.functional_call(module, dict(zip(_names(module), state)), tuple(args))
+        return torch.func.functional_call(module, {**dict(zip(_names(module), state)), **(extra or {})}, tuple(args))
     finally:
         _REFERENCE.on -= 1
+
+
+def _meta_buffers(module):
+    """The buffers the state_dict leaves out (registered with persistent=False, as a causal mask often is), on the
+    meta device: with them real, the meta run fails on mixed devices and the original runs for real instead."""
+    names = set(_names(module))
+    return {n: b.to("meta") for n, b in module.named_buffers() if n not in names}
 
 
 def _plan(module, items, n_state):
@@ -224,7 +232,7 @@ def _plan(module, items, n_state):
     with torch.no_grad():
         try:
             out = _reference(module, [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args],
-                             [t.to("meta") for t in state])
+                             [t.to("meta") for t in state], _meta_buffers(module))
         except Exception:  # noqa: BLE001 - an op without a meta kernel: run it once for real
             out = _reference(module, args, state)
     outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None

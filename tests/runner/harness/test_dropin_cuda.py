@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import sys
 
 import pytest
@@ -17,6 +18,8 @@ from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_files
 from tests.runner.harness.test_dropin import ROOT
 from tests.verdicts import EXAMPLE, seed_candidate
 from tests.verdicts import SPEC as EXAMPLE_SPEC
+
+PATH = os.environ.get("PATH", os.defpath)  # as the session found it (the fixture below takes nvcc away)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -92,7 +95,7 @@ def ws_dropin(tmp_path, monkeypatch):
         sys.modules.pop(name)
 
 
-def test_scratch_memory_streams_graphs_and_compile(ws_dropin, tmp_path):
+def test_scratch_memory_streams_graphs_and_compile(ws_dropin, tmp_path, monkeypatch):
     mod = ws_dropin
     fused = mod.Model().cuda().eval()
     x = torch.randn(4096, 1024, device="cuda")
@@ -119,6 +122,7 @@ def test_scratch_memory_streams_graphs_and_compile(ws_dropin, tmp_path):
         torch.cuda.synchronize()
         torch.testing.assert_close(out, x + 1.0)
         calls = mod.Model.kernel_calls
+        monkeypatch.setenv("PATH", PATH)  # the library is loaded; torch.compile's own builds need gcc and ld
         compiled = torch.compile(fused, fullgraph=True)
         torch.testing.assert_close(compiled(x), want)
         assert mod.Model.kernel_calls == calls + 1

@@ -233,3 +233,45 @@ def test_the_output_has_the_originals_layout(tmp_path, monkeypatch):
     assert m.Model.kernel_calls == 1
     assert got.shape == want.shape == (256, 64) and got.stride() == want.stride() == (1, 256)
     torch.testing.assert_close(got, want)
+
+
+MASKED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    real_calls = 0  # forwards run on real tensors
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = 2.0
+        self.register_buffer("keep", torch.ones(features, dtype=torch.bool), persistent=False)
+
+    def forward(self, x):
+        if not x.is_meta:
+            Model.real_calls += 1
+        return torch.where(self.keep, torch.relu(x * self.scale + self.bias), 0.0)
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return [256]
+"""
+
+
+def test_a_new_size_is_planned_on_meta_tensors_even_with_a_non_persistent_buffer(tmp_path, monkeypatch):
+    """The output's layout comes from the original run on meta tensors: the buffers state_dict leaves out go to meta
+    too, so the first call of a size runs the kernel alone and never the original (a profiler would see it rerun)."""
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    spec = SPEC2.model_copy(update={"second_inputs": None})
+    m = load(write_folder(tmp_path / "out", KERNEL, spec, reference=MASKED), f"dropin_m_{tmp_path.name}")
+    original, fused = pair(m)
+    x = torch.randn(64, 256)
+    with torch.no_grad():
+        got = fused(x)
+        assert (m.Model.kernel_calls, m.Original.real_calls) == (1, 0)
+        torch.testing.assert_close(got, original(x))
