@@ -24,7 +24,8 @@ class HarnessConfig:
     cpu_address_space_bytes: int | None = 64 << 30
     cache_dir: Path | None = None
     wall_check_ms: float = 100.0  # total wall time of the timer cross-check (CUDA)
-    cpu_check_ms: float = 400.0  # the CPU cross-check's calls, at least (CPU time is accounted in 10 ms ticks)
+    # the CPU cross-check's calls, at least (CPU time is accounted in 10 ms ticks; FUSEBOT_CPU_CHECK_MS overrides it)
+    cpu_check_ms: float = field(default_factory=lambda: cpu_check_setting(os.environ))
     keep_workdirs: bool = False
     bandwidth_bytes_per_s: float | None = None  # a known ceiling instead of measuring one (e.g. 3.01e12 on the H100)
     # A problem moving more than this many bytes a call (inputs + outputs) is verified on 3 trials of its first
@@ -51,6 +52,22 @@ def unstable_spread_setting(environ: Mapping[str, str], default: float = 0.5) ->
         raise ValueError(f"FUSEBOT_UNSTABLE_SPREAD must be a positive number (0.5 is a 50% spread), not {raw!r}") from None
     if not value > 0:
         raise ValueError(f"FUSEBOT_UNSTABLE_SPREAD must be a positive number (0.5 is a 50% spread), not {raw!r}")
+    return value
+
+
+def cpu_check_setting(environ: Mapping[str, str], default: float = 400.0) -> float:
+    """FUSEBOT_CPU_CHECK_MS, the CPU cross-check's span in milliseconds: at least 100 (ten of the kernel's 10 ms CPU
+    time ticks: an escape is a timer seeing under a tenth of the calls' cost), validated where the harness is
+    configured."""
+    raw = environ.get("FUSEBOT_CPU_CHECK_MS", "")
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 100:
+        raise ValueError(f"FUSEBOT_CPU_CHECK_MS must be a number of milliseconds, at least 100, not {raw!r}")
     return value
 
 
