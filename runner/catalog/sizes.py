@@ -23,7 +23,9 @@ a layout may fix more (`regs`, `cluster` and `grid` hold a row of the captured l
 
 A number is a size the kernel is specialised on (a call with another is refused by the kernel's set-up); `dK` is a
 run-time size, F's dim K: every tensor dim named dK must have the same size in one call (they are the same dim of
-the iteration space), and any size >= 1 is served. The tensor's number of dims is the number of entries.
+the iteration space), and any size >= 1 is served. `mK` marks a tensor's innermost dims that a contiguous view
+merges into F's dim K (`merged_dims`): their product is that dim's size. The tensor's number of dims is the number of
+entries.
 """
 
 from __future__ import annotations
@@ -105,9 +107,28 @@ def _free_terms(inp: Input, V: tuple[int, ...], S: tuple[int, ...], pad: int, sh
     return out
 
 
+def merged_dims(p: Program, k: int) -> dict[int, tuple[int, ...]]:
+    """Input k's innermost view dim, when it is its tensor's innermost dims merged by a contiguous view and
+    `free_dims` does not already follow it: F dim -> those tensor dims, whose product it is at run time. GroupNorm
+    reads [N, C, H, W] as [N, G, C/G, H*W]: the batch follows the tensor's dim 0, H*W the product of dims 2 and 3."""
+    inp = p.inputs[k]
+    if not inp.viewed or inp.tensor is None or inp.strides is not None or inp.terms is not None:
+        return {}
+    V, S = p.padded(k), tensor_shape(inp)
+    spanned = [d for d in range(p.ndim) if V[d] != 1]
+    lead = free_dims(p, k)
+    if not spanned or spanned[-1] in lead:
+        return {}
+    d = spanned[-1]
+    for j in range(max(lead.values(), default=-1) + 1, len(S)):
+        if S[j] != 1 and prod(S[j:]) == V[d]:
+            return {d: tuple(range(j, len(S)))}
+    return {}
+
+
 def free_f_dims(p: Program, layout: str = "") -> set[int]:
     """F's dims whose size is read from the call's tensors (see the module docstring)."""
-    maps = [free_dims(p, k) for k in range(len(p.inputs))]
+    maps = [{**free_dims(p, k), **merged_dims(p, k)} for k in range(len(p.inputs))]
     out = set()
     for d in range(p.ndim):
         spans = [k for k in range(len(p.inputs)) if p.padded(k)[d] != 1 or d in maps[k]]
@@ -124,10 +145,13 @@ def abi_sizes(p: Program, abi_offset: int = 0, layout: str = "") -> dict[int, li
     out: dict[int, list[str]] = {}
     for k, inp in enumerate(p.inputs):
         S = tensor_shape(inp)
-        by_tensor = {j: d for d, j in free_dims(p, k).items() if d in free}
+        by_tensor = {j: f"d{d}" for d, j in free_dims(p, k).items() if d in free}
         if not inp.viewed:  # a plain input's dim of size 1 broadcast along a larger F dim stays 1
-            by_tensor = {j: d for j, d in by_tensor.items() if S[j] == p.shape[d]}
-        dims = [f"d{by_tensor[j]}" if j in by_tensor else str(S[j]) for j in range(len(S))]
+            by_tensor = {j: t for j, t in by_tensor.items() if S[j] == p.shape[int(t[1:])]}
+        for d, js in merged_dims(p, k).items():
+            if d in free:
+                by_tensor.update({j: f"{'d' if len(js) == 1 else 'm'}{d}" for j in js})
+        dims = [by_tensor.get(j, str(S[j])) for j in range(len(S))]
         pos = inp.abi + abi_offset
         if pos in out:  # read twice (a slice and the whole): a dim is free only where both reads follow it alike
             dims = [a if a == b else str(S[j]) for j, (a, b) in enumerate(zip(out[pos], dims, strict=True))]

@@ -125,7 +125,7 @@ def _sizes():
                 key, _, dims = tok.partition("=")
                 if key.startswith("in") and key[2:].isdigit():
                     rules[int(key[2:])] = () if dims == "scalar" else tuple(
-                        d if d.startswith("d") else int(d) for d in dims.split(","))
+                        d if d[:1] in ("d", "m") else int(d) for d in dims.split(","))
             _SIZES[:] = [rules]
         elif not re.search(r"^// (fusebot catalog:|fused by fusebot's seed proposer)", text, re.M) or (
                 fixed and any(not t.startswith("in") for t in fixed.group(1).split() if t != "none")):
@@ -137,8 +137,9 @@ def _sizes():
 
 
 def _size_miss(shape, rule, seen):
-    """Why `shape` breaks its ABI input's rule (an element count; or per dim a fixed size or a run-time dim "dK"
-    whose size every dim named dK shares in one call), or None; `seen` collects the run-time dims' sizes."""
+    """Why `shape` breaks its ABI input's rule (an element count; or per dim a fixed size, a run-time dim "dK"
+    whose size every dim named dK shares in one call, or "mK", dims whose product is dK), or None; `seen` collects
+    the run-time dims' sizes."""
     if isinstance(rule, int):
         n = 1
         for s in shape:
@@ -146,12 +147,18 @@ def _size_miss(shape, rule, seen):
         return None if n == rule else f"has {n} elements (the kernel is built for {rule})"
     if len(rule) != len(shape):
         return f"has {len(shape)} dims (the kernel reads {len(rule)})"
+    merged = {}
     for j, (s, r) in enumerate(zip(shape, rule)):
         if isinstance(r, int):
             if s != r:
                 return f"has size {s} along dim {j} (the kernel is built for {r})"
+        elif r.startswith("m"):  # innermost dims the kernel reads as one: their product is its dim
+            merged["d" + r[1:]] = merged.get("d" + r[1:], 1) * s
         elif seen.setdefault(r, s) != s:
             return f"has size {s} along dim {j} where another input has {seen[r]} (one dim of the kernel)"
+    for r, n in merged.items():
+        if seen.setdefault(r, n) != n:
+            return f"has {n} elements along its merged dims where another input has {seen[r]} (one dim of the kernel)"
     return None
 
 

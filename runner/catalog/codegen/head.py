@@ -83,11 +83,15 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
             for d in range(nd):
                 lines.append(f"    shp[{k}][{d}] = {pv[d]}LL;")
             follow = {d: j for d, j in sizes.free_dims(p, k).items() if d in free}
-            if follow:  # the view's leading dims follow the call's tensor; its other dims are the captured ones
+            merged = {d: js for d, js in sizes.merged_dims(p, k).items() if d in free}
+            if follow or merged:  # the view's leading dims (and a merged innermost one) follow the call's tensor
                 S = sizes.tensor_shape(inp)
                 lines.append(f"    if (t.ndim != {len(S)}) return fb_fail(\"input {pos}: number of dims differs from the "
                              "captured view\");")
-                for j in sorted(set(range(len(S))) - set(follow.values())):
+                for d, js in merged.items():
+                    lines.append(f"    shp[{k}][{d}] = {' * '.join(f't.shape[{j}]' for j in js)};")
+                taken = set(follow.values()) | {j for js in merged.values() for j in js}
+                for j in sorted(set(range(len(S))) - taken):
                     lines.append(f"    if (t.shape[{j}] != {S[j]}LL) return fb_fail(\"input {pos}: size {j} differs from "
                                  "the captured view\");")
                 for d, j in follow.items():

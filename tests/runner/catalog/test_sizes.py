@@ -17,7 +17,7 @@ from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.codegen.used import ACC_STRUCTS
 from runner.catalog.ir import Input, Load, Op, Program
 from runner.catalog.recognition import recognise
-from runner.catalog.sizes import abi_sizes, free_dims, sizes_line
+from runner.catalog.sizes import abi_sizes, free_dims, merged_dims, sizes_line
 from runner.catalog.space import strategies
 from runner.harness.build import CPU_FLAGS
 from runner.harness.procs.abi import AbiError, KernelLibrary
@@ -80,6 +80,20 @@ def get_inputs():
     return [torch.randn(2, 6, 3, 16), torch.randn(2, 6, 8), torch.randn(2, 6, 8)]
 """ + INIT, "in0=d0,d1,d2,16 in1=d0,d1,8 in2=d0,d1,8",
         lambda: [torch.randn(4, 3, 5, 16), torch.randn(4, 3, 8), torch.randn(4, 3, 8)]),
+    "group_norm_silu": (HEAD + """    def __init__(self):  # diffusers' ResnetBlock2D: norm1, then SiLU
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 16, eps=1e-6)
+        with torch.no_grad():
+            self.norm.weight.normal_(1.0, 0.1)
+            self.norm.bias.normal_(0.0, 0.1)
+
+    def forward(self, x):  # x: [N, C, H, W], read as [N, G, C/G, H*W]
+        return torch.nn.functional.silu(self.norm(x))
+
+
+def get_inputs():
+    return [torch.randn(2, 16, 6, 5)]
+""" + INIT, "in0=d0,16,m3,m3 in1=16 in2=16", lambda: [torch.randn(3, 16, 9, 7)]),
     "row_gain": (HEAD + """    def __init__(self, rows=64):
         super().__init__()
         self.gain = nn.Parameter(torch.rand(rows) + 0.5)
@@ -143,18 +157,20 @@ def test_a_kernel_generated_at_one_size_is_right_at_another(programs, name, tmp_
 
 
 def test_a_merged_view_keeps_its_size_and_the_kernel_refuses_another(tmp_path):
-    """x.view(B * T, C) read as [B*T, C]: the merged dim cannot follow the call (B and T are not known apart), so the
-    line fixes it and the set-up refuses a call with another batch."""
+    """x.view(B * T, C) read as [B*T, C]: the merged outer dim cannot follow the call (B and T are not known apart), so
+    the line fixes it and the set-up refuses a call with another batch; the innermost dim, C, follows the tensor's
+    last dim (merged_dims)."""
     x = Input(0, (16, 8), "float32", viewed=True, tensor=(2, 8, 8))
     p = Program(inputs=[x], out=Op("relu", (Load(0),)), shape=(16, 8), out_shape=(16, 8))
-    assert free_dims(p, 0) == {} and abi_sizes(p) == {0: ["2", "8", "8"]}
+    assert free_dims(p, 0) == {} and merged_dims(p, 0) == {1: (2,)} and abi_sizes(p) == {0: ["2", "8", "d1"]}
     lib = _build(cpu.render(p, cpu.CpuParams("flat", threads="one")), tmp_path)
-    good = torch.randn(2, 8, 8)
-    out = torch.empty(16, 8)
-    lib([good], [out], None)
-    torch.testing.assert_close(out, good.view(16, 8).relu())
-    assert fits(abi_sizes(p), [good]) and not fits(abi_sizes(p), [torch.randn(3, 8, 8)])
-    with pytest.raises(AbiError, match="size differs"):
+    for good in (torch.randn(2, 8, 8), torch.randn(2, 8, 5)):
+        out = torch.empty(16, good.shape[-1])
+        lib([good], [out], None)
+        torch.testing.assert_close(out, good.view(16, -1).relu())
+        assert fits(abi_sizes(p), [good])
+    assert not fits(abi_sizes(p), [torch.randn(3, 8, 8)])
+    with pytest.raises(AbiError, match="size 0 differs from the captured view"):
         lib([torch.randn(3, 8, 8)], [torch.empty(24, 8)], None)
 
 
@@ -188,15 +204,21 @@ def _cuda_sources(p: Program) -> dict[cuda.CudaParams, str]:
 
 
 def fits(line: dict[int, list[str]], tensors: list[torch.Tensor]) -> bool:
-    """Do these tensors fit a source's sizes (abi_sizes): fixed sizes equal, each dK one size?"""
+    """Do these tensors fit a source's sizes (abi_sizes): fixed sizes equal, each dK one size, the product of an
+    input's mK dims that size?"""
     seen: dict[str, int] = {}
     for pos, dims in line.items():
         shape = tensors[pos].shape
         if len(shape) != len(dims):
             return False
+        merged: dict[str, int] = {}
         for want, n in zip(dims, shape, strict=True):
-            if (want.startswith("d") and seen.setdefault(want, n) != n) or (not want.startswith("d") and int(want) != n):
+            if want.startswith("m"):
+                merged["d" + want[1:]] = merged.get("d" + want[1:], 1) * n
+            elif (want.startswith("d") and seen.setdefault(want, n) != n) or (want[0].isdigit() and int(want) != n):
                 return False
+        if any(seen.setdefault(d, n) != n for d, n in merged.items()):
+            return False
     return True
 
 

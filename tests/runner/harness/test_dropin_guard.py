@@ -275,3 +275,14 @@ def test_a_new_size_is_planned_on_meta_tensors_even_with_a_non_persistent_buffer
         got = fused(x)
         assert (m.Model.kernel_calls, m.Original.real_calls) == (1, 0)
         torch.testing.assert_close(got, original(x))
+
+
+def test_merged_dims_take_any_sizes_whose_product_is_the_kernels_dim(mod):
+    """GroupNorm's input [N, C, H, W] read as [N, G, C/G, H*W]: `// fusebot-sizes: in0=d0,16,m3,m3` takes any H and
+    W, and the product H*W is the kernel's dim 3, shared with any other input that names d3."""
+    rule = ("d0", 16, "m3", "m3")
+    assert mod._size_miss((2, 16, 6, 5), rule, {}) is None
+    assert mod._size_miss((3, 16, 9, 7), rule, {}) is None
+    assert mod._size_miss((2, 16, 5, 6), rule, {"d3": 30}) is None
+    assert "merged dims" in mod._size_miss((2, 16, 5, 5), rule, {"d3": 30})
+    assert "built for 16" in mod._size_miss((2, 8, 6, 5), rule, {})
