@@ -1,8 +1,11 @@
-"""Two-GPU scaling figures (docs/scaling.md), measured on a host with two GPUs, offline, in under 8 minutes.
+"""Two-GPU scaling figures (docs/scaling.md), measured on a host with two GPUs, offline.
 
-    source bench/gpu_setup.sh && python3 bench/scripts/scale_h100x2.py [--out bench/results/h100x2-scale]
+    python3 bench/scripts/scale_h100x2.py [--parts app|search] [--targets N] [--out bench/results/h100x2-scale]
 
-1. The App: one job of 4 real-world targets (bench/suites/realworld/fp32, each marked `# fusebot: optimize` in a
+On two H200s a target took 100-120 s on one worker with a 15 s search budget, so four targets on one worker and then
+two need about 12 minutes; `--targets 2` halves that, and each part can run alone (`--parts`).
+
+1. The App: one job of N real-world targets (bench/suites/realworld/fp32, each marked `# fusebot: optimize` in a
    local repository's pull request), from the label webhook to the pull requests, with one `fusebot worker` (GPU 0)
    and then two (GPU 0 and GPU 1). The bot (`fusebot serve`'s app on loopback, a local SQLite store) and GitHub (the
    fake GitHub of tests/fakes/github_server.py, real HTTP) run in this process; the workers are `fusebot worker`
@@ -67,8 +70,8 @@ def marked(text: str) -> str:
     return text.replace("\nclass Model(", "\n# fusebot: optimize\nclass Model(", 1)
 
 
-def app_run(workdir: Path, workers: int, budget_s: float, timeout_s: float) -> dict:
-    """One job of the 4 targets through the bot, with `workers` workers (GPU 0..workers-1): wall seconds from the
+def app_run(workdir: Path, workers: int, budget_s: float, timeout_s: float, targets: tuple[str, ...] = TARGETS) -> dict:
+    """One job of `targets` through the bot, with `workers` workers (GPU 0..workers-1): wall seconds from the
     workers' start to the job's gathered result and to its pull requests."""
     cache = workdir / "cache"
     fake = FakeGitHub(APP_ID, rsa_keys()[1], workdir / "git")
@@ -76,8 +79,8 @@ def app_run(workdir: Path, workers: int, budget_s: float, timeout_s: float) -> d
         repo = GitRepo.create(fake.git_root, REPO)
         config = f"budget: {{rounds: 2, wall_seconds: {budget_s}}}\n"
         main = repo.commit({".github/fusebot.yml": config, "README.md": "# scale\n"}, "initial")
-        feature = repo.commit({f"models/{t}.py": marked((SUITE / f"{t}.py").read_text()) for t in TARGETS},
-                              "mark four modules", branch="feature")
+        feature = repo.commit({f"models/{t}.py": marked((SUITE / f"{t}.py").read_text()) for t in targets},
+                              "mark the modules", branch="feature")
         fake.add_repo(REPO, INSTALLATION, repo.bare)
         fake.add_pull(Pull(REPO, 2, feature, "feature", REPO, "main", main))
         fake.set_permission(REPO, "maintainer", "write")
@@ -92,7 +95,7 @@ def app_run(workdir: Path, workers: int, budget_s: float, timeout_s: float) -> d
             while not ctx.store.list_jobs() and time.monotonic() < deadline:
                 time.sleep(0.2)
             [job] = ctx.store.list_jobs()
-            assert len(job.spec.targets) == len(TARGETS), job.spec.targets
+            assert len(job.spec.targets) == len(targets), job.spec.targets
             names = list(RUNNER_TOKENS)
             procs = []
             t0 = time.monotonic()
@@ -127,7 +130,7 @@ def app_run(workdir: Path, workers: int, budget_s: float, timeout_s: float) -> d
                 "message": t.message[:200]} for t in (info.result.targets if info.result else [])]
     return {"workers": workers, "job_state": info.state, "finished_s": finished_s, "delivered_s": delivered_s,
             "timed_out": delivered_s is None, "units": units, "targets": targets, "pull_requests": pulls,
-            "budget_wall_seconds_per_target": budget_s}
+            "budget_wall_seconds_per_target": budget_s, "searched": list(targets), "allowed_s": timeout_s}
 
 
 def search_run(workdir: Path, devices: list[int], wall_s: float) -> dict:
@@ -177,9 +180,9 @@ def readme(r: dict) -> str:
 {m['gpus']}x {m['gpu']}; driver {driver}; torch {m['torch']}, CUDA {m['cuda']}; fusebot commit {m['commit'][:12]}\
 {' (with uncommitted edits)' if m['dirty'] else ''}; {m['date']}. Measured by `bench/scripts/scale_h100x2.py`.
 
-## One job of 4 real-world targets: one worker against two
+## One job of {len(a1['searched'])} real-world targets: one worker against two
 
-{', '.join(TARGETS)} (bench/suites/realworld/fp32), marked in a pull request of a local repository; the label webhook
+{', '.join(a1['searched'])} (bench/suites/realworld/fp32), marked in a pull request of a local repository; the label webhook
 to the bot (local SQLite store, the fake GitHub on loopback); `fusebot worker --gpu N` processes; a search budget of
 {a1['budget_wall_seconds_per_target']} s per target. Wall time from the workers' start.
 
@@ -212,6 +215,10 @@ def main() -> None:
     parser.add_argument("--budget-seconds", type=float, default=15.0, help="search budget per target (App)")
     parser.add_argument("--search-seconds", type=float, default=35.0, help="wall budget of each search (part 2)")
     parser.add_argument("--parts", default="app,search", help="which parts to run: app, search or both")
+    parser.add_argument("--targets", type=int, default=len(TARGETS), choices=range(2, len(TARGETS) + 1),
+                        help="how many of the App's targets (the first N)")
+    parser.add_argument("--target-seconds", type=float, default=150.0,
+                        help="the App part's time allowed per target on one worker (two workers: half, plus 60 s)")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if torch.cuda.device_count() < 2:
@@ -221,8 +228,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fusebot-scale-") as tmp:
         for key, n in (("one", 1), ("two", 2)) if "app" in args.parts else ():
             (Path(tmp) / f"app{n}").mkdir()
-            results["app"][key] = app_run(Path(tmp) / f"app{n}", n, args.budget_seconds, timeout_s=240 if n == 1
-                                          else 160)
+            chosen = TARGETS[:args.targets]
+            allowed = args.target_seconds * len(chosen) / n + (60 if n > 1 else 0)
+            results["app"][key] = app_run(Path(tmp) / f"app{n}", n, args.budget_seconds, allowed, chosen)
             log.info("app, %d worker(s): %s", n, results["app"][key])
         for key, devices in (("one", [0]), ("two", [0, 1])) if "search" in args.parts else ():
             (Path(tmp) / f"search{len(devices)}").mkdir()
