@@ -42,6 +42,7 @@ from runner.contract import (
     Verdict,
 )
 from runner.errors import ProblemError
+from runner.harness.config import HarnessConfig, timing_cores
 from runner.harness.confirm import EXTREMES, margin, won_every_round
 from runner.harness.evaluator import Evaluator, default_backend
 from runner.harness.sandbox import confined_env
@@ -113,7 +114,9 @@ def benchmark_kernels(job: Job, source_dir: Path, progress: Callable[[Progress],
                 shutil.copytree(root, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
                 check = None if rewrite else check_dropin(Path(scratch), kd, spec.name)
                 if check is None or check.passed:
-                    figures = run_bench_script(Path(scratch), kd, folder)
+                    on_cpu = (backend or m.get("backend") or default_backend()) == "cpu"
+                    figures = run_bench_script(Path(scratch), kd, folder,
+                                               threads=len(timing_cores(HarnessConfig())) if on_cpu else None)
         if verdict is None and not isinstance(figures, dict):
             results.append(unmeasured(folder, m, kd, f"not measured: {figures}", holds=False))
             continue
@@ -126,15 +129,18 @@ def benchmark_kernels(job: Job, source_dir: Path, progress: Callable[[Progress],
     return results
 
 
-def run_bench_script(root: Path, kernels_dir: str, folder: str, *, timeout_s: float = BENCH_TIMEOUT_S) -> dict | str:
+def run_bench_script(root: Path, kernels_dir: str, folder: str, *, timeout_s: float = BENCH_TIMEOUT_S,
+                     threads: int | None = None) -> dict | str:
     """Run the folder's bench script from the repository root `root`, confined like every untrusted process: its
-    figures (the script's JSON), or why there are none."""
+    figures (the script's JSON), or why there are none. `threads`: torch's CPU threads for every contestant, as many
+    as the harness's CPU timing gives each (runner.harness.config.timing_cores), so that the figure a PR states and
+    this re-measure compare eager and torch.compile on the same threads."""
     script = f"{kernels_dir}/{folder}/{bench_filename(folder)}"
     if not (root / script).is_file():
         return f"no bench script ({script})"
     out = root / f".fusebot-bench-{folder}.json"
     cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(root), "--", sys.executable, script,
-           "--json", str(out)]
+           "--json", str(out), *(["--threads", str(threads)] if threads else [])]
     env = confined_env(root, base=dict(os.environ))
     env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
@@ -168,8 +174,13 @@ def with_figures(v: Verdict | None, figures: dict | str | None, problem: str, fo
         "speedup_vs_compile": baselines.compile.median_ms / timing.median_ms if baselines.compile else None,
         "pct_of_floor": 100.0 * v.roofline.floor_ms / timing.median_ms if v.roofline else None,
         "warnings": [*v.warnings, f"figures from `python {folder}/{bench_filename(folder)}` "
-                                  f"({figures.get('device', '?')}, {figures.get('rounds', '?')} rounds; the faster "
-                                  f"baseline {fb:.4g} ms)"]})
+                                  f"({figures.get('device', '?')}{_threads(figures)}, {figures.get('rounds', '?')} "
+                                  f"rounds; the faster baseline {fb:.4g} ms)"]})
+
+
+def _threads(figures: dict) -> str:
+    """', N CPU thread(s)' for a script timed on the CPU (where the thread count is part of the figure)."""
+    return f", {figures['threads']} CPU thread(s)" if figures.get("backend") == "cpu" and figures.get("threads") else ""
 
 
 def run_kernel_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,

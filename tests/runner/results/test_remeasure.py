@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.contract import Baselines, Confirmation, Job, JobResult, Timing, Verdict
+from runner.harness.config import HarnessConfig, timing_cores
 from runner.pipeline import run_job
 from runner.results.files import Provenance, slug, target_files, write_files
 from runner.results.remeasure import assessment, merged_kernels
@@ -104,7 +105,11 @@ def test_benchmark_job_remeasures_the_kernel_on_the_branch(tmp_path, cpu_env):
     assert v.timing.median_ms > 0 and v.baselines.eager.median_ms > 0 and v.baselines.compile.median_ms > 0
     # the figures are the bench script's, run as the PR says to run it: its rounds and every raw sample
     assert v.confirmation is not None and v.confirmation.rounds == 5 and v.timing.n >= 50
-    assert any(w.startswith(f"figures from `python {FOLDER}/bench_{FOLDER}.py`") for w in v.warnings), v.warnings
+    # on the threads the harness's CPU timing gives each contestant, whatever OMP_NUM_THREADS says (1 here): a PR's
+    # figure and this re-measure compare the same eager and torch.compile
+    threads = len(timing_cores(HarnessConfig()))
+    assert any(w.startswith(f"figures from `python {FOLDER}/bench_{FOLDER}.py` (") and
+               f", {threads} CPU thread(s), 5 rounds;" in w for w in v.warnings), v.warnings
     assert len({t.shape_set for t in v.trials}) == 2 and all(t.passed for t in v.trials)
     assert r.dropin_check is not None and r.dropin_check.passed and r.dropin_check.passed_tests > 0
     assert (r.improved, r.message) == assessment(v, r.dropin_check)  # faster or not, as this machine measured it
