@@ -70,7 +70,12 @@ def test_fast_hack_is_rejected_with_its_reason(cpu_evaluator, name):
     sources, reason = FAST_HACKS[name]
     v = cpu_evaluator.evaluate(cand(name, sources))
     assert not v.accepted
-    assert any(r.startswith(reason) for r in v.reasons), v.reasons
+    # the half a partial computation leaves unwritten holds the NaN poison when malloc hands back a poisoned block,
+    # and whatever an earlier allocation left there when it does not (seen once in four CI runs): then the float64
+    # oracle rejects it as a mismatch
+    reasons = (reason if isinstance(reason, tuple) else (reason,)) + (("mismatch",) if name == "partial_computation"
+                                                                     else ())
+    assert any(r.startswith(reasons) for r in v.reasons), v.reasons
     assert named(v.reasons), v.reasons
 
 
