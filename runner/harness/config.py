@@ -41,34 +41,33 @@ class HarnessConfig:
     unstable_spread: float = field(default_factory=lambda: unstable_spread_setting(os.environ))
 
 
-def unstable_spread_setting(environ: Mapping[str, str], default: float = 0.5) -> float:
-    """FUSEBOT_UNSTABLE_SPREAD as a positive number (0.5: a 50% spread), validated where the harness is configured."""
-    raw = environ.get("FUSEBOT_UNSTABLE_SPREAD", "")
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"FUSEBOT_UNSTABLE_SPREAD must be a positive number (0.5 is a 50% spread), not {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"FUSEBOT_UNSTABLE_SPREAD must be a positive number (0.5 is a 50% spread), not {raw!r}")
-    return value
-
-
-def cpu_check_setting(environ: Mapping[str, str], default: float = 400.0) -> float:
-    """FUSEBOT_CPU_CHECK_MS, the CPU cross-check's span in milliseconds: at least 100 (ten of the kernel's 10 ms CPU
-    time ticks: an escape is a timer seeing under a tenth of the calls' cost), validated where the harness is
-    configured."""
-    raw = environ.get("FUSEBOT_CPU_CHECK_MS", "")
+def _number_setting(environ: Mapping[str, str], name: str, default: float, least: float, strict: bool,
+                    what: str) -> float:
+    """The float in `name`, or `default` where unset; above `least` (at least it, unless `strict`), else ValueError."""
+    raw = environ.get(name, "")
     if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not value >= 100:
-        raise ValueError(f"FUSEBOT_CPU_CHECK_MS must be a number of milliseconds, at least 100, not {raw!r}")
+    if not (value > least if strict else value >= least):
+        raise ValueError(f"{name} must be {what}, not {raw!r}")
     return value
+
+
+def unstable_spread_setting(environ: Mapping[str, str], default: float = 0.5) -> float:
+    """FUSEBOT_UNSTABLE_SPREAD as a positive number (0.5: a 50% spread), validated where the harness is configured."""
+    return _number_setting(environ, "FUSEBOT_UNSTABLE_SPREAD", default, 0.0, True,
+                           "a positive number (0.5 is a 50% spread)")
+
+
+def cpu_check_setting(environ: Mapping[str, str], default: float = 400.0) -> float:
+    """FUSEBOT_CPU_CHECK_MS, the CPU cross-check's span in milliseconds: at least 100 (ten of the kernel's 10 ms CPU
+    time ticks: an escape is a timer seeing under a tenth of the calls' cost), validated where the harness is
+    configured."""
+    return _number_setting(environ, "FUSEBOT_CPU_CHECK_MS", default, 100.0, False,
+                           "a number of milliseconds, at least 100")
 
 
 def timing_cores(config: HarnessConfig) -> list[int]:
