@@ -1,14 +1,15 @@
 """The timer: one function, used for the reference's baselines and for candidates alike.
 
-On CUDA: events around each call on the caller's stream, then, once its end event has fired, a device-wide
-synchronize timed on the host: how much longer it took than the same synchronize after a call that does nothing,
-queued right after behind the same flush and lead, is added to the sample. So work a callee left on any other stream
-is inside the measurement, but the host's own latency is not: it drifts with the host's speed, and a floor measured
-once (the least of 20 no-op calls, as an earlier timer did) charged torch.compile's MinGPT GELU, 182 us on its
-own stream on the H100 with a spread of 2 us, 7-53 us more depending on the process and the moment; against the
-paired no-op, 1-2 us (docs/measurements.md, "The timer"). The L2 is flushed before every timed call by
-writing a buffer twice its size; warm-up, then repetitions until the median stops moving. On CPU: the same with a
-monotonic clock and a buffer larger than the last-level cache.
+On CUDA: events around each call on the caller's stream, then, once its end event has fired, a device-wide synchronize
+timed on the host: how much longer it took than the same synchronize after a call that does nothing, queued right
+after behind the same flush and lead, is added to the sample. So work a callee left on any other stream is inside the
+measurement (once the tails' median says work was left there, `TAIL_NOISE_US`; below it they are the host's noise, and
+the samples are the events' own spans), but the host's own latency is not: it drifts with the host's speed, and a
+floor measured once (the least of 20 no-op calls, as an earlier timer did) charged torch.compile's MinGPT GELU, 182 us
+on its own stream on the H100 with a spread of 2 us, 7-53 us more depending on the process and the moment; against the
+paired no-op, 1-2 us (docs/measurements.md, "The timer"). The L2 is flushed before every timed call by writing a
+buffer twice its size; warm-up, then repetitions until the median stops moving. On CPU: the same with a monotonic
+clock and a buffer larger than the last-level cache.
 
 The host's own work before the call's first kernel is not timed either: after the flush a one-thread spin
 (`torch.cuda._sleep`) keeps the GPU busy for `lead_us`, half as much again as the host time the call took in its
@@ -54,6 +55,12 @@ _median = statistics.median
 _sleep = getattr(torch.cuda, "_sleep", None)
 
 MAX_LEAD_US = 1000.0
+# The paired sync's difference is noise unless a call left work on another stream: on the H100 its median per
+# measurement was 0.7-2.3 us with nothing on any other stream (eager and torch.compile of a 7 us module; a 182 us
+# GELU: 0.8-2.1 us), its p10-p90 per sample -8.6 to 13.4 us. Added sample by sample (the positive half of that
+# noise) it put 1-1.5 us on every baseline of the 7 us module (0.87x stated where its bench script measured 0.76x).
+# So the tails count only when their median says work was left: above this, every sample keeps its own tail.
+TAIL_NOISE_US = 3.0
 
 
 def _nothing() -> None:
@@ -121,6 +128,7 @@ class Timer:
         self._cycles_per_us: float | None = None
         self.lead_us = 0.0  # GPU spin queued after the flush, so the call's host work is not timed
         self._host_ms: list[float] = []
+        self._tails_ms: list[float] = []  # per sample of the current measurement: the paired sync's difference
         self._max_lead_us = 0.0  # the longest lead a kept sample of the current measurement ran behind
         self._before: Callable[[], object] = _nothing
         self._after: Callable[[], object] = _nothing
@@ -184,9 +192,20 @@ class Timer:
             # again behind a longer lead (the later ones keep theirs: a longer lead is a wider untimed window)
             lead_us = _lead_for(host_ms * 1000.0)
         self._host_ms.append(host_ms)
+        self._tails_ms.append(extra)
         self._max_lead_us = max(self._max_lead_us, lead_us if _sleep is not None else 0.0)
         self.lead_us = _lead_for(_median(self._host_ms) * 1000.0)  # follows the host's speed, not its outliers
-        return own + max(0.0, extra)  # work past the end event on any stream counts
+        return own + max(0.0, extra)  # work past the end event on any stream counts (unless `_tails_count` says no)
+
+    def _tails_count(self) -> bool:
+        """Whether the measurement's paired-sync tails are work left on another stream, not the host's noise."""
+        return not self._tails_ms or _median(self._tails_ms) * 1000.0 > TAIL_NOISE_US
+
+    def _without_noise(self, samples: list[float]) -> list[float]:
+        """The samples, less the tails where those are noise (`TAIL_NOISE_US`): the events' own spans."""
+        if self._tails_count():
+            return samples
+        return [s - max(0.0, t) for s, t in zip(samples, self._tails_ms, strict=True)]
 
     def _one_cpu(self, fn: Callable[[], object]) -> float:
         self._before()
@@ -214,7 +233,7 @@ class Timer:
         if cuda:
             _cuda_sync()
             self.lead_us = _lead_for(host_us)
-        self._host_ms = []
+        self._host_ms, self._tails_ms = [], []
         self._max_lead_us = 0.0
         samples: list[float] = []
         deadline = _monotonic() + cfg.max_seconds
@@ -223,13 +242,13 @@ class Timer:
             samples.append(one(fn))
             n = len(samples)
             if n >= cfg.min_reps and n % cfg.check_every == 0:
-                med = _median(samples)
+                med = _median(self._without_noise(samples))
                 if last_median is not None and abs(med - last_median) <= cfg.stable_rel * last_median:
                     break
                 last_median = med
             if n >= cfg.min_reps and _monotonic() > deadline:
                 break
-        return summarize(samples, clock="cuda_events" if cuda else "monotonic", l2_flushed=True,
+        return summarize(self._without_noise(samples), clock="cuda_events" if cuda else "monotonic", l2_flushed=True,
                          host_ms=_median(self._host_ms) if self._host_ms else None,
                          lead_ms=self._max_lead_us / 1000.0 if cuda else 0.0)
 
