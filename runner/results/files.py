@@ -30,9 +30,11 @@ from pydantic import BaseModel, ConfigDict
 
 from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, TargetResult, Timing, Verdict
 from runner.harness import dropin
+from runner.harness.confirm import margin as confirm_margin
 from runner.harness.sandbox import confined_env
 from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filename, bench_source
 from runner.results.dropin_test import dropin_test_source
+from runner.results.figures import stated
 from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff
 from runner.results.shapes import verified_inputs
 from runner.search.types import Attempt
@@ -329,6 +331,19 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
         return TargetResult(improved=False, dropin_check=check, **base,
                             message=f"the kernel was verified by the harness but its generated drop-in failed its own "
                                     f"test ({'; '.join(check.reasons)}); no kernel is proposed")
+    if candidate.backend == "cuda":  # the figures the PR states are its bench script's (runner/results/figures.py)
+        verdict, holds, why = stated(root, kernels_dir, slug(spec.name), spec.name, verdict, check)
+        base["verdict"] = verdict
+        message = f"{message}; its bench script, run here: {why}"
+        if not holds:
+            log.warning("%s: the PR's bench script does not hold the claim: %s", spec.name, why)
+            return TargetResult(improved=False, dropin_check=check, **base,
+                                message=f"the kernel won in the harness, but its bench script, run here, says: "
+                                        f"{why}; no kernel is proposed")
+        if verdict.confirmation is not None and margin is not None:
+            margin = confirm_margin(verdict.confirmation)
+        extra = manifest_extra(verdict, backend=candidate.backend, change=change, choice=choice, margin=margin,
+                               verified=verified_inputs(spec), rewrite=rewrite_t)
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
                          check=check, extra=extra)  # BENCHMARK.md now names the check that passed
     write_files(root / kernels_dir, files)

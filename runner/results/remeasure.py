@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,7 +30,6 @@ from runner.contract import (
     MANIFEST_FILE,
     REMOVED_FILE,
     Candidate,
-    DropinCheck,
     Job,
     JobResult,
     ProblemSpec,
@@ -43,49 +39,15 @@ from runner.contract import (
 )
 from runner.errors import ProblemError
 from runner.harness.config import HarnessConfig, timing_cores
-from runner.harness.confirm import EXTREMES, margin, won_every_round
 from runner.harness.evaluator import Evaluator, default_backend
-from runner.harness.sandbox import confined_env
-from runner.results.bench_script import bench_filename, read_figures
+from runner.results.bench_script import bench_filename
+from runner.results.figures import assessment, run_bench_script, with_figures
 from runner.results.files import check_dropin
 from runner.results.proposal import REWRITE
 
 log = logging.getLogger(__name__)
 
-BENCH_TIMEOUT_S = 900.0
 
-
-def assessment(v: Verdict, check: DropinCheck | None = None) -> tuple[bool, str]:
-    """(holds, why) for a re-measured kernel: verified by the harness and by its drop-in's test, and faster than the
-    faster of eager and torch.compile (in every alternating round, when it was timed in rounds). Pure."""
-    if not v.accepted:
-        return False, "not verified: " + "; ".join(v.reasons[:3] or [f"rejected at {v.stage}"])
-    if check is not None and not check.passed:
-        return False, "not verified: its drop-in failed its own test (" + "; ".join(check.reasons) + ")"
-    if v.degenerate:
-        return False, "verified, but the problem is degenerate (its output does not depend on its input): no speedup"
-    base = [(n, t) for n, t in (("eager", v.baselines.eager), ("torch.compile", v.baselines.compile)) if t] \
-        if v.baselines else []
-    if v.timing is None or not base:
-        return True, f"verified; {'no baseline was measured' if v.timing else 'not timed'}"
-    faster, base_t = min(base, key=lambda nt: nt[1].median_ms)
-    ms, base_ms = v.timing.median_ms, base_t.median_ms
-    spread = ""
-    if v.confirmation is not None and v.confirmation.rounds:
-        per_round = v.confirmation.speedup_vs_faster()
-        m = margin(v.confirmation)
-        spread = f"; {min(per_round):.2f}-{max(per_round):.2f}x over {v.confirmation.rounds} alternating rounds"
-        if not won_every_round(v.confirmation):
-            return False, (f"verified, but not faster than {faster} in every round"
-                           f"{EXTREMES if v.confirmation.rounds >= 5 else ''}: {ms:.4g} ms against "
-                           f"{base_ms:.4g} ms{spread}")
-        if base_ms / ms < 1.0 + m:
-            return False, (f"verified, but below the minimum effect: {base_ms / ms:.2f}x over {faster}, under the "
-                           f"{100 * m:.0f}% margin ({ms:.4g} ms against {base_ms:.4g} ms{spread})")
-        spread += f"; margin {100 * m:.0f}%"
-    elif ms >= base_ms:
-        return False, f"verified, but not faster: {ms:.4g} ms against {base_ms:.4g} ms for {faster}"
-    return True, f"verified; {ms:.4g} ms, {base_ms / ms:.2f}x faster than {faster} ({base_ms:.4g} ms{spread})"
 
 
 def benchmark_kernels(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,
@@ -129,58 +91,10 @@ def benchmark_kernels(job: Job, source_dir: Path, progress: Callable[[Progress],
     return results
 
 
-def run_bench_script(root: Path, kernels_dir: str, folder: str, *, timeout_s: float = BENCH_TIMEOUT_S,
-                     threads: int | None = None) -> dict | str:
-    """Run the folder's bench script from the repository root `root`, confined like every untrusted process: its
-    figures (the script's JSON), or why there are none. `threads`: torch's CPU threads for every contestant, as many
-    as the harness's CPU timing gives each (runner.harness.config.timing_cores), so that the figure a PR states and
-    this re-measure compare eager and torch.compile on the same threads."""
-    script = f"{kernels_dir}/{folder}/{bench_filename(folder)}"
-    if not (root / script).is_file():
-        return f"no bench script ({script})"
-    out = root / f".fusebot-bench-{folder}.json"
-    cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(root), "--", sys.executable, script,
-           "--json", str(out), *(["--threads", str(threads)] if threads else [])]
-    env = confined_env(root, base=dict(os.environ))
-    env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
-        env[name] = str(root / f".{name.lower()}")
-    try:
-        done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return f"the bench script did not finish within {timeout_s:.0f} s"
-    if done.returncode != 0 or not out.is_file():
-        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        return f"the bench script failed (exit status {done.returncode}): {' / '.join(tail)}"
-    return json.loads(out.read_text())
 
 
-def with_figures(v: Verdict | None, figures: dict | str | None, problem: str, folder: str) -> Verdict:
-    """The verdict with the bench script's figures as its timing, baselines and rounds (why not, in a warning)."""
-    if v is None:  # a rewrite: timed only
-        v = Verdict(candidate_id=f"rewrite-{folder}", problem=problem, accepted=True,
-                    warnings=["a PyTorch rewrite: timed by its bench script here; fusebot's harness verified it when "
-                              "it was proposed, not again"])
-    if not isinstance(figures, dict):
-        if figures:
-            v = v.model_copy(update={"warnings": [*v.warnings, f"bench script: {figures}; the harness's figures "
-                                                                "are shown"]})
-        return v
-    timing, baselines, conf = read_figures(figures)
-    fb = min(t.median_ms for t in (baselines.eager, baselines.compile) if t is not None)
-    return v.model_copy(update={
-        "timing": timing, "baselines": baselines, "confirmation": conf,
-        "speedup_vs_eager": baselines.eager.median_ms / timing.median_ms if baselines.eager else None,
-        "speedup_vs_compile": baselines.compile.median_ms / timing.median_ms if baselines.compile else None,
-        "pct_of_floor": 100.0 * v.roofline.floor_ms / timing.median_ms if v.roofline else None,
-        "warnings": [*v.warnings, f"figures from `python {folder}/{bench_filename(folder)}` "
-                                  f"({figures.get('device', '?')}{_threads(figures)}, {figures.get('rounds', '?')} "
-                                  f"rounds; the faster baseline {fb:.4g} ms)"]})
 
 
-def _threads(figures: dict) -> str:
-    """', N CPU thread(s)' for a script timed on the CPU (where the thread count is part of the figure)."""
-    return f", {figures['threads']} CPU thread(s)" if figures.get("backend") == "cpu" and figures.get("threads") else ""
 
 
 def run_kernel_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,

@@ -9,56 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.contract import Baselines, Confirmation, Job, JobResult, Timing, Verdict
+from runner.contract import Job, JobResult, Verdict
 from runner.harness.config import HarnessConfig, timing_cores
 from runner.pipeline import run_job
+from runner.results.figures import assessment
 from runner.results.files import Provenance, slug, target_files, write_files
-from runner.results.remeasure import assessment, merged_kernels
+from runner.results.remeasure import merged_kernels
 from tests.verdicts import EXAMPLE, SPEC, seed_candidate
 
 KERNELS = "fusebot_kernels"
 FOLDER = slug(SPEC.name)
-
-
-def _timing(ms: float) -> Timing:
-    return Timing(median_ms=ms, iqr_ms=0.01, mean_ms=ms, min_ms=ms, n=50, samples_ms=[ms] * 50, clock="monotonic",
-                  l2_flushed=True)
-
-
-def _verdict(**kw) -> Verdict:
-    base = {"candidate_id": "k", "problem": "p", "accepted": True, "timing": _timing(1.0),
-            "baselines": Baselines(eager=_timing(2.0), compile=_timing(1.5))}
-    return Verdict(**{**base, **kw})
-
-
-def test_assessment_names_what_fails():
-    assert assessment(_verdict()) == (True, "verified; 1 ms, 1.50x faster than torch.compile (1.5 ms)")
-    bad = _verdict(accepted=False, reasons=["mismatch: 3 of 64 elements"], stage="verify", timing=None)
-    assert assessment(bad) == (False, "not verified: mismatch: 3 of 64 elements")
-    holds, why = assessment(_verdict(timing=_timing(1.6)))
-    assert not holds and why == "verified, but not faster: 1.6 ms against 1.5 ms for torch.compile"
-    rounds = Confirmation(rounds=2, candidate_ms=[1.0, 1.6], eager_ms=[2.0, 2.0], compile_ms=[1.5, 1.5],
-                          speedup_vs_eager=[2.0, 1.25], speedup_vs_compile=[1.5, 0.94])
-    holds, why = assessment(_verdict(confirmation=rounds))  # faster pooled, but not in every round
-    assert not holds and why.startswith("verified, but not faster than torch.compile in every round")
-    assert "0.94-1.50x over 2 alternating rounds" in why
-
-
-def _rounds(kernel_ms: float, compile_ms: float) -> Confirmation:
-    return Confirmation(rounds=3, candidate_ms=[kernel_ms] * 3, eager_ms=[2.0] * 3, compile_ms=[compile_ms] * 3,
-                        speedup_vs_eager=[2.0 / kernel_ms] * 3, speedup_vs_compile=[compile_ms / kernel_ms] * 3)
-
-
-def test_a_remeasured_kernel_holds_only_above_the_minimum_effect():
-    under = _verdict(timing=_timing(1.0), baselines=Baselines(eager=_timing(2.0), compile=_timing(1.02)),
-                     confirmation=_rounds(1.0, 1.02))  # 2% in every round: under the 3% floor
-    holds, why = assessment(under)
-    assert not holds and why.startswith("verified, but below the minimum effect: 1.02x over torch.compile, under "
-                                        "the 3% margin")
-    over = _verdict(timing=_timing(1.0), baselines=Baselines(eager=_timing(2.0), compile=_timing(1.05)),
-                    confirmation=_rounds(1.0, 1.05))
-    holds, why = assessment(over)
-    assert holds and why.endswith("over 3 alternating rounds; margin 3%)")
 
 
 def test_hygiene_leaves_a_merged_rewrite_alone(tmp_path):

@@ -1,0 +1,80 @@
+"""A kernel's figures as its PR states them (runner/results/figures.py): judged by `assessment`, and measured by the
+PR's own bench script run for real on the CPU (g++ builds the kernel), its figures replacing the harness's."""
+
+from __future__ import annotations
+
+from runner.contract import Baselines, Confirmation, Timing, Verdict
+from runner.harness.confirm import confirmation
+from runner.results.bench_script import SCRIPT_CONFIRM_ROUNDS
+from runner.results.figures import assessment, stated
+from runner.results.files import slug
+from tests.runner.results.test_bench_script import KERNELS, repo_with_kernel
+from tests.verdicts import SPEC
+
+
+def _timing(ms: float) -> Timing:
+    return Timing(median_ms=ms, iqr_ms=0.01, mean_ms=ms, min_ms=ms, n=50, samples_ms=[ms] * 50, clock="monotonic",
+                  l2_flushed=True)
+
+
+def _verdict(**kw) -> Verdict:
+    base = {"candidate_id": "k", "problem": "p", "accepted": True, "timing": _timing(1.0),
+            "baselines": Baselines(eager=_timing(2.0), compile=_timing(1.5))}
+    return Verdict(**{**base, **kw})
+
+
+def test_assessment_names_what_fails():
+    assert assessment(_verdict()) == (True, "verified; 1 ms, 1.50x faster than torch.compile (1.5 ms)")
+    bad = _verdict(accepted=False, reasons=["mismatch: 3 of 64 elements"], stage="verify", timing=None)
+    assert assessment(bad) == (False, "not verified: mismatch: 3 of 64 elements")
+    holds, why = assessment(_verdict(timing=_timing(1.6)))
+    assert not holds and why == "verified, but not faster: 1.6 ms against 1.5 ms for torch.compile"
+    rounds = Confirmation(rounds=2, candidate_ms=[1.0, 1.6], eager_ms=[2.0, 2.0], compile_ms=[1.5, 1.5],
+                          speedup_vs_eager=[2.0, 1.25], speedup_vs_compile=[1.5, 0.94])
+    holds, why = assessment(_verdict(confirmation=rounds))  # faster pooled, but not in every round
+    assert not holds and why.startswith("verified, but not faster than torch.compile in every round")
+    assert "0.94-1.50x over 2 alternating rounds" in why
+
+
+def _rounds(kernel_ms: float, compile_ms: float) -> Confirmation:
+    return Confirmation(rounds=3, candidate_ms=[kernel_ms] * 3, eager_ms=[2.0] * 3, compile_ms=[compile_ms] * 3,
+                        speedup_vs_eager=[2.0 / kernel_ms] * 3, speedup_vs_compile=[compile_ms / kernel_ms] * 3)
+
+
+def test_a_remeasured_kernel_holds_only_above_the_minimum_effect():
+    under = _verdict(timing=_timing(1.0), baselines=Baselines(eager=_timing(2.0), compile=_timing(1.02)),
+                     confirmation=_rounds(1.0, 1.02))  # 2% in every round: under the 3% floor
+    holds, why = assessment(under)
+    assert not holds and why.startswith("verified, but below the minimum effect: 1.02x over torch.compile, under "
+                                        "the 3% margin")
+    over = _verdict(timing=_timing(1.0), baselines=Baselines(eager=_timing(2.0), compile=_timing(1.05)),
+                    confirmation=_rounds(1.0, 1.05))
+    holds, why = assessment(over)
+    assert holds and why.endswith("over 3 alternating rounds; margin 3%)")
+
+
+def test_a_pr_states_its_bench_script_s_figures_and_keeps_the_harness_s_in_a_warning(tmp_path):
+    root = repo_with_kernel(tmp_path)
+    t = _timing(0.5)
+    rounds = [Baselines(eager=_timing(1.0), compile=_timing(0.8))] * 3
+    timing, baselines, conf = confirmation([t] * 3, rounds)
+    harness = Verdict(candidate_id="fused", problem=SPEC.name, accepted=True, timing=timing, baselines=baselines,
+                      confirmation=conf)
+    out, holds, why = stated(root, KERNELS, slug(SPEC.name), SPEC.name, harness, None)
+    assert out.confirmation.rounds == SCRIPT_CONFIRM_ROUNDS and out.timing.clock == "monotonic"
+    assert out.timing.samples_ms != timing.samples_ms and out.timing.n >= 10 * SCRIPT_CONFIRM_ROUNDS
+    assert (holds, why) == assessment(out)  # faster or not, as the script measured it on this machine
+    assert any(w.startswith(f"figures from `python {slug(SPEC.name)}/bench_") and
+               w.endswith("; the harness measured 1.60-1.60x over the faster baseline in 3 rounds")
+               for w in out.warnings), out.warnings
+    # neither the script's figures file nor its caches are left in the PR's tree
+    assert sorted(p.name for p in root.iterdir()) == ["examples", KERNELS]
+
+
+def test_a_pr_whose_bench_script_fails_states_the_harness_s_figures_and_is_not_a_claim(tmp_path):
+    root = repo_with_kernel(tmp_path)
+    (root / KERNELS / slug(SPEC.name) / f"bench_{slug(SPEC.name)}.py").write_text("raise SystemExit(3)\n")
+    harness = _verdict()
+    out, holds, why = stated(root, KERNELS, slug(SPEC.name), SPEC.name, harness, None)
+    assert out == harness and not holds and why.startswith("its bench script gave no figures (the bench script "
+                                                           "failed (exit status 3)")
