@@ -55,4 +55,6 @@ def test_optimize_on_cuda_builds_verifies_times_and_repairs(tmp_path):
         print(gen.stdout[-3000:])
         assert gen.returncode == 0 and "5 passed" in gen.stdout
     else:
-        assert not (out / "dropin.py").exists() and result["message"].startswith("nothing beat")
+        # nothing won, or a kernel at the memory floor beside torch.compile's was within the minimum effect
+        assert not (out / "dropin.py").exists()
+        assert result["message"].startswith(("nothing beat", "below the minimum effect")), result["message"]
