@@ -38,7 +38,10 @@ def test_a_pr_s_figure_and_its_benchmark_rerun_agree_within_their_spreads(tmp_pa
     assert any("the harness measured" in w and "figures from `python" in w for w in stated.warnings), stated.warnings
     job = Job(id="b1", repo="o/r", sha="1" * 40, kind="benchmark", trigger="comment", targets=[],
               kernels=[slug(SPEC.name)])
-    [rerun] = run_job(job, root, lambda p: None, backend="cuda").targets
+    branch = tmp_path / "branch"  # the PR's branch as the benchmark job checks it out: the module and the PR's files
+    shutil.copytree(root / "examples", branch / "examples")
+    shutil.copytree(root / KERNELS, branch / KERNELS)
+    [rerun] = run_job(job, branch, lambda p: None, backend="cuda").targets
     assert rerun.verdict is not None and rerun.verdict.confirmation is not None, \
         (rerun.message, rerun.verdict and rerun.verdict.warnings, rerun.dropin_check)
     said, again = agreeing(stated.confirmation), agreeing(rerun.verdict.confirmation)
