@@ -332,7 +332,8 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                             message=f"the kernel was verified by the harness but its generated drop-in failed its own "
                                     f"test ({'; '.join(check.reasons)}); no kernel is proposed")
     if candidate.backend == "cuda":  # the figures the PR states are its bench script's (runner/results/figures.py)
-        verdict, holds, why = stated(root, kernels_dir, slug(spec.name), spec.name, verdict, check)
+        verdict, holds, why = stated(root, kernels_dir, slug(spec.name), spec.name, verdict, check,
+                                     backend=candidate.backend)
         base["verdict"] = verdict
         message = f"{message}; its bench script, run here: {why}"
         if not holds:

@@ -41,7 +41,7 @@ from runner.errors import ProblemError
 from runner.harness.config import HarnessConfig, timing_cores
 from runner.harness.evaluator import Evaluator, default_backend
 from runner.results.bench_script import bench_filename
-from runner.results.figures import assessment, run_bench_script, with_figures
+from runner.results.figures import assessment, processes_for, run_bench_script, with_figures
 from runner.results.files import check_dropin
 from runner.results.proposal import REWRITE
 
@@ -76,9 +76,9 @@ def benchmark_kernels(job: Job, source_dir: Path, progress: Callable[[Progress],
                 shutil.copytree(root, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
                 check = None if rewrite else check_dropin(Path(scratch), kd, spec.name)
                 if check is None or check.passed:
-                    on_cpu = (backend or m.get("backend") or default_backend()) == "cpu"
-                    figures = run_bench_script(Path(scratch), kd, folder,
-                                               threads=len(timing_cores(HarnessConfig())) if on_cpu else None)
+                    on = backend or m.get("backend") or default_backend()
+                    figures = run_bench_script(Path(scratch), kd, folder, processes=processes_for(on),
+                                               threads=len(timing_cores(HarnessConfig())) if on == "cpu" else None)
         if verdict is None and not isinstance(figures, dict):
             results.append(unmeasured(folder, m, kd, f"not measured: {figures}", holds=False))
             continue

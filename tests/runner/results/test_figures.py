@@ -3,10 +3,12 @@ PR's own bench script run for real on the CPU (g++ builds the kernel), its figur
 
 from __future__ import annotations
 
+import pytest
+
 from runner.contract import Baselines, Confirmation, Timing, Verdict
 from runner.harness.confirm import confirmation
 from runner.results.bench_script import SCRIPT_CONFIRM_ROUNDS
-from runner.results.figures import assessment, stated
+from runner.results.figures import assessment, pooled, processes_for, stated, with_figures
 from runner.results.files import slug
 from tests.runner.results.test_bench_script import KERNELS, repo_with_kernel
 from tests.verdicts import SPEC
@@ -60,7 +62,7 @@ def test_a_pr_states_its_bench_script_s_figures_and_keeps_the_harness_s_in_a_war
     timing, baselines, conf = confirmation([t] * 3, rounds)
     harness = Verdict(candidate_id="fused", problem=SPEC.name, accepted=True, timing=timing, baselines=baselines,
                       confirmation=conf)
-    out, holds, why = stated(root, KERNELS, slug(SPEC.name), SPEC.name, harness, None)
+    out, holds, why = stated(root, KERNELS, slug(SPEC.name), SPEC.name, harness, None, backend="cpu")
     assert out.confirmation.rounds == SCRIPT_CONFIRM_ROUNDS and out.timing.clock == "monotonic"
     assert out.timing.samples_ms != timing.samples_ms and out.timing.n >= 10 * SCRIPT_CONFIRM_ROUNDS
     assert (holds, why) == assessment(out)  # faster or not, as the script measured it on this machine
@@ -75,6 +77,21 @@ def test_a_pr_whose_bench_script_fails_states_the_harness_s_figures_and_is_not_a
     root = repo_with_kernel(tmp_path)
     (root / KERNELS / slug(SPEC.name) / f"bench_{slug(SPEC.name)}.py").write_text("raise SystemExit(3)\n")
     harness = _verdict()
-    out, holds, why = stated(root, KERNELS, slug(SPEC.name), SPEC.name, harness, None)
+    out, holds, why = stated(root, KERNELS, slug(SPEC.name), SPEC.name, harness, None, backend="cpu")
     assert out == harness and not holds and why.startswith("its bench script gave no figures (the bench script "
                                                            "failed (exit status 3)")
+
+
+def test_two_processes_pool_their_rounds_and_samples():
+    def run(k: float, c: float) -> dict:
+        return {"device": "H100", "backend": "cuda", "rounds": 2, "label": "fusebot", "contestants": {
+            "fusebot": {"samples_ms": [k, k], "round_medians_ms": [k, k]},
+            "PyTorch eager": {"samples_ms": [2.0, 2.0], "round_medians_ms": [2.0, 2.0]},
+            "torch.compile": {"samples_ms": [c, c], "round_medians_ms": [c, c]}}}
+    both = pooled([run(1.0, 1.5), run(1.0, 1.2)])
+    assert both["rounds"] == 4 and both["processes"] == 2
+    assert both["contestants"]["torch.compile"]["round_medians_ms"] == [1.5, 1.5, 1.2, 1.2]
+    v = with_figures(_verdict(), both, SPEC.name, "f")
+    assert v.confirmation.speedup_vs_faster() == pytest.approx([1.5, 1.5, 1.2, 1.2])
+    assert v.timing.n == 4 and "4 rounds in 2 processes;" in v.warnings[-1]
+    assert processes_for("cuda") == 2 and processes_for("cpu") == 1
