@@ -171,9 +171,11 @@ class Baselines(_Model):
 
 class Confirmation(_Model):
     """The winner re-timed against both baselines in alternating rounds (candidate, eager, compile, candidate, ...),
-    one candidate process for all rounds: per-round medians and speedups, so a claim carries its spread."""
+    one candidate process for all rounds (a bench script's figures: `processes` runs one after the other, pooled):
+    per-round medians and speedups, so a claim carries its spread."""
 
     rounds: int
+    processes: int = 1
     candidate_ms: list[float]
     eager_ms: list[float]
     compile_ms: list[float] = Field(default_factory=list)

@@ -102,7 +102,8 @@ def target_table(r: TargetResult) -> str:
     if v.confirmation is not None:
         c = v.confirmation
         per_round = ", ".join(f"{x:.2f}x" for x in c.speedup_vs_faster())
-        lines += [f"Timed in {c.rounds} alternating rounds (fusebot, eager, torch.compile, ...), one process: speedup "
+        where = "one process" if c.processes == 1 else f"{c.processes} processes one after the other"
+        lines += [f"Timed in {c.rounds} alternating rounds (fusebot, eager, torch.compile, ...), {where}: speedup "
                   f"over the faster baseline per round {per_round}."]
     lines += [f"> {w}" for w in v.warnings]
     if not r.improved and r.message:

@@ -363,7 +363,7 @@ def read_figures(data: dict) -> tuple[Timing, Baselines, Confirmation]:
     label = data.get("label", KERNEL_LABEL)
     mine, eager, comp = c[label], c["PyTorch eager"], c["torch.compile"]
     k, e, t = mine["round_medians_ms"], eager["round_medians_ms"], comp["round_medians_ms"]
-    conf = Confirmation(rounds=len(k), candidate_ms=k, eager_ms=e, compile_ms=t,
+    conf = Confirmation(rounds=len(k), processes=data.get("processes", 1), candidate_ms=k, eager_ms=e, compile_ms=t,
                         speedup_vs_eager=[a / b for a, b in zip(e, k, strict=True)],
                         speedup_vs_compile=[a / b for a, b in zip(t, k, strict=True)])
     return (_timing(mine, clock).model_copy(update={"call": "drop-in" if label == KERNEL_LABEL else "module"}),

@@ -126,7 +126,12 @@ def test_the_confirmation_rounds_are_shown_per_round():
     r = r.model_copy(update={"verdict": v.model_copy(update={"confirmation": conf})})
     body = pr.pr_body(plan_of(r))
     per_round = ", ".join(f"{x:.2f}x" for x in conf.speedup_vs_faster())
-    assert "Timed in 2 alternating rounds" in body and per_round in body
+    assert "Timed in 2 alternating rounds (fusebot, eager, torch.compile, ...), one process:" in body
+    assert per_round in body
+    pooled = r.model_copy(update={"verdict": v.model_copy(update={"confirmation": conf.model_copy(
+        update={"processes": 2})})})  # a bench script's two runs, as a PR on CUDA states them
+    assert "Timed in 2 alternating rounds (fusebot, eager, torch.compile, ...), 2 processes one after the other:" in \
+        pr.pr_body(plan_of(pooled))
 
 
 TOKEN = "ghp_" + "A1b2C3d4" * 5  # a fake token of GitHub's shape

@@ -93,5 +93,5 @@ def test_two_processes_pool_their_rounds_and_samples():
     assert both["contestants"]["torch.compile"]["round_medians_ms"] == [1.5, 1.5, 1.2, 1.2]
     v = with_figures(_verdict(), both, SPEC.name, "f")
     assert v.confirmation.speedup_vs_faster() == pytest.approx([1.5, 1.5, 1.2, 1.2])
-    assert v.timing.n == 4 and "4 rounds in 2 processes;" in v.warnings[-1]
+    assert v.timing.n == 4 and "4 rounds in 2 processes;" in v.warnings[-1] and v.confirmation.processes == 2
     assert processes_for("cuda") == 2 and processes_for("cpu") == 1
