@@ -99,8 +99,7 @@ def target_table(r: TargetResult) -> str:
     if r.dropin_check is not None:
         c = r.dropin_check
         lines[-1] += f" Drop-in test run by the runner: {c.passed_tests} passed, {c.failed_tests} failed."
-    if v.confirmation is not None:
-        c = v.confirmation
+    if (c := v.confirmation) is not None:
         per_round = ", ".join(f"{x:.2f}x" for x in c.speedup_vs_faster())
         where = "one process" if c.processes == 1 else f"{c.processes} processes one after the other"
         lines += [f"Timed in {c.rounds} alternating rounds (fusebot, eager, torch.compile, ...), {where}: speedup "

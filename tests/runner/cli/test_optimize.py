@@ -105,17 +105,26 @@ def test_when_nothing_beats_the_baselines_it_says_so_and_writes_no_kernel(tmp_pa
     (out).mkdir()
     (out / "dropin.py").write_text("# stale, from an earlier run")
     script = [Reply(IDEAS, match=IDEAS_T), Reply(answer(SLOW), match=IMPL_T), Reply("no", match=REPAIR_T)]
+    env = cli_env("", tmp_path)
+    # the product's own spread threshold, not the suite's: on a loaded CI host the suite's (which lets every round
+    # through) once measured this 200-times-repeated kernel at "2.17x faster than eager" (0.46-3.80x over 5 rounds)
+    env.pop("FUSEBOT_UNSTABLE_SPREAD", None)
     with ScriptedLLM(script) as srv:
-        p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "1", "--implementations", "1")
+        env["FUSEBOT_LLM_BASE_URL"] = srv.url
+        p = optimize(out, env, "--rounds", "1", "--ideas", "1", "--implementations", "1")
         log, _ = p.communicate(timeout=300)
     assert p.returncode == 0, log
     result = json.loads((out / "result.json").read_text())
-    assert result["improved"] is False and result["message"].startswith("nothing beat eager"), result["message"]
-    assert result["verdict"]["accepted"] is True  # verified, just slower
+    message = result["message"]
+    assert result["improved"] is False, message
     assert result["files"] == ["report.md", "result.json"] and not (out / "dropin.py").exists()
     assert not (out / "kernel.cpp").exists()
-    assert "**No improvement**: nothing beat eager" in (out / "report.md").read_text()
     assert "no improvement" in log
+    if "unstable-measurement" in message or "rounds' medians spread" in message:
+        return  # the host was too noisy for any figure: said so, and nothing proposed
+    assert message.startswith("nothing beat eager"), message
+    assert result["verdict"]["accepted"] is True  # verified, just slower
+    assert "**No improvement**: nothing beat eager" in (out / "report.md").read_text()
 
 
 def test_usage_errors_exit_2_with_a_message(tmp_path):
