@@ -115,8 +115,9 @@ def _run_bench_script(root: Path, kernels_dir: str, folder: str, *, timeout_s: f
     return json.loads(out.read_text())
 
 
-def with_figures(v: Verdict | None, figures: dict | str | None, problem: str, folder: str) -> Verdict:
-    """The verdict with the bench script's figures as its timing, baselines and rounds (why not, in a warning)."""
+def with_figures(v: Verdict | None, figures: dict | str | None, problem: str, folder: str, note: str = "") -> Verdict:
+    """The verdict with the bench script's figures as its timing, baselines and rounds (why not, in a warning);
+    `note` ends the warning that names the figures."""
     if v is None:  # a rewrite: timed only
         v = Verdict(candidate_id=f"rewrite-{folder}", problem=problem, accepted=True,
                     warnings=["a PyTorch rewrite: timed by its bench script here; fusebot's harness verified it when "
@@ -135,7 +136,7 @@ def with_figures(v: Verdict | None, figures: dict | str | None, problem: str, fo
         "pct_of_floor": 100.0 * v.roofline.floor_ms / timing.median_ms if v.roofline else None,
         "warnings": [*v.warnings, f"figures from `python {folder}/{bench_filename(folder)}` "
                                   f"({figures.get('device', '?')}{_threads(figures)}, {figures.get('rounds', '?')} "
-                                  f"rounds{_processes(figures)}; the faster baseline {fb:.4g} ms)"]})
+                                  f"rounds{_processes(figures)}; the faster baseline {fb:.4g} ms){note}"]})
 
 
 def _processes(figures: dict) -> str:
@@ -166,7 +167,6 @@ def stated(root: Path, kernels_dir: str, folder: str, problem: str, verdict: Ver
         per_round = verdict.confirmation.speedup_vs_faster()
         harness = f"; the harness measured {min(per_round):.2f}-{max(per_round):.2f}x over the faster baseline " \
                   f"in {verdict.confirmation.rounds} rounds"
-    out = with_figures(verdict, figures, problem, folder)
-    out = out.model_copy(update={"warnings": [*out.warnings[:-1], out.warnings[-1] + harness]})
+    out = with_figures(verdict, figures, problem, folder, note=harness)
     holds, why = assessment(out, check)
     return out, holds, why
