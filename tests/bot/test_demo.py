@@ -23,8 +23,8 @@ BRANCH = "fusebot/main/examples"
 
 
 # One of the examples, one round: the CI budget (each target searched costs a torch.compile baseline, alternating
-# confirmation rounds and the drop-in's test, twice). row_gain's kernel wins by a wide margin even on a loaded CPU, so
-# a PR is always proposed.
+# confirmation rounds and the drop-in's test, twice). row_gain's kernel wins by a wide margin on a CPU, but the test
+# asserts the flow, not the CPU's verdict: declined, the demo says why and opens nothing.
 EXAMPLES = ("row_gain.py",)
 
 
@@ -45,13 +45,24 @@ def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def assert_declined_honestly(run: subprocess.CompletedProcess, work: Path) -> None:
+    """Nothing proposed: the reason printed, no branch, a neutral check run, no pull request."""
+    assert "not proposed: " in run.stderr and "no branch, no pull request" in run.stderr, run.stderr[-3000:]
+    repo = git.Repo(work / "repo")
+    assert BRANCH not in [b.name for b in repo.branches]
+    state = json.loads((work / "repo" / ".git" / "fusebot" / "state.json").read_text())
+    assert state["check_runs"][-1]["conclusion"] == "neutral" and not state["pulls"]
+
+
 @pytest.mark.slow
-@pytest.mark.timing
 def test_demo_twice_opens_then_updates_one_local_pr(tmp_path):
     work = tmp_path / "demo"
     first = run_demo(work, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "proposers: " in first.stderr and "seed" in first.stderr
+    if "opened" not in first.stderr:  # the CPU's timings declined it
+        assert_declined_honestly(first, work)
+        return
     body = first.stdout
     assert body.startswith(pr.marker("pr", "main/examples")), body[:500]
     assert "| PyTorch eager |" in body and "| torch.compile |" in body and "<details><summary>Search trace" in body
@@ -76,6 +87,9 @@ def test_demo_twice_opens_then_updates_one_local_pr(tmp_path):
 
     second = run_demo(work, tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
+    if "updated" not in second.stderr:  # the second search's timings declined it: the first PR stays as it was
+        assert "not proposed: " in second.stderr, second.stderr[-3000:]
+        return
     assert "updated" in second.stderr and "local pull request #1" in second.stderr
     assert [b.name for b in repo.branches] == sorted([BRANCH, "main"])
     assert len(repo.git.rev_list(f"main..{BRANCH}").split()) == 1  # rebuilt on main, not stacked

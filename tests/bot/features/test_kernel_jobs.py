@@ -103,7 +103,6 @@ def table_row(label: str, t) -> str:
     return f"| {label} | {t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n} |"
 
 
-@pytest.mark.timing
 def test_benchmark_remeasures_the_branch_and_reports_a_broken_edit(world, cpu_runner):
     feature = epilogue_pr(world)
     search = label_and_upload(world, number=2, sha=feature)

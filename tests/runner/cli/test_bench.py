@@ -53,20 +53,16 @@ def test_a_suite_benched_in_batches_keeps_one_table(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timing
 def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_path):
-    for attempt in range(2):  # once more when a loaded host's noise alone denied the claim
-        out = tmp_path / f"out{attempt}"
-        cmd = [sys.executable, "-m", "runner.cli.optimize", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
-               "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
-        p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stdout + p.stderr
-        result = json.loads((out / "result.json").read_text())
-        if not denied_by_noise(result):
-            break
-    # the outcome, and the progress; on the 2-core CI machine running two test processes the confirmation's rounds
-    # measured 0.17-6.33x, and twice in a row noise alone can deny the claim, which then says so
-    assert p.stdout.startswith("no improvement: " if denied_by_noise(result) else "improved: "), p.stdout
+    """The catalog's kernel is verified; whether it is proposed is the CPU's timings' to decide, and either outcome
+    says so (on the 2-core CI machine running two test processes the confirmation's rounds measured 0.17-6.33x)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "runner.cli.optimize", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
+           "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert p.stdout.startswith("improved: " if result["improved"] else "no improvement: "), p.stdout
     assert "round 1/1: built " in p.stderr
     v = result["verdict"]
     assert v["accepted"], v["reasons"]
@@ -75,8 +71,8 @@ def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_p
     assert start["proposers"] == [{"name": "catalog", "share": 1.0}, {"name": "rewrite", "share": 0.0}]
     ideas = next(e for e in events if e["event"] == "ideas" and e["proposer"] == "catalog")["ideas"]
     assert ideas and ideas[0].startswith("[elementwise")
-    # the fused loop reads x once where eager makes five passes: it beats eager unless noise denied the claim, and
-    # then ships as kernel.cpp
+    # the fused loop reads x once where eager makes five passes: proposed, it ships as kernel.cpp; denied by the
+    # timings, the message says how the rounds went and nothing ships
     assert result["improved"] or denied_by_noise(result), result["message"]
     if result["improved"]:
         assert "kernel.cpp" in result["files"] and "fusebot catalog: cpu-flat" in (out / "kernel.cpp").read_text()
@@ -107,7 +103,7 @@ def test_bench_runs_every_problem_of_a_folder_and_writes_its_table(tmp_path):
         assert r["speedup_vs_eager"] == pytest.approx(r["eager_ms"] / r["fusebot_ms"])
         assert r["pct_of_floor"] == pytest.approx(100 * r["floor_ms"] / r["fusebot_ms"])
         # the catalog's one kernel, and for mingpt_gelu the source rewrite of its tanh-GELU formula to F.gelu
-        assert 0 < r["search_seconds"] < 120 and r["candidates"] == (2 if r["problem"] == "mingpt_gelu" else 1)
+        assert r["search_seconds"] > 0 and r["candidates"] == (2 if r["problem"] == "mingpt_gelu" else 1)
     assert rows["mingpt_gelu"]["pattern"] == "elementwise" and rows["rmsnorm"]["pattern"] == "row"
     md = (out / "README.md").read_text()
     assert "| mingpt_gelu | elementwise | yes |" in md and "| rmsnorm | row | yes |" in md
@@ -119,3 +115,20 @@ def test_bench_refuses_a_missing_folder(tmp_path):
     cmd = [sys.executable, "-m", "runner.cli.bench", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
     p = subprocess.run(cmd, cwd=ROOT, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "not a folder" in " ".join(p.stderr.split())
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_on_an_idle_machine_the_catalogs_fused_loop_beats_five_eager_passes(tmp_path):
+    """The real-speed check of the flow above (`make bench-check`, on an idle machine): the catalog's one-pass kernel
+    over affine_relu_chain is proposed, faster than eager in every confirmation round, and ships as kernel.cpp."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "runner.cli.optimize", str(FIXTURES / "affine_relu_chain.py"), "--out", str(out),
+           "--backend", "cpu", "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
+    env = env_without_llm(tmp_path)
+    env.pop("FUSEBOT_UNSTABLE_SPREAD", None)  # the product's own spread threshold
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["improved"], result["message"]
+    assert "kernel.cpp" in result["files"] and p.stdout.startswith("improved: ")

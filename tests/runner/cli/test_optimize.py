@@ -46,34 +46,28 @@ def optimize(out: Path, env: dict, *extra: str, **kw) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-@pytest.mark.timing
 def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_path):
-    def script() -> list[Reply]:  # a fresh script each time: a reply's `times` is spent as it is served
-        return [
-            Reply(IDEAS, match=IDEAS_T),
-            Reply(answer(BROKEN), match=IMPL_T, times=1),
-            Reply(answer(WRONG), match=IMPL_T, times=1),
-            Reply("I think the best approach is a single pass, but I'll skip the code.", match=IMPL_T, times=1),
-            Reply(answer(GOOD, "first"), match=IMPL_T, times=1),
-            Reply(answer(GOOD, "repaired"), match="flaot v"),  # the repair of the build error
-            Reply(answer(GOOD, "fixed-relu"), match=REPAIR_T),
-        ]
-
-    said = []
-    for attempt in range(2):  # once more when a loaded host's noise alone denied the claim
-        out = tmp_path / f"out{attempt}"
-        with ScriptedLLM(script()) as srv:
-            p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "2", "--implementations", "2",
-                         "--max-repairs", "1")
-            log, _ = p.communicate(timeout=300)
-        assert p.returncode == 0, log
-        result = json.loads((out / "result.json").read_text())
-        said.append(result["message"])
-        if not denied_by_noise(result):
-            break
-    # On the 2-core CI machine a one-thread kernel against eager on two OpenMP threads measured 0.21-20.92x over the
-    # confirmation's rounds with nothing else running: noise may deny the claim twice. Then no kernel ships and the
-    # rest of the flow is still checked; the claim itself is required by the demo's and the Action's tests.
+    """The whole flow, whatever the CPU's timings decide: the good kernel is verified, and either it is proposed (the
+    kernel, drop-in and generated test ship, and the test passes) or the timings denied the claim, which says so, and
+    no kernel file ships. (A one-thread kernel against eager measured 0.21-20.92x over the confirmation's rounds on the
+    idle 2-core CI machine: this test asserts the flow, never the verdict.)"""
+    script = [
+        Reply(IDEAS, match=IDEAS_T),
+        Reply(answer(BROKEN), match=IMPL_T, times=1),
+        Reply(answer(WRONG), match=IMPL_T, times=1),
+        Reply("I think the best approach is a single pass, but I'll skip the code.", match=IMPL_T, times=1),
+        Reply(answer(GOOD, "first"), match=IMPL_T, times=1),
+        Reply(answer(GOOD, "repaired"), match="flaot v"),  # the repair of the build error
+        Reply(answer(GOOD, "fixed-relu"), match=REPAIR_T),
+    ]
+    out = tmp_path / "out"
+    with ScriptedLLM(script) as srv:
+        p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "2", "--implementations", "2",
+                     "--max-repairs", "1")
+        log, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, log
+    result = json.loads((out / "result.json").read_text())
+    said = result["message"]
     claimed = result["improved"] is True
     assert claimed or denied_by_noise(result), (said, _verdict_reasons(out / "trace.jsonl"), log[-4000:])
     if claimed:
@@ -98,28 +92,46 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
         assert gen.returncode == 0 and "5 passed" in gen.stdout, gen.stdout + gen.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.timing
-def test_when_nothing_beats_the_baselines_it_says_so_and_writes_no_kernel(tmp_path):
+def _nothing_proposed(tmp_path: Path, kernel: str, env: dict) -> tuple[dict, str, Path]:
+    """optimize over one scripted kernel, into a result folder that holds a stale drop-in from an earlier run."""
     out = tmp_path / "out"
-    (out).mkdir()
+    out.mkdir()
     (out / "dropin.py").write_text("# stale, from an earlier run")
-    script = [Reply(IDEAS, match=IDEAS_T), Reply(answer(SLOW), match=IMPL_T), Reply("no", match=REPAIR_T)]
-    env = cli_env("", tmp_path)
-    # the product's own spread threshold, not the suite's: on a loaded CI host the suite's (which lets every round
-    # through) once measured this 200-times-repeated kernel at "2.17x faster than eager" (0.46-3.80x over 5 rounds)
-    env.pop("FUSEBOT_UNSTABLE_SPREAD", None)
+    script = [Reply(IDEAS, match=IDEAS_T), Reply(answer(kernel), match=IMPL_T), Reply("no", match=REPAIR_T)]
     with ScriptedLLM(script) as srv:
         env["FUSEBOT_LLM_BASE_URL"] = srv.url
         p = optimize(out, env, "--rounds", "1", "--ideas", "1", "--implementations", "1")
         log, _ = p.communicate(timeout=300)
     assert p.returncode == 0, log
     result = json.loads((out / "result.json").read_text())
-    message = result["message"]
-    assert result["improved"] is False, message
+    assert result["improved"] is False, result["message"]
     assert result["files"] == ["report.md", "result.json"] and not (out / "dropin.py").exists()
     assert not (out / "kernel.cpp").exists()
     assert "no improvement" in log
+    return result, log, out
+
+
+@pytest.mark.slow
+def test_when_no_candidate_is_verified_it_says_so_and_writes_no_kernel(tmp_path):
+    """The decline flow, decided by correctness alone: the only kernel is wrong, so nothing ships, the stale drop-in
+    is removed, and the report says why. (The rule that declines a verified but slower kernel is tested with injected
+    measurements in tests/runner/results; with a real slow kernel in `make bench-check`, below.)"""
+    result, _, out = _nothing_proposed(tmp_path, WRONG, cli_env("", tmp_path))
+    assert result["message"].startswith("no candidate was verified"), result["message"]
+    assert not (result["verdict"] or {}).get("accepted")
+    report = (out / "report.md").read_text()
+    assert "**No improvement**" in report and "mismatch" in report, report
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_when_nothing_beats_the_baselines_it_says_so_and_writes_no_kernel(tmp_path):
+    env = cli_env("", tmp_path)
+    # the product's own spread threshold, not the suite's: on a loaded CI host the suite's (which lets every round
+    # through) once measured this 200-times-repeated kernel at "2.17x faster than eager" (0.46-3.80x over 5 rounds)
+    env.pop("FUSEBOT_UNSTABLE_SPREAD", None)
+    result, _, out = _nothing_proposed(tmp_path, SLOW, env)
+    message = result["message"]
     if "unstable-measurement" in message or "rounds' medians spread" in message:
         return  # the host was too noisy for any figure: said so, and nothing proposed
     assert message.startswith("nothing beat eager"), message
