@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +91,8 @@ class Evaluator:
         self.contestants = Contestants(self.problem, self.device, self.config, self.seeds, self.workdir,
                                        self.cache_dir)
         self._cuda_arch: str | None = None
+        self._aborted = threading.Event()
+        self._live: list[Run] = []
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -144,11 +148,33 @@ class Evaluator:
         """Build every candidate in parallel, start and load every candidate's process in parallel, and only when
         all are loaded verify and time them one at a time: no process start, import or CUDA warm-up overlaps a
         measurement, and the process start (most of the harness's time per candidate) is paid once per batch."""
+        self._aborted.clear()
         builds = builder.build_many(candidates, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
         runs = [self._begin(c, builds.get(c.id), tag="main") for c in candidates]
-        for r in runs:
-            self._loaded(r, runs)
-        return [self._complete(r, runs) for r in runs]
+        self._live = runs
+        try:
+            for r in runs:
+                self._loaded(self._unless_aborted(r), runs)
+            return [self._complete(self._unless_aborted(r), runs) for r in runs]
+        finally:
+            self._live = []
+
+    def abort(self) -> None:
+        """Cut off the `evaluate_many` in flight (called from another thread: the budget ran out, or the job was
+        cancelled): every candidate process of it is killed and the candidates not yet verified are not started;
+        their verdicts say so. The next `evaluate_many` runs normally."""
+        self._aborted.set()
+        for r in list(self._live):
+            if r.worker is not None:
+                r.worker.kill()
+
+    def _unless_aborted(self, r: Run) -> Run:
+        if self._aborted.is_set() and r.worker is not None:
+            r.worker.close()
+            r.worker = None
+            r.verdict.reasons.append("cut off: the evaluation was aborted (the budget ran out, or the job was "
+                                     "cancelled)")
+        return r
 
     def evaluate(self, candidate: Candidate, _build: builder.BuildOutput | None = None) -> Verdict:
         r = self._begin(candidate, _build, tag="main")
@@ -235,10 +261,12 @@ class Evaluator:
         finally:
             worker.close()
 
-    def confirm(self, candidate: Candidate, rounds: int = 5) -> Verdict:
+    def confirm(self, candidate: Candidate, rounds: int = 5,
+                on_round: Callable[[int, float, float, float | None], bool] | None = None) -> Verdict:
         """Re-verify `candidate` in a fresh process, then time it and both baselines in alternating rounds
         (runner.harness.confirm). The returned verdict's timing and baselines pool every round's samples;
-        `confirmation` keeps each round's medians and speedups."""
+        `confirmation` keeps each round's medians and speedups. `on_round(n, candidate_ms, eager_ms, compile_ms)` hears of
+        each round's medians as it ends; False stops the rounds there (the budget is spent)."""
         run = self._begin(candidate, None, tag="confirm")
         self._loaded(run)
         verdict, worker = run.verdict, run.worker
@@ -264,6 +292,10 @@ class Evaluator:
                     return run.finish()
                 cand.append(timing)
                 rounds_b.append(self.reference.measure_baselines(f"confirm{r}"))
+                b = rounds_b[-1]
+                if on_round is not None and not on_round(
+                        r + 1, timing.median_ms, b.eager.median_ms, b.compile.median_ms if b.compile else None):
+                    break
         finally:
             worker.close()
         timing, baselines, verdict.confirmation = confirming.confirmation(cand, rounds_b)

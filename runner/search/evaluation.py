@@ -5,7 +5,8 @@ device: an evaluator over several GPUs shares the chunk among them, runner/harne
 already in the trace is read back, never redone; every verdict is counted once against the budgets and the progress,
 and each candidate becomes an attempt of the archive. The wall and GPU budgets are checked between chunks, and after
 the first chunk each holds only as many candidates as the remaining wall budget fits at the seconds per candidate seen
-so far.
+so far. Under a deadline (runner/search/deadline.py) a chunk still running when it is over is cut off
+(runner/search/cutoff.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from runner.contract import Candidate, Progress, SearchBudget, Verdict
+from runner.search.cutoff import evaluate_until
+from runner.search.deadline import Cancelled, Deadline
 from runner.search.trace import Trace, candidate_key
 from runner.search.types import Attempt, BudgetExhausted, History, Idea, Proposer, Session
 
@@ -36,10 +39,16 @@ class Evaluation:
     _eval_seconds: float
     _eval_count: int
     on_progress: Callable[[Progress], None]
+    deadline: Deadline | None
 
     # ---- budget ----------------------------------------------------------------------------------------------
     def _check_time(self) -> None:
         b = self.budget
+        d = self.deadline
+        if d is not None and d.cancelled():
+            raise Cancelled("cancelled")
+        if d is not None and d.left_s() <= 0:
+            raise BudgetExhausted("wall", f"the search's share of the budget ({d.seconds:.1f} s) is spent")
         if self.trace.elapsed_s() >= b.wall_seconds:
             raise BudgetExhausted("wall", f"{self.trace.elapsed_s():.1f} s of {b.wall_seconds} s")
         if b.gpu_seconds is not None and self.gpu_seconds >= b.gpu_seconds:
@@ -85,7 +94,7 @@ class Evaluation:
             chunk = todo[start : start + self._chunk_size()]
             start += len(chunk)
             t0 = self.trace.elapsed_s()
-            verdicts = self.evaluator.evaluate_many([c for _, (_, c) in chunk])
+            verdicts = evaluate_until(self.evaluator, [c for _, (_, c) in chunk], self.deadline)
             self._eval_seconds += self.trace.elapsed_s() - t0
             self._eval_count += len(chunk)
             for (k, (proposer, c)), v in zip(chunk, verdicts, strict=True):
@@ -123,6 +132,8 @@ class Evaluation:
             return chunk
         per_candidate_s = self._eval_seconds / self._eval_count
         left_s = self.budget.wall_seconds - self.trace.elapsed_s()
+        if self.deadline is not None:
+            left_s = min(left_s, self.deadline.left_s())
         return max(lanes, min(chunk, int(left_s // max(per_candidate_s, 1e-6))))
 
     def _account(self, key: str) -> Verdict:
