@@ -43,17 +43,25 @@ def evaluate_until(evaluator: Any, candidates: list[Candidate], deadline: Deadli
             done.set()
 
     threading.Thread(target=work, name="evaluate", daemon=True).start()
-    while not done.wait(poll_s):
-        if deadline.over():
-            abort = getattr(evaluator, "abort", None)
-            if abort is not None:
-                abort()
-            if not done.wait(grace_s):
-                log.warning("the evaluation did not stop within %.0f s of its abort; going on without it", grace_s)
-            raise _why(deadline, len(candidates))
+    try:
+        while not done.wait(poll_s):
+            if deadline.over():
+                _abort(evaluator, done, grace_s)
+                raise _why(deadline, len(candidates))
+    except KeyboardInterrupt:  # Ctrl-C: nothing of the chunk outlives the search
+        _abort(evaluator, done, 0.0)
+        raise
     if "error" in box:
         raise box["error"]
     return box["verdicts"]
+
+
+def _abort(evaluator: Any, done: threading.Event, grace_s: float) -> None:
+    abort = getattr(evaluator, "abort", None)
+    if abort is not None:
+        abort()
+    if grace_s and not done.wait(grace_s):
+        log.warning("the evaluation did not stop within %.0f s of its abort; going on without it", grace_s)
 
 
 def _why(deadline: Deadline, n: int) -> Exception:
