@@ -110,8 +110,7 @@ class _Search(Evaluation):
         self.deadline: Deadline | None = deadline
         self.chunk = max(1, chunk or os.cpu_count() or 1)
         self.gather_s = gather_s
-        self._eval_seconds = 0.0  # spent in the evaluator on fresh candidates, and how many
-        self._eval_count = 0
+        self._eval_seconds, self._eval_count = 0.0, 0  # spent in the evaluator on fresh candidates, and how many
         self.proposers: list[tuple[Proposer, float]] = [p if isinstance(p, tuple) else (p, 1.0) for p in proposers]
         self.on_progress = progress or (lambda p: None)
         replay = Replay.load(trace_path)
@@ -330,6 +329,7 @@ class _Search(Evaluation):
                 self.round = rnd
                 self.progress.round = self.round
                 self._check()
+                self.on_progress(self.progress.model_copy())  # the round shows as it starts, not after its first chunk
                 if not self._live():
                     stop = "no proposer left"
                     break

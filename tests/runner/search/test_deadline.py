@@ -186,3 +186,17 @@ def test_the_help_says_what_the_budget_bounds():
 def test_the_config_refuses_a_budget_of_zero():
     with pytest.raises(ValueError, match="wall_seconds must be more than 0"):
         FusebotConfig.model_validate({"budget": {"wall_seconds": 0}})
+
+
+def test_the_round_shows_as_it_starts_not_after_its_first_chunk(tmp_path):
+    seen: list[Progress] = []
+
+    class Watching(TableEvaluator):
+        def evaluate_many(self, candidates):
+            seen.append(Progress(message="evaluating"))
+            return super().evaluate_many(candidates)
+
+    search(CTX, Watching(), [Scripted("a", lambda r, k, j: "ms=1")], SearchBudget(rounds=1, ideas_per_round=1,
+           implementations_per_idea=1), tmp_path / "t.jsonl", progress=seen.append)
+    first = next(i for i, p in enumerate(seen) if p.message == "evaluating")
+    assert any(p.round == 1 for p in seen[:first]), seen
