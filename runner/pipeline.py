@@ -200,8 +200,13 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     _check_trace(trace, spec, backend, fresh)
     ctx = problem_context(spec, evaluator, backend,
                           describe=any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers))
-    log.info("capture and baselines took %.1f s of the budget; the search has until %.0f s", deadline.elapsed_s(),
-             split.search_end_s)
+    setup_s = deadline.elapsed_s()
+    if setup_s >= split.search_end_s:
+        log.warning("capture and baselines took %.0f s of the %g s budget: no time is left for the search (a rerun "
+                    "reads the baselines from the cache)", setup_s, deadline.seconds)
+    else:
+        log.info("capture and baselines took %.1f s of the budget; the search has until %.0f s", setup_s,
+                 split.search_end_s)
     result = search(ctx, evaluator, proposers, budget, trace, progress=progress,
                     deadline=deadline.until(split.search_end_s))
     # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are
