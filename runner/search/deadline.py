@@ -44,6 +44,7 @@ class Deadline:
     clock: Callable[[], float] = time.monotonic
     cancel: threading.Event = field(default_factory=threading.Event)
     start_s: float = field(default=-1.0)
+    after_s: float = 0.0  # of the whole budget, what is left for the stages after this one (`until`)
 
     def __post_init__(self) -> None:
         if self.start_s < 0:
@@ -69,7 +70,8 @@ class Deadline:
     def until(self, seconds_from_start: float) -> Deadline:
         """A deadline on the same clock and cancel that ends `seconds_from_start` after this one started (never
         after this one ends)."""
-        return Deadline(min(seconds_from_start, self.seconds), self.clock, self.cancel, self.start_s)
+        seconds = min(seconds_from_start, self.seconds)
+        return Deadline(seconds, self.clock, self.cancel, self.start_s, self.after_s + self.seconds - seconds)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ from runner.search.deadline import Cancelled, Deadline
 from runner.search.trace import Trace, candidate_key
 from runner.search.types import Attempt, BudgetExhausted, History, Idea, Proposer, Session
 
+# What the confirmation of the finalists costs, in candidate evaluations: each is a fresh process, verified again and
+# timed in rounds beside both baselines (about one evaluation for the kernel and one for a PyTorch rewrite).
+CONFIRM_EVALUATIONS = 2.0
+
 
 class Evaluation:
     """What the search's evaluation needs; _Search (runner/search/loop.py) sets these attributes."""
@@ -49,6 +53,9 @@ class Evaluation:
             raise Cancelled("cancelled")
         if d is not None and d.left_s() <= 0:
             raise BudgetExhausted("wall", f"the search's share of the budget ({d.seconds:.1f} s) is spent")
+        if d is not None and d.left_s() + d.after_s <= CONFIRM_EVALUATIONS * self._seconds_per_candidate():
+            raise BudgetExhausted("wall", f"{d.left_s() + d.after_s:.1f} s of the budget are left, what confirming "
+                                  "the finalists takes at the seconds per candidate seen")
         if self.trace.elapsed_s() >= b.wall_seconds:
             raise BudgetExhausted("wall", f"{self.trace.elapsed_s():.1f} s of {b.wall_seconds} s")
         if b.gpu_seconds is not None and self.gpu_seconds >= b.gpu_seconds:
@@ -93,9 +100,10 @@ class Evaluation:
                     break
             chunk = todo[start : start + self._chunk_size()]
             start += len(chunk)
-            t0 = self.trace.elapsed_s()
+            now = self.deadline.clock if self.deadline is not None else self.trace.elapsed_s  # (a test's fake clock)
+            t0 = now()
             verdicts = evaluate_until(self.evaluator, [c for _, (_, c) in chunk], self.deadline)
-            self._eval_seconds += self.trace.elapsed_s() - t0
+            self._eval_seconds += now() - t0
             self._eval_count += len(chunk)
             for (k, (proposer, c)), v in zip(chunk, verdicts, strict=True):
                 self.cache[k] = v
@@ -119,6 +127,9 @@ class Evaluation:
         if stop is not None:
             raise stop
         return attempts
+
+    def _seconds_per_candidate(self) -> float:
+        return self._eval_seconds / self._eval_count if self._eval_count else 0.0
 
     def _chunk_size(self) -> int:
         """As many candidates as the remaining wall budget holds at the seconds per candidate seen so far (at least

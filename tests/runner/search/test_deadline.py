@@ -14,10 +14,12 @@ from runner.cli.bench import bench_app
 from runner.cli.optimize import optimize_app
 from runner.contract import Candidate, Confirmation, Environment, ProblemSpec, Progress, SearchBudget, Verdict
 from runner.pipeline import optimize_problem
+from runner.results.choice import confirm_finalists
 from runner.search.deadline import Cancelled, Deadline, plan_split, refuse_budget
 from runner.search.loop import search
 from runner.search.types import ProblemContext
 from tests.fakes.evaluators import TableEvaluator
+from tests.runner.results.test_choice import attempt, confirmed, search_result
 from tests.runner.search.test_loop import Scripted
 
 CTX = ProblemContext(name="relu", reference_source="class Model: ...", backend="cpu")
@@ -87,7 +89,7 @@ def test_a_positive_budget_is_not_refused():
 def test_the_search_ends_at_its_deadline_on_a_fake_clock(tmp_path):
     clock = Clock()
     ev = Timed(clock, per_candidate_s=3.0)
-    deadline = Deadline(20.0, clock)
+    deadline = Deadline(1000.0, clock).until(20.0)  # (the confirmation's share, 980 s, needs nothing of it)
     budget = SearchBudget(rounds=3, ideas_per_round=4, implementations_per_idea=2, wall_seconds=1e6)
     res = search(CTX, ev, [Scripted("a", lambda r, k, j: f"ms={1 + k + j / 10 - r / 10}")], budget,
                  tmp_path / "t.jsonl", chunk=1, deadline=deadline)
@@ -200,3 +202,38 @@ def test_the_round_shows_as_it_starts_not_after_its_first_chunk(tmp_path):
            implementations_per_idea=1), tmp_path / "t.jsonl", progress=seen.append)
     first = next(i for i, p in enumerate(seen) if p.message == "evaluating")
     assert any(p.round == 1 for p in seen[:first]), seen
+
+
+def test_the_search_leaves_the_confirmation_the_time_its_candidates_say_it_needs(tmp_path):
+    # 10 s a candidate: confirming the finalists needs about 20 s, more than the 15 s share left after the search
+    clock = Clock()
+    ev = Timed(clock, per_candidate_s=10.0)
+    deadline = Deadline(100.0, clock).until(85.0)
+    assert deadline.after_s == 15.0
+    budget = SearchBudget(rounds=3, ideas_per_round=4, implementations_per_idea=2, wall_seconds=1e6)
+    res = search(CTX, ev, [Scripted("a", lambda r, k, j: f"ms={1 + k + j / 10 - r / 10}")], budget,
+                 tmp_path / "t.jsonl", chunk=1, deadline=deadline)
+    assert len(ev.evaluated) == 8 and "what confirming the finalists takes" in res.stop_reason
+
+
+def test_the_faster_finalist_is_confirmed_first_and_the_slower_one_only_if_its_time_is_left():
+    clock = Clock()
+    asked: list[str] = []
+
+    class Ev:
+        def confirm(self, candidate, rounds=5, on_round=None):
+            asked.append(candidate.id)
+            for n in range(1, rounds + 1):
+                clock.t += 4.0
+                if not on_round(n, 1.0, 2.0, 1.5):
+                    break
+            return confirmed([1.0] * n, [1.5] * n)
+
+    kernel, rewrite = attempt("k", 1.0), attempt("w", 0.5, rewrite="new module")
+    deadline = Deadline(20.0, clock)  # the rewrite's share: 10 s, two rounds of 4 s and then no third
+    kv, wv = confirm_finalists(search_result(kernel, rewrite), Ev(), 5, deadline=deadline)
+    assert asked == ["w", "k"] and wv.confirmation.rounds == 2 and kv is not None
+    asked.clear()
+    short = Deadline(9.0, clock)  # the rewrite's two rounds (the least) take 8 s: 1 s is left, the kernel is skipped
+    kv, wv = confirm_finalists(search_result(kernel, rewrite), Ev(), 5, deadline=short)
+    assert asked == ["w"] and kv is None and wv.confirmation.rounds == 2
