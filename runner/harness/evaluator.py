@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,8 @@ from runner.harness.reference import Reference
 from runner.harness.trials import verify
 
 __all__ = ["Evaluator", "HarnessConfig", "default_backend"]
+
+CUT_OFF = "cut off: the evaluation was aborted (the budget ran out, or the job was cancelled)"
 
 
 def default_backend() -> str:
@@ -91,7 +92,7 @@ class Evaluator:
         self.contestants = Contestants(self.problem, self.device, self.config, self.seeds, self.workdir,
                                        self.cache_dir)
         self._cuda_arch: str | None = None
-        self._aborted = threading.Event()
+        self._generation = self._aborted_generation = 0  # evaluate_many calls so far; the last one aborted
         self._live: list[Run] = []
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -148,32 +149,35 @@ class Evaluator:
         """Build every candidate in parallel, start and load every candidate's process in parallel, and only when
         all are loaded verify and time them one at a time: no process start, import or CUDA warm-up overlaps a
         measurement, and the process start (most of the harness's time per candidate) is paid once per batch."""
-        self._aborted.clear()
+        self._generation += 1
+        gen = self._generation
         builds = builder.build_many(candidates, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
+        if self._aborted_generation >= gen:  # aborted while building: no candidate process is started
+            return [Run(c, Verdict(candidate_id=c.id, problem=self.problem.name, accepted=False, stage="build",
+                                   reasons=[CUT_OFF])).finish() for c in candidates]
         runs = [self._begin(c, builds.get(c.id), tag="main") for c in candidates]
         self._live = runs
         try:
             for r in runs:
-                self._loaded(self._unless_aborted(r), runs)
-            return [self._complete(self._unless_aborted(r), runs) for r in runs]
+                self._loaded(self._unless_aborted(r, gen), runs)
+            return [self._complete(self._unless_aborted(r, gen), runs) for r in runs]
         finally:
             self._live = []
 
     def abort(self) -> None:
         """Cut off the `evaluate_many` in flight (called from another thread: the budget ran out, or the job was
-        cancelled): every candidate process of it is killed and the candidates not yet verified are not started;
-        their verdicts say so. The next `evaluate_many` runs normally."""
-        self._aborted.set()
+        cancelled): every candidate process of it is killed, and no other is started (a build in flight finishes,
+        then nothing runs); their verdicts say so. The next `evaluate_many`, and `confirm`, run normally."""
+        self._aborted_generation = self._generation
         for r in list(self._live):
             if r.worker is not None:
                 r.worker.kill()
 
-    def _unless_aborted(self, r: Run) -> Run:
-        if self._aborted.is_set() and r.worker is not None:
+    def _unless_aborted(self, r: Run, gen: int) -> Run:
+        if self._aborted_generation >= gen and r.worker is not None:
             r.worker.close()
             r.worker = None
-            r.verdict.reasons.append("cut off: the evaluation was aborted (the budget ran out, or the job was "
-                                     "cancelled)")
+            r.verdict.reasons.append(CUT_OFF)
         return r
 
     def evaluate(self, candidate: Candidate, _build: builder.BuildOutput | None = None) -> Verdict:

@@ -7,7 +7,7 @@ import threading
 
 from runner.contract import Candidate
 from runner.harness.config import HarnessConfig
-from runner.harness.evaluator import Evaluator
+from runner.harness.evaluator import Evaluator, Run
 
 from ..adversarial import HANG
 from ..conftest import FAST_TIMER, scale_relu_spec
@@ -33,3 +33,22 @@ def test_an_aborted_evaluation_returns_at_once(harness_cache):
         t.join(5)
         assert not hang.accepted and hang.reasons, hang
         assert any("cut off" in r or "killed" in r or "died" in r for r in hang.reasons), hang.reasons
+
+
+def test_an_abort_during_the_builds_starts_no_candidate_process(harness_cache, monkeypatch):
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        spawned: list[str] = []
+        monkeypatch.setattr(ev.contestants, "spawn", lambda c, *a: spawned.append(c.id))
+
+        def build_many(candidates, **kw):
+            ev.abort()  # the budget runs out while the compiler works
+            return {}
+
+        monkeypatch.setattr("runner.harness.evaluator.builder.build_many", build_many)
+        cut, = ev.evaluate_many([Candidate(id="late", format="fast", backend="cpu", sources=HANG)])
+        assert spawned == [] and not cut.accepted and cut.reasons[0].startswith("cut off")
+        monkeypatch.setattr("runner.harness.evaluator.builder.build_many", lambda candidates, **kw: {})
+        monkeypatch.setattr(ev, "_begin", lambda c, b, tag: spawned.append(c.id) or Run(c, cut))
+        ev.evaluate_many([Candidate(id="next", format="fast", backend="cpu", sources=HANG)])
+        assert spawned == ["next"]  # the next evaluation is not aborted
