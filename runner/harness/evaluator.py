@@ -15,6 +15,7 @@ time (runner.harness.measure) and confirm (runner.harness.confirm).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -30,6 +31,7 @@ from runner.harness.config import HarnessConfig, scratch_root
 from runner.harness.contestants import Contestants
 from runner.harness.measure import measure, score, time_candidate, warn_if_degenerate
 from runner.harness.plan import Seeds, trial_plan
+from runner.harness.prebuild import Prebuilds
 from runner.harness.procs.process import Worker
 from runner.harness.reference import Reference
 from runner.harness.trials import verify
@@ -93,6 +95,7 @@ class Evaluator:
                                        self.cache_dir)
         self._cuda_arch: str | None = None
         self._generation = self._aborted_generation = 0  # evaluate_many calls so far; the last one aborted
+        self._ahead = Prebuilds(os.cpu_count() or 1) if self.backend == "cuda" else None
         self._live: list[Run] = []
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -104,6 +107,8 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
         self.reference.close()
         if self._own_workdir and not self.config.keep_workdirs:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -151,6 +156,8 @@ class Evaluator:
         measurement, and the process start (most of the harness's time per candidate) is paid once per batch."""
         self._generation += 1
         gen = self._generation
+        if self._ahead is not None:
+            self._ahead.wait(candidates)
         builds = builder.build_many(candidates, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
         if self._aborted_generation >= gen:  # aborted while building: no candidate process is started
             return [Run(c, Verdict(candidate_id=c.id, problem=self.problem.name, accepted=False, stage="build",
@@ -163,6 +170,12 @@ class Evaluator:
             return [self._complete(self._unless_aborted(r, gen), runs) for r in runs]
         finally:
             self._live = []
+
+    def prebuild(self, candidates: list[Candidate]) -> None:
+        """Start building these candidates now, ahead of their evaluation (runner/harness/prebuild.py; CUDA only)."""
+        if self._ahead is not None:
+            self._ahead.start(candidates, lambda c: builder.build(c, cuda_arch=self.cuda_arch(),
+                                                                  cache_dir=self.cache_dir / "build"))
 
     def abort(self) -> None:
         """Cut off the `evaluate_many` in flight (called from another thread: the budget ran out, or the job was

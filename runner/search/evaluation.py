@@ -12,6 +12,7 @@ so far. Under a deadline (runner/search/deadline.py) a chunk still running when 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from runner.contract import Candidate, Progress, SearchBudget, Verdict
 from runner.search.cutoff import evaluate_until
@@ -127,6 +128,17 @@ class Evaluation:
         if stop is not None:
             raise stop
         return attempts
+
+    def _prebuild(self, fut: Future) -> None:
+        """An answer's candidates go to the evaluator's builds as soon as it arrives, on the proposer's thread, while
+        the harness is still timing the chunk before (an evaluator that builds ahead: runner/harness/prebuild.py)."""
+        prebuild = getattr(self.evaluator, "prebuild", None)
+        if prebuild is None or fut.cancelled() or fut.exception() is not None:
+            return
+        value = fut.result()
+        candidates = [c for c in (value if isinstance(value, list) else [value]) if isinstance(c, Candidate)]
+        if candidates:
+            prebuild(candidates)
 
     def _seconds_per_candidate(self) -> float:
         return self._eval_seconds / self._eval_count if self._eval_count else 0.0

@@ -108,8 +108,7 @@ class _Search(Evaluation):
     def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s, deadline):
         self.ctx, self.evaluator, self.budget, self.min_gain = ctx, evaluator, budget, min_gain
         self.deadline: Deadline | None = deadline
-        self.chunk = max(1, chunk or os.cpu_count() or 1)
-        self.gather_s = gather_s
+        self.chunk, self.gather_s = max(1, chunk or os.cpu_count() or 1), gather_s
         self._eval_seconds, self._eval_count = 0.0, 0  # spent in the evaluator on fresh candidates, and how many
         self.proposers: list[tuple[Proposer, float]] = [p if isinstance(p, tuple) else (p, 1.0) for p in proposers]
         self.on_progress = progress or (lambda p: None)
@@ -143,8 +142,7 @@ class _Search(Evaluation):
         self.workers: dict[str, tuple[Workers, int]] = {}
         self.pending: dict[Future, tuple[str, Proposer, Any, int]] = {}
         self.ready: list[_Ready] = []
-        self._ready_since = 0.0
-        self._seq = 0
+        self._ready_since, self._seq = 0.0, 0
         started = "resume" if (replay.answers or replay.verdicts) else "start"
         self.trace.write(started, problem=ctx.name, backend=ctx.backend, context=ctx.model_dump(),
                          budget=budget.model_dump(),
@@ -178,10 +176,11 @@ class _Search(Evaluation):
             self.tokens_spent = self.tokens_spent or e
             return
         if p.name not in self.workers:
-            size = concurrency(p)
-            self.workers[p.name] = (Workers(size, f"proposer-{_slug(p.name)}"), size)
+            self.workers[p.name] = (Workers(concurrency(p), f"proposer-{_slug(p.name)}"), concurrency(p))
         self._seq += 1
-        self.pending[self.workers[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
+        self.pending[fut := self.workers[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
+        if kind in ("implement", "repair"):  # its candidates build while the harness times the chunk before
+            fut.add_done_callback(self._prebuild)
 
     def _handle(self, fut: Future, seen: History) -> None:
         kind, p, tag, _ = self.pending.pop(fut)
