@@ -41,6 +41,7 @@ from runner.results.outcome import Outcome, outcome, proposal, report_markdown, 
 from runner.results.remeasure import run_kernel_job
 from runner.search.deadline import Deadline, plan_split
 from runner.search.loop import EvaluatorLike, search
+from runner.search.overlap import BaselinesAhead
 from runner.search.pool import is_remote
 from runner.search.trace import read_events
 from runner.search.types import GpuInfo, ProblemContext, Proposer
@@ -115,10 +116,13 @@ def kernelbench_aliases(spec: ProblemSpec) -> str:
     return ("\n\n\n# fusebot: this target under KernelBench's names\n" + "\n\n\n".join(lines) + "\n") if lines else ""
 
 
-def problem_context(spec: ProblemSpec, evaluator, backend: Backend, *, describe: bool = False) -> ProblemContext:
-    """What the proposers may know, from the harness: reference, baselines, roofline, device; with `describe`, the
-    table of every shape set's arguments the models' prompts show (a confined child process: seconds)."""
-    source, baselines = evaluator.reference_source(), evaluator.baselines()  # (this order starts the judge first)
+def problem_context(spec: ProblemSpec, evaluator, backend: Backend, *, describe: bool = False,
+                    baselines: bool = True) -> ProblemContext:
+    """What the proposers may know, from the harness: reference, baselines (unless not `baselines`), roofline,
+    device; with `describe`, the table of every shape set's arguments the models' prompts show (a confined child
+    process: seconds)."""
+    source = evaluator.reference_source()  # (this starts the judge)
+    measured = evaluator.baselines() if baselines else None
     source += kernelbench_aliases(spec)
     roofline = evaluator.roofline()
     env = evaluator.environment()
@@ -137,7 +141,7 @@ def problem_context(spec: ProblemSpec, evaluator, backend: Backend, *, describe:
                   copy_bandwidth_bytes_per_s=roofline.bandwidth_bytes_per_s if roofline else None,
                   notes=f"CUDA {env.cuda}, driver {env.driver}" if env.cuda else "", **limits)
     return ProblemContext(name=spec.name, reference_source=source, backend=backend, format="fast", gpu=gpu,
-                          roofline=roofline, baselines=baselines, inputs=describe_inputs(spec) if describe else [])
+                          roofline=roofline, baselines=measured, inputs=describe_inputs(spec) if describe else [])
 
 
 def _check_trace(trace: Path, spec: ProblemSpec, backend: str, fresh: bool) -> None:
@@ -198,20 +202,26 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     out.mkdir(parents=True, exist_ok=True)
     trace = out / TRACE_FILE
     _check_trace(trace, spec, backend, fresh)
-    ctx = problem_context(spec, evaluator, backend,
-                          describe=any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers))
+    models = any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers)
+    ctx = problem_context(spec, evaluator, backend, describe=models, baselines=models)
+    if not models:  # the catalog's first kernels capture, generate and build while the baselines are timed
+        evaluator = BaselinesAhead(evaluator)
     setup_s = deadline.elapsed_s()
     if setup_s >= split.search_end_s:
-        log.warning("capture and baselines took %.0f s of the %g s budget: no time is left for the search (a rerun "
-                    "reads the baselines from the cache)", setup_s, deadline.seconds)
+        log.warning("the reference's start%s took %.0f s of the %g s budget: no time is left for the search (a "
+                    "rerun reads the baselines from the cache)", " and baselines" if models else "", setup_s,
+                    deadline.seconds)
     else:
-        log.info("capture and baselines took %.1f s of the budget; the search has until %.0f s", setup_s,
+        log.info("the reference's start%s took %.1f s of the budget; the search has until %.0f s",
+                 " and baselines" if models else " (its baselines are timed beside the first builds)", setup_s,
                  split.search_end_s)
     result = search(ctx, evaluator, proposers, budget, trace, progress=progress,
                     deadline=deadline.until(split.search_end_s))
     # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are
     # re-timed against both baselines, and the outcome proposes one of them, or nothing.
     confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, confirm_rounds, progress, deadline)
+    if ctx.baselines is None:
+        ctx = ctx.model_copy(update={"baselines": evaluator.baselines()})
     o = outcome(spec.name, result, ctx.baselines, ctx.roofline, confirmed=confirmed,
                 confirmed_rewrite=confirmed_rewrite)
     write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
