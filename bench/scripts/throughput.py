@@ -39,7 +39,7 @@ class Row:
     run: int  # 1: cold harness cache (baselines timed); 2 and on: baselines from the cache
     budget_s: float
     wall_s: float
-    setup_s: float | None  # from the problem's start to the search's start: capture, baselines, the first build
+    setup_s: float | None  # from the problem's start to the search's (the judge's start; the baselines overlap it)
     built: int
     verified: int
     timed: int
@@ -107,7 +107,8 @@ def readme(rows: list[Row], meta: dict[str, Any]) -> str:
         f"{meta.get('cuda', '')}; commit {meta.get('commit', '')}; suite {meta.get('suite', '')}; budget "
         f"{meta.get('budget_seconds', '')} s per problem (the whole run: capture, baselines, search, confirmation).",
         "",
-        "Run 1 starts from an empty harness cache (baselines timed); later runs read the baselines from it. "
+        "Run 1 starts from an empty harness cache (baselines timed, beside the first builds); later runs read the "
+        "baselines from it. Setup is the time from the problem's start to the search's. "
         "Verified per GPU-hour is verified candidates over the problem's whole wall time on one GPU; the target is "
         "1500, with the first candidate timed within 10 s of the problem's start.", "",
         table(rows), ""])
