@@ -112,7 +112,8 @@ def demo(
                                                                           "is present).")] = None,
     rounds: Annotated[int, typer.Option(min=1, metavar="N", help="Search rounds per target.")] = 2,
     ideas: Annotated[int, typer.Option(min=1, metavar="N", help="Ideas per round.")] = 2,
-    wall_seconds: Annotated[float, typer.Option(min=1, metavar="S", help="Search budget per target, seconds.")] = 180.0,
+    wall_seconds: Annotated[float, typer.Option(min=1, metavar="S", help="Budget per target, wall-clock seconds: "
+                                                "baselines, search and confirmation.")] = 180.0,
     compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline")] = True,
     threads: Annotated[int, typer.Option(min=1, metavar="N", help="CPU backend: threads for eager, torch.compile and the "
                                                      "kernels (OMP_NUM_THREADS).")] = 1,

@@ -39,12 +39,20 @@ from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, proposal, report_markdown, result_json, trace_markdown
 from runner.results.remeasure import run_kernel_job
+from runner.search.deadline import Deadline, plan_split
 from runner.search.loop import EvaluatorLike, search
+from runner.search.overlap import BaselinesAhead
 from runner.search.pool import is_remote
 from runner.search.trace import read_events
 from runner.search.types import GpuInfo, ProblemContext, Proposer
 
 log = logging.getLogger(__name__)
+
+# A job target's budget keeps this share for what follows the confirmation: the drop-in's own test and its bench
+# script, each given what is left of the budget but never less than FINISH_FLOOR_S (cut shorter, they would throw
+# away a verified kernel for want of seconds).
+FINISH_SHARE = 0.1
+FINISH_FLOOR_S = 60.0
 
 
 def problem_from_file(path: Path, **overrides) -> ProblemSpec:
@@ -108,10 +116,13 @@ def kernelbench_aliases(spec: ProblemSpec) -> str:
     return ("\n\n\n# fusebot: this target under KernelBench's names\n" + "\n\n\n".join(lines) + "\n") if lines else ""
 
 
-def problem_context(spec: ProblemSpec, evaluator, backend: Backend, *, describe: bool = False) -> ProblemContext:
-    """What the proposers may know, from the harness: reference, baselines, roofline, device; with `describe`, the
-    table of every shape set's arguments the models' prompts show (a confined child process: seconds)."""
-    source, baselines = evaluator.reference_source(), evaluator.baselines()  # (this order starts the judge first)
+def problem_context(spec: ProblemSpec, evaluator, backend: Backend, *, describe: bool = False,
+                    baselines: bool = True) -> ProblemContext:
+    """What the proposers may know, from the harness: reference, baselines (unless not `baselines`), roofline,
+    device; with `describe`, the table of every shape set's arguments the models' prompts show (a confined child
+    process: seconds)."""
+    source = evaluator.reference_source()  # (this starts the judge)
+    measured = evaluator.baselines() if baselines else None
     source += kernelbench_aliases(spec)
     roofline = evaluator.roofline()
     env = evaluator.environment()
@@ -130,7 +141,7 @@ def problem_context(spec: ProblemSpec, evaluator, backend: Backend, *, describe:
                   copy_bandwidth_bytes_per_s=roofline.bandwidth_bytes_per_s if roofline else None,
                   notes=f"CUDA {env.cuda}, driver {env.driver}" if env.cuda else "", **limits)
     return ProblemContext(name=spec.name, reference_source=source, backend=backend, format="fast", gpu=gpu,
-                          roofline=roofline, baselines=baselines, inputs=describe_inputs(spec) if describe else [])
+                          roofline=roofline, baselines=measured, inputs=describe_inputs(spec) if describe else [])
 
 
 def _check_trace(trace: Path, spec: ProblemSpec, backend: str, fresh: bool) -> None:
@@ -178,17 +189,39 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
 
 def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,
                      evaluator: EvaluatorLike, backend: Backend, *, fresh: bool = False,
-                     progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5) -> Outcome:
-    """Search (or resume the search recorded in out/trace.jsonl) and write the result folder."""
+                     progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5,
+                     deadline: Deadline | None = None) -> Outcome:
+    """Search (or resume the search recorded in out/trace.jsonl) and write the result folder, all within
+    `budget.wall_seconds` from now (or `deadline`: runner/search/deadline.py), capture and baselines included. A
+    cancelled deadline raises `Cancelled`."""
+    deadline = deadline or Deadline(budget.wall_seconds)
+    split = plan_split(deadline.seconds)
+    log.info("%s", split.announce())
+    if progress:
+        progress(Progress(message=split.announce()))
     out.mkdir(parents=True, exist_ok=True)
     trace = out / TRACE_FILE
     _check_trace(trace, spec, backend, fresh)
-    ctx = problem_context(spec, evaluator, backend,
-                          describe=any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers))
-    result = search(ctx, evaluator, proposers, budget, trace, progress=progress)
+    models = any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers)
+    ctx = problem_context(spec, evaluator, backend, describe=models, baselines=models)
+    if not models:  # the catalog's first kernels capture, generate and build while the baselines are timed
+        evaluator = BaselinesAhead(evaluator)
+    setup_s = deadline.elapsed_s()
+    if setup_s >= split.search_end_s:
+        log.warning("the reference's start%s took %.0f s of the %g s budget: no time is left for the search (a "
+                    "rerun reads the baselines from the cache)", " and baselines" if models else "", setup_s,
+                    deadline.seconds)
+    else:
+        log.info("the reference's start%s took %.1f s of the budget; the search has until %.0f s",
+                 " and baselines" if models else " (its baselines are timed beside the first builds)", setup_s,
+                 split.search_end_s)
+    result = search(ctx, evaluator, proposers, budget, trace, progress=progress,
+                    deadline=deadline.until(split.search_end_s))
     # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are
     # re-timed against both baselines, and the outcome proposes one of them, or nothing.
-    confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, confirm_rounds, progress)
+    confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, confirm_rounds, progress, deadline)
+    if ctx.baselines is None:
+        ctx = ctx.model_copy(update={"baselines": evaluator.baselines()})
     o = outcome(spec.name, result, ctx.baselines, ctx.roofline, confirmed=confirmed,
                 confirmed_rewrite=confirmed_rewrite)
     write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
@@ -227,7 +260,8 @@ def dropin_spec(spec: ProblemSpec) -> ProblemSpec:
 
 
 def accepted_result(job: Job, target: TargetSpec, spec: ProblemSpec, outcome, source_dir: Path,
-                    workdir: Path | None, kernels_dir: str = DEFAULT_KERNELS_DIR) -> TargetResult:
+                    workdir: Path | None, kernels_dir: str = DEFAULT_KERNELS_DIR,
+                    timeout_s: float | None = None) -> TargetResult:
     """The target's files (kernel with provenance, drop-in, test, BENCHMARK.md), accepted only after the generated
     test passed on a scratch copy of the source tree (runner/results/files.py)."""
     best = outcome.best
@@ -237,7 +271,7 @@ def accepted_result(job: Job, target: TargetSpec, spec: ProblemSpec, outcome, so
         return target_result(dropin_spec(spec), outcome.improved, outcome.message, best.candidate if best else None,
                              verdict, Provenance.for_verdict(target.name, verdict, repo=job.repo, commit=job.sha),
                              trace_markdown(outcome), root=Path(scratch), kernels_dir=kernels_dir, file=target.file,
-                             **proposal(outcome))
+                             timeout_s=timeout_s, **proposal(outcome))
 
 
 class _Combined:
@@ -261,16 +295,20 @@ class _Combined:
 
 def _search_target(job: Job, target: TargetSpec, source_dir: Path, tmp: Path, pool: Sequence, backend: str,
                    devices: list[int], total: int, workdir: Path | None,
-                   progress: Callable[[Progress], None]) -> tuple[TargetResult, object]:
+                   progress: Callable[[Progress], None], cancel: threading.Event) -> tuple[TargetResult, object]:
+    """One target within its budget: the search and its confirmation, then the drop-in's test and bench script."""
     spec = problem_spec(target, source_dir)
+    deadline = Deadline(job.budget.wall_seconds, cancel=cancel)
     try:
         with device_evaluators(spec, backend, devices, total=total) as ev:
-            outcome = optimize_problem(spec, tmp / target.name, job.budget, pool, ev, backend, progress=progress)
+            outcome = optimize_problem(spec, tmp / target.name, job.budget, pool, ev, backend, progress=progress,
+                                       deadline=deadline.until(job.budget.wall_seconds * (1 - FINISH_SHARE)))
             environment = ev.environment()
     except ProblemError as exc:
         log.warning("target %s: %s", target.name, exc)
         return TargetResult(target=target.name, improved=False, message=f"problem: {exc}"), None
-    return accepted_result(job, target, spec, outcome, source_dir, workdir), environment
+    return accepted_result(job, target, spec, outcome, source_dir, workdir,
+                           timeout_s=max(FINISH_FLOOR_S, deadline.left_s())), environment
 
 
 def job_devices(backend: str, gpus: Sequence[int] | None = None) -> list[int]:
@@ -290,13 +328,15 @@ def proposer_pools(job: Job, backend: str | None = None, gpus: Sequence[int] | N
 
 def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, proposers: Sequence | None = None,
             backend: str | None = None, workdir: Path | None = None, gpus: Sequence[int] | None = None,
-            proposer_pools: Sequence[Sequence] | None = None) -> JobResult:
+            proposer_pools: Sequence[Sequence] | None = None, cancel: threading.Event | None = None) -> JobResult:
     """Every target of the job, on every device in `gpus` (default: FUSEBOT_GPUS, else every visible GPU; none on
     the CPU backend).
     With several devices, targets are searched at once, a search per device, or several devices per search when they
     outnumber the targets (runner/harness/gpus.py `lanes`); each search evaluates its candidates on all its devices.
     Searches at once need proposers each: `proposer_pools` (one pool per search), else pools made here from
-    `job.models`; a single `proposers` pool searches the targets one after another, over all the devices."""
+    `job.models`; a single `proposers` pool searches the targets one after another, over all the devices.
+    `cancel` (else the `cancel` event a progress sink may carry: the worker's) stops every search at once: no new
+    proposer call or candidate process is started, the evaluations in flight are cut off, and `Cancelled` is raised."""
     if job.kind != "search":
         log.info("job %s: %s of the kernels under %s", job.id, job.kind, job.kernels_dir)
         return run_kernel_job(job, Path(source_dir), progress, backend=backend, workdir=workdir)
@@ -305,6 +345,7 @@ def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *,
     pools = [list(p) for p in proposer_pools] if proposer_pools else [list(proposers)] if proposers is not None else None
     plan = lanes(devices, len(job.targets) if pools is None else min(len(job.targets), len(pools)))
     pools = pools or [make_proposers(job.models) for _ in plan]
+    cancel = cancel or getattr(progress, "cancel", None) or threading.Event()
     results: list[TargetResult | None] = [None] * len(job.targets)
     environments: dict[int, object] = {}
     todo = deque(enumerate(job.targets))
@@ -320,7 +361,7 @@ def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *,
                     i, target = todo.popleft()
                 report = progress if len(plan) == 1 else combined.for_target(i)
                 results[i], env = _search_target(job, target, Path(source_dir), Path(tmp), pools[k], chosen, plan[k],
-                                                 len(devices), workdir, report)
+                                                 len(devices), workdir, report, cancel)
                 if env is not None:
                     environments[i] = env
 

@@ -11,7 +11,8 @@ after a later run was stopped; an older job that finishes late does not overwrit
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bot.github.platform import CheckOutput, Platform
@@ -68,6 +69,8 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
     if job.state in ("leased", "running"):
         p = job.progress
         detail = f"round {p.round}, {p.built} built, {p.verified} verified" if p else "starting"
+        if p is not None and p.best_speedup is not None:
+            detail += f", best {p.best_speedup:.2f}x"
         if len(units) > 1:
             targets = "\n".join(_unit_line(u) for u in units[:50])
         return CheckOutput("in_progress", f"Searching: {detail}", targets)
@@ -134,8 +137,9 @@ def check_run_actions(status: str) -> list[dict[str, str]]:
     return [STOP] if status != "completed" else [RERUN]
 
 
-def sync_check_runs(ctx: Context, limit: int = 20) -> int:
-    """Bring check runs up to date with job states. Returns how many were written."""
+def sync_check_runs(ctx: Context, limit: int = 20, progress: ProgressOutbox | None = None) -> int:
+    """Bring check runs up to date with job states. Returns how many were written. `progress`: the outbox that
+    follows running jobs' progress, told what each write showed."""
     done = 0
     for job in ctx.store.unnotified(limit):
         if job.installation_id is None:
@@ -154,5 +158,44 @@ def sync_check_runs(ctx: Context, limit: int = 20) -> int:
             deliver_job(host, job, run_id)
         follow_status(ctx, host, job)
         ctx.store.mark_notified(job.id, job.state, run_id)
+        if progress is not None and running:
+            progress.note(job)
         done += 1
     return done
+
+
+PROGRESS_INTERVAL_S = 10.0  # the least time between two progress updates of one check run (GitHub's rate limits)
+
+
+class ProgressOutbox:
+    """Running searches' check runs follow their progress (round, built, verified, best): rewritten when it changed,
+    at most once every `interval_s` per job. The state outbox (`sync_check_runs`) writes a job's check run when its
+    state changes; this one between those, while a runner works on it."""
+
+    def __init__(self, interval_s: float = PROGRESS_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s, self.clock = interval_s, clock
+        self.shown: dict[str, tuple[str, float]] = {}  # job id -> (the progress its check run shows, when written)
+
+    def note(self, job: JobInfo) -> None:
+        """The job's check run was just written with its current progress."""
+        self.shown[job.id] = (job.progress.model_dump_json() if job.progress else "", self.clock())
+
+    def sync(self, ctx: Context) -> int:
+        """Update the check runs whose progress moved. Returns how many were written."""
+        now, done = self.clock(), 0
+        running = [j for j in ctx.store.running() if j.spec.kind == "search"]
+        self.shown = {k: v for k, v in self.shown.items() if k in {j.id for j in running}}
+        for job in running:
+            if job.check_run_id is None or job.installation_id is None or job.notified_state != job.state:
+                continue  # the state outbox writes it first
+            seen = job.progress.model_dump_json() if job.progress else ""
+            last = self.shown.get(job.id)
+            if last is None and not seen:
+                continue
+            if last is not None and (last[0] == seen or now - last[1] < self.interval_s):
+                continue
+            host = ctx.platform(job.installation_id, job.repo)
+            host.update_check_run(job.check_run_id, check_run_view(job, ctx.store.units(job.id)))
+            self.shown[job.id] = (seen, now)
+            done += 1
+        return done

@@ -108,6 +108,14 @@ class FusebotConfig(_Strict):
     pr_grouping: Literal["per-target", "single"] = "per-target"
     ignore: list[str] = Field(default_factory=list, description="Glob patterns of paths never scanned.")
 
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, v: SearchBudget) -> SearchBudget:
+        if not v.wall_seconds > 0:
+            raise ValueError(f"wall_seconds must be more than 0, not {v.wall_seconds:g}: it bounds each target's whole "
+                             "run (baselines, search, confirmation)")
+        return v
+
     @field_validator("kernels_dir")
     @classmethod
     def _dir(cls, v: str) -> str:

@@ -158,6 +158,12 @@ class Jobs(StoreBase):
                 q = q.where(JobRow.pr_number == pr_number)
             return [_info(r) for r in s.scalars(q)]
 
+    def running(self, limit: int = 200) -> list[JobInfo]:
+        """Jobs a runner holds now (leased or running), oldest first: the check runs that follow their progress."""
+        with self._s() as s:
+            q = select(JobRow).where(JobRow.state.in_(("leased", "running"))).order_by(JobRow.created_at).limit(limit)
+            return [_info(r) for r in s.scalars(q)]
+
     def counts_by_state(self) -> dict[str, int]:
         with self._s() as s:
             rows = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all()

@@ -15,7 +15,7 @@ from typing import Any
 from bot.context import Context
 from bot.features import nightly
 from bot.github.routing import Router
-from bot.publish.notify import sync_check_runs
+from bot.publish.notify import ProgressOutbox, sync_check_runs
 from bot.store.db import utcnow
 from bot.web import retention
 
@@ -81,6 +81,7 @@ class Background:
         self._next_retention = 0.0
         self._sync_failures = 0
         self._backfilled = False
+        self.progress = ProgressOutbox()
 
     def handle_one(self, now: datetime | None = None) -> bool:
         """Handle the next pending delivery. False when there was none."""
@@ -106,7 +107,8 @@ class Background:
         self.ctx.store.requeue_expired(now)
         if time.monotonic() >= self._sync_after:
             try:
-                sync_check_runs(self.ctx)
+                sync_check_runs(self.ctx, progress=self.progress)
+                self.progress.sync(self.ctx)
                 self._sync_failures = 0
             except Exception as e:  # GitHub unreachable: back off, the outbox keeps the updates
                 self._sync_failures += 1

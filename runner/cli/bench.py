@@ -33,6 +33,7 @@ from runner.errors import MachineError, ProblemError, UsageError
 from runner.harness.evaluator import HarnessConfig
 from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
 from runner.pipeline import make_proposers, optimize_problem
+from runner.search.deadline import refuse_budget
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,8 @@ def bench(
     suite: Annotated[Path, typer.Argument(metavar="SUITE", show_default=False, help="A folder of problem files.")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Where the table and each problem's "
                                       "results go.")],
-    budget_seconds: Annotated[float, typer.Option(metavar="S", help="Search wall budget per problem.")] = 300.0,
+    budget_seconds: Annotated[float, typer.Option(metavar="S", help="Wall-clock budget per problem: capture, "
+                                                  "baselines, search and confirmation all end within it.")] = 300.0,
     rounds: Annotated[int, typer.Option(min=1, metavar="N", help="Search rounds per problem.")] = 3,
     ideas: Annotated[int, typer.Option(min=1, metavar="N", help="Ideas per round.")] = 4,
     implementations: Annotated[int, typer.Option(min=1, metavar="N", help="Implementations per idea.")] = 2,
@@ -198,6 +200,9 @@ def bench(
     setup_logging(verbose, console)
     if not suite.is_dir():
         raise fail(f"{suite}: not a folder", 2)
+    refused = refuse_budget(budget_seconds, "--budget-seconds")
+    if refused:
+        raise fail(refused, 2)
     try:
         chosen = choose_backend(backend)
         devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []

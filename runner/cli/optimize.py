@@ -16,11 +16,12 @@ from runner.contract import Backend, SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
 from runner.harness.evaluator import HarnessConfig
 from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
-from runner.pipeline import make_proposers, optimize_problem
+from runner.pipeline import TRACE_FILE, make_proposers, optimize_problem
+from runner.search.deadline import refuse_budget
 
 log = logging.getLogger(__name__)
 
-EXIT_RAN, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+EXIT_RAN, EXIT_BROKEN, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_STATUS = {  # docs/search.md repeats this table (tests/runner/cli/test_optimize.py keeps them equal)
     EXIT_RAN: "the search ran, improved or not (result.json says which)",
     EXIT_BROKEN: "the problem or the machine is broken",
@@ -35,6 +36,8 @@ file marks several, or any other class), or a KernelBench file (class Model, get
 DIR gets trace.jsonl (the same command again resumes from it), report.md, result.json and, when a verified kernel
 beats the faster of eager and torch.compile, the kernel, fusebot.h, dropin.py, test_dropin.py and reference.py.
 Progress goes to stderr (a live line on a terminal, log lines elsewhere); the outcome goes to stdout.
+--wall-seconds bounds the whole run; its split (search, then confirmation) is announced at the start. Ctrl-C stops
+the search (exit status 130): the same command resumes it from DIR/trace.jsonl.
 
 \b
 Exit status:
@@ -59,7 +62,9 @@ def optimize(
     beam: Annotated[int, typer.Option(min=1, metavar="N", help="Best verified kernels shown to the next "
                                       "round.")] = 3,
     max_repairs: Annotated[int, typer.Option(min=0, metavar="N", help="Repairs of a rejected candidate.")] = 4,
-    wall_seconds: Annotated[float, typer.Option(metavar="S", help="Budget: wall-clock seconds.")] = 1800.0,
+    wall_seconds: Annotated[float, typer.Option(metavar="S", help="Budget for the whole run, in wall-clock seconds: "
+                                                "capture and baselines, the search and the confirmation of its "
+                                                "finalists all end within it.")] = 1800.0,
     gpu_seconds: Annotated[float | None, typer.Option(metavar="S", help="Budget: seconds spent in the "
                                                       "harness.")] = None,
     tokens: Annotated[int | None, typer.Option(metavar="N", help="Budget: LLM tokens (prompt + completion).")] = None,
@@ -79,6 +84,9 @@ def optimize(
 ) -> None:
     console = stderr_console()
     setup_logging(verbose, console)
+    refused = refuse_budget(wall_seconds, "--wall-seconds")
+    if refused:
+        raise fail(refused, EXIT_USAGE)
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations, beam=beam,
                           max_repairs=max_repairs, wall_seconds=wall_seconds, gpu_seconds=gpu_seconds, tokens=tokens,
                           candidates=candidates)
@@ -96,6 +104,8 @@ def optimize(
         raise fail(f"problem: {e}", EXIT_BROKEN) from None
     except MachineError as e:
         raise fail(f"machine: {e}", EXIT_BROKEN) from None
+    except KeyboardInterrupt:
+        raise fail(f"interrupted: the same command resumes from {out / TRACE_FILE}", EXIT_INTERRUPTED) from None
     typer.echo(("improved: " if o.improved else "no improvement: ") + o.message)
     typer.echo(f"results in {out}/ (report.md, result.json{', dropin.py' if o.improved else ''})")
 

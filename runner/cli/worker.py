@@ -35,6 +35,7 @@ from runner.cli.worker_settings import WorkerSettings
 from runner.contract import Job, JobResult, Progress
 from runner.errors import UsageError
 from runner.harness import bwrap
+from runner.search.deadline import Cancelled
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,10 @@ class Heartbeat:
         self.latest = Progress(message="started")
         self.cancelled = threading.Event()
         self.lost = threading.Event()
+        self.stopping = threading.Event()  # either: every search of the job stops at once (runner/pipeline.py run_job)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id[:8]}", daemon=True)
+        self.report = Report(self)
 
     def beat(self) -> None:
         try:
@@ -96,9 +99,11 @@ class Heartbeat:
         if r.status_code == 409:
             log.warning("job %s: lease lost", self.job_id)
             self.lost.set()
+            self.stopping.set()
         elif r.status_code == 200 and r.json().get("state") == "cancelled":
-            log.info("job %s was cancelled", self.job_id)
+            log.info("job %s was cancelled: stopping every evaluation", self.job_id)
             self.cancelled.set()
+            self.stopping.set()
         elif r.status_code != 200:
             log.warning("heartbeat for job %s: HTTP %d", self.job_id, r.status_code)
 
@@ -117,11 +122,23 @@ class Heartbeat:
         self._stop.set()
         self._thread.join(self.interval + 5)
 
-    def report(self, progress: Progress) -> None:
-        """The `progress` callback handed to run_job; raises JobStopped once the job must stop."""
+    def note(self, progress: Progress) -> None:
+        """Keep the latest progress for the next beat; raise JobStopped once the job must stop."""
         self.latest = progress
         if self.cancelled.is_set() or self.lost.is_set():
             raise JobStopped("cancelled" if self.cancelled.is_set() else "lease lost")
+
+
+class Report:
+    """The `progress` callback handed to run_job. It carries `cancel`, the event the heartbeat sets when the job is
+    cancelled or its lease lost: run_job's searches watch it, so no proposer call or candidate process starts after
+    it and the evaluations in flight are cut off (runner/search/cutoff.py)."""
+
+    def __init__(self, heartbeat: Heartbeat) -> None:
+        self.heartbeat, self.cancel = heartbeat, heartbeat.stopping
+
+    def __call__(self, progress: Progress) -> None:
+        self.heartbeat.note(progress)
 
 
 def safe_extract(tarball: Path, dest: Path) -> None:
@@ -236,7 +253,7 @@ class Worker:
                         raise JobStopped("lease lost")
                     if hb.cancelled.is_set():
                         raise JobStopped("cancelled")
-            except JobStopped as e:
+            except (JobStopped, Cancelled) as e:
                 log.info("job %s stopped: %s", job.id, e)
                 return
             except WorkerStopping:

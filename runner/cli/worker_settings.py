@@ -22,7 +22,7 @@ class WorkerSettings(BaseSettings):
     name: str = Field(default_factory=lambda: os.uname().nodename)
     gpu_index: int | None = Field(default=None, ge=0)
     poll_seconds: Annotated[float, Field(gt=0)] = 5.0
-    heartbeat_seconds: Annotated[float, Field(gt=0)] = 15.0
+    heartbeat_seconds: Annotated[float, Field(gt=0)] = 2.0  # also how soon a cancel is heard: stop within 5 s
     upload_retry_seconds: Annotated[float, Field(gt=0)] = 300.0  # keep trying to hand in a result this long
     work_dir: Path | None = None  # default: a temporary directory per job
     alive_file: Path | None = None  # touched on every poll and every heartbeat: the container's health check reads it

@@ -15,9 +15,11 @@ time (runner.harness.measure) and confirm (runner.harness.confirm).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +31,14 @@ from runner.harness.config import HarnessConfig, scratch_root
 from runner.harness.contestants import Contestants
 from runner.harness.measure import measure, score, time_candidate, warn_if_degenerate
 from runner.harness.plan import Seeds, trial_plan
+from runner.harness.prebuild import Prebuilds
 from runner.harness.procs.process import Worker
 from runner.harness.reference import Reference
 from runner.harness.trials import verify
 
 __all__ = ["Evaluator", "HarnessConfig", "default_backend"]
+
+CUT_OFF = "cut off: the evaluation was aborted (the budget ran out, or the job was cancelled)"
 
 
 def default_backend() -> str:
@@ -89,6 +94,9 @@ class Evaluator:
         self.contestants = Contestants(self.problem, self.device, self.config, self.seeds, self.workdir,
                                        self.cache_dir)
         self._cuda_arch: str | None = None
+        self._generation = self._aborted_generation = 0  # evaluate_many calls so far; the last one aborted
+        self._ahead = Prebuilds(os.cpu_count() or 1) if self.backend == "cuda" else None
+        self._live: list[Run] = []
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -99,6 +107,8 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
         self.reference.close()
         if self._own_workdir and not self.config.keep_workdirs:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -144,11 +154,44 @@ class Evaluator:
         """Build every candidate in parallel, start and load every candidate's process in parallel, and only when
         all are loaded verify and time them one at a time: no process start, import or CUDA warm-up overlaps a
         measurement, and the process start (most of the harness's time per candidate) is paid once per batch."""
+        self._generation += 1
+        gen = self._generation
+        if self._ahead is not None:
+            self._ahead.wait(candidates)
         builds = builder.build_many(candidates, cuda_arch=self.cuda_arch(), cache_dir=self.cache_dir / "build")
+        if self._aborted_generation >= gen:  # aborted while building: no candidate process is started
+            return [Run(c, Verdict(candidate_id=c.id, problem=self.problem.name, accepted=False, stage="build",
+                                   reasons=[CUT_OFF])).finish() for c in candidates]
         runs = [self._begin(c, builds.get(c.id), tag="main") for c in candidates]
-        for r in runs:
-            self._loaded(r, runs)
-        return [self._complete(r, runs) for r in runs]
+        self._live = runs
+        try:
+            for r in runs:
+                self._loaded(self._unless_aborted(r, gen), runs)
+            return [self._complete(self._unless_aborted(r, gen), runs) for r in runs]
+        finally:
+            self._live = []
+
+    def prebuild(self, candidates: list[Candidate]) -> None:
+        """Start building these candidates now, ahead of their evaluation (runner/harness/prebuild.py; CUDA only)."""
+        if self._ahead is not None:
+            self._ahead.start(candidates, lambda c: builder.build(c, cuda_arch=self.cuda_arch(),
+                                                                  cache_dir=self.cache_dir / "build"))
+
+    def abort(self) -> None:
+        """Cut off the `evaluate_many` in flight (called from another thread: the budget ran out, or the job was
+        cancelled): every candidate process of it is killed, and no other is started (a build in flight finishes,
+        then nothing runs); their verdicts say so. The next `evaluate_many`, and `confirm`, run normally."""
+        self._aborted_generation = self._generation
+        for r in list(self._live):
+            if r.worker is not None:
+                r.worker.kill()
+
+    def _unless_aborted(self, r: Run, gen: int) -> Run:
+        if self._aborted_generation >= gen and r.worker is not None:
+            r.worker.close()
+            r.worker = None
+            r.verdict.reasons.append(CUT_OFF)
+        return r
 
     def evaluate(self, candidate: Candidate, _build: builder.BuildOutput | None = None) -> Verdict:
         r = self._begin(candidate, _build, tag="main")
@@ -235,10 +278,12 @@ class Evaluator:
         finally:
             worker.close()
 
-    def confirm(self, candidate: Candidate, rounds: int = 5) -> Verdict:
+    def confirm(self, candidate: Candidate, rounds: int = 5,
+                on_round: Callable[[int, float, float, float | None], bool] | None = None) -> Verdict:
         """Re-verify `candidate` in a fresh process, then time it and both baselines in alternating rounds
         (runner.harness.confirm). The returned verdict's timing and baselines pool every round's samples;
-        `confirmation` keeps each round's medians and speedups."""
+        `confirmation` keeps each round's medians and speedups. `on_round(n, candidate_ms, eager_ms, compile_ms)` hears of
+        each round's medians as it ends; False stops the rounds there (the budget is spent)."""
         run = self._begin(candidate, None, tag="confirm")
         self._loaded(run)
         verdict, worker = run.verdict, run.worker
@@ -264,6 +309,10 @@ class Evaluator:
                     return run.finish()
                 cand.append(timing)
                 rounds_b.append(self.reference.measure_baselines(f"confirm{r}"))
+                b = rounds_b[-1]
+                if on_round is not None and not on_round(
+                        r + 1, timing.median_ms, b.eager.median_ms, b.compile.median_ms if b.compile else None):
+                    break
         finally:
             worker.close()
         timing, baselines, verdict.confirmation = confirming.confirmation(cand, rounds_b)

@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
@@ -139,8 +139,13 @@ class DeviceEvaluator:
     def evaluate(self, candidate: Candidate) -> Verdict:
         return name_device(self._run("evaluate", candidate), self.label)
 
-    def confirm(self, candidate: Candidate, rounds: int = 5) -> Verdict:
-        return name_device(self._run("confirm", candidate, rounds), self.label)
+    def confirm(self, candidate: Candidate, rounds: int = 5, on_round: Callable | None = None) -> Verdict:
+        """The rounds run in the device's process: `on_round` hears of them when they are all done."""
+        v = name_device(self._run("confirm", candidate, rounds), self.label)
+        c = v.confirmation
+        for n, cand_ms in enumerate(c.candidate_ms if c and on_round else [], 1):
+            on_round(n, cand_ms, c.eager_ms[n - 1], c.compile_ms[n - 1] if n <= len(c.compile_ms) else None)
+        return v
 
     def reference_source(self) -> str:
         return self._run("reference_source")
@@ -219,8 +224,14 @@ class DeviceSet:
     def evaluate(self, candidate: Candidate) -> Verdict:
         return self.evaluate_many([candidate])[0]
 
-    def confirm(self, candidate: Candidate, rounds: int = 5) -> Verdict:
-        return self.first.confirm(candidate, rounds=rounds)
+    def confirm(self, candidate: Candidate, rounds: int = 5, on_round: Callable | None = None) -> Verdict:
+        return self.first.confirm(candidate, rounds=rounds, on_round=on_round)
+
+    def abort(self) -> None:
+        """Cut off the evaluation in flight on every device whose evaluator can be (an in-process one)."""
+        for ev in self.evaluators.values():
+            if hasattr(ev, "abort"):
+                ev.abort()
 
     def reference_source(self) -> str:
         return self.first.reference_source()

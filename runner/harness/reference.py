@@ -10,6 +10,7 @@ from pathlib import Path
 
 from runner.contract import Baselines, Environment, ProblemSpec, Roofline, Timing
 from runner.errors import MachineError, ProblemError
+from runner.harness.baseline_cache import baseline_key, cached_baselines
 from runner.harness.config import HarnessConfig, timing_cores, worker_env
 from runner.harness.plan import Seeds
 from runner.harness.procs.process import Limits, Worker, WorkerDied
@@ -94,8 +95,11 @@ class Reference:
                          compile_error=reply.get("compile_error"))
 
     def baselines(self) -> Baselines:
+        """Measured once per problem, device, torch version and inputs (runner.harness.baseline_cache)."""
         if self._baselines is None:
-            self._baselines = self.measure_baselines("baselines")
+            self.start()
+            self._baselines = cached_baselines(self.cache_dir, baseline_key(self.problem, self.info, self.config),
+                                               lambda: self.measure_baselines("baselines"))
         return self._baselines
 
     def bandwidth(self) -> tuple[float, str]:

@@ -13,13 +13,22 @@ PyTorch in the user's own module are a smaller change to review than a kernel, a
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.contract import Candidate, Progress, Verdict, faster_baseline
 from runner.harness.confirm import EXTREMES, MIN_EFFECT, agreeing, margin, spread, won_every_round
+from runner.search.deadline import Cancelled, Deadline
 from runner.search.loop import SearchResult
 from runner.search.types import Attempt
+
+log = logging.getLogger(__name__)
+
+# Under a deadline, a finalist's confirmation still runs this many rounds: a claim needs rounds that agree (one round
+# has no spread to judge), whatever the budget says.
+MIN_CONFIRM_ROUNDS = 2
 
 KERNEL, REWRITE = "kernel", "rewrite"
 REWRITE_LABEL = "PyTorch rewrite"
@@ -39,19 +48,62 @@ def finalists(result: SearchResult) -> tuple[Attempt | None, Attempt | None]:
 
 
 def confirm_finalists(result: SearchResult, evaluator: object, rounds: int,
-                      progress: Callable[[Progress], None] | None = None) -> tuple[Verdict | None, Verdict | None]:
+                      progress: Callable[[Progress], None] | None = None,
+                      deadline: Deadline | None = None) -> tuple[Verdict | None, Verdict | None]:
     """Each finalist timed again against both baselines in alternating rounds (Evaluator.confirm): the fastest of many
-    noisy measurements is partly the luckiest. (None, None) for an evaluator that cannot confirm."""
+    noisy measurements is partly the luckiest. (None, None) for an evaluator that cannot confirm. Each round is
+    reported as it ends. Under a `deadline` the faster finalist goes first, the finalists share the time left, a
+    finalist's rounds stop (after MIN_CONFIRM_ROUNDS) when the next would not fit in its share, and the slower
+    finalist is not confirmed (None) when less time is left than the faster one's confirmation took."""
     confirm = getattr(evaluator, "confirm", None)
-    out: list[Verdict | None] = []
-    for what, a in zip((KERNEL, REWRITE), finalists(result), strict=True):
-        if confirm is None or a is None or a.candidate is None:
-            out.append(None)
-            continue
+    todo = [(what, a) for what, a in zip((KERNEL, REWRITE), finalists(result), strict=True)
+            if confirm is not None and a is not None and a.candidate is not None]
+    todo.sort(key=lambda x: x[1].median_ms if x[1].median_ms is not None else float("inf"))  # the faster first
+    out: dict[str, Verdict] = {}
+    took_s = 0.0  # what the previous finalist's confirmation took
+    for k, (what, a) in enumerate(todo):
+        if deadline is not None and deadline.cancelled():
+            break
+        if deadline is not None and k and deadline.left_s() < took_s:
+            log.info("the best %s is not confirmed: %.0f s of the budget are left, and confirming the best %s took "
+                     "%.0f s", what, max(0.0, deadline.left_s()), todo[k - 1][0], took_s)
+            break
+        started_s = deadline.elapsed_s() if deadline is not None else 0.0
         if progress:
             progress(result.progress.model_copy(update={"message": f"confirming the best {what} against the baselines"}))
-        out.append(confirm(a.candidate, rounds=rounds))
-    return out[0], out[1]
+        end_s = None if deadline is None else deadline.elapsed_s() + max(0.0, deadline.left_s()) / (len(todo) - k)
+        reporter = _RoundReporter(what, rounds, result.progress, progress, deadline, end_s)
+        takes = "on_round" in inspect.signature(confirm).parameters  # type: ignore[arg-type]
+        out[what] = confirm(a.candidate, rounds=rounds, **({"on_round": reporter} if takes else {}))  # type: ignore[misc]
+        took_s = deadline.elapsed_s() - started_s if deadline is not None else 0.0
+    if deadline is not None and deadline.cancelled():
+        raise Cancelled("cancelled during the confirmation")
+    return out.get(KERNEL), out.get(REWRITE)
+
+
+class _RoundReporter:
+    """Logs (and shows as progress) each confirmation round as it ends; says whether another round fits in the
+    finalist's share of the deadline (`end_s`, seconds from the deadline's start), at the seconds per round so far."""
+
+    def __init__(self, what: str, rounds: int, base: Progress, progress: Callable[[Progress], None] | None,
+                 deadline: Deadline | None, end_s: float | None):
+        self.what, self.rounds, self.base, self.progress, self.deadline, self.end_s = \
+            what, rounds, base, progress, deadline, end_s
+        self.start_s = deadline.elapsed_s() if deadline is not None else 0.0
+
+    def __call__(self, n: int, candidate_ms: float, eager_ms: float, compile_ms: float | None) -> bool:
+        line = (f"confirming the best {self.what}: round {n}/{self.rounds}: {candidate_ms:.4g} ms against eager "
+                f"{eager_ms:.4g} ms" + (f", torch.compile {compile_ms:.4g} ms" if compile_ms is not None else ""))
+        log.info("%s", line)
+        if self.progress:
+            self.progress(self.base.model_copy(update={"message": line}))
+        d = self.deadline
+        if d is not None and d.cancelled():
+            return False
+        if d is None or self.end_s is None or n < MIN_CONFIRM_ROUNDS:
+            return True
+        now_s = d.elapsed_s()
+        return now_s + (now_s - self.start_s) / n <= self.end_s
 
 
 @dataclass

@@ -150,14 +150,16 @@ def _threads(figures: dict) -> str:
 
 
 def stated(root: Path, kernels_dir: str, folder: str, problem: str, verdict: Verdict,
-           check: DropinCheck | None, *, backend: str) -> tuple[Verdict, bool, str]:
+           check: DropinCheck | None, *, backend: str, timeout_s: float | None = None) -> tuple[Verdict, bool, str]:
     """The verdict a PR states, its figures its own bench script's (run here, in the scratch copy `root` holding the PR's
     files), whether they hold the claim, and what they say (`assessment`). The harness's figures stay in a
     warning. On CUDA the harness's timer (a lead behind the flush, the paired sync) and the script's differ: on
     the H100 a 7 us module measured 0.78x over torch.compile in the harness and 0.72x in its script, and the
     script is what a reader runs and what `/fusebot benchmark` re-runs."""
     before = set(root.iterdir())
-    figures = run_bench_script(root, kernels_dir, folder, processes=processes_for(backend))
+    processes = processes_for(backend)
+    figures = run_bench_script(root, kernels_dir, folder, processes=processes,
+                               timeout_s=min(BENCH_TIMEOUT_S, timeout_s / processes) if timeout_s else BENCH_TIMEOUT_S)
     for made in set(root.iterdir()) - before:  # its figures file and caches (home, temporary files, compilers'):
         shutil.rmtree(made) if made.is_dir() and not made.is_symlink() else made.unlink()  # not the PR's
     if not isinstance(figures, dict):

@@ -303,9 +303,10 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                   kernels_dir: str = DEFAULT_KERNELS_DIR, file: str | None = None,
                   reference_text: str | None = None, check_env: dict[str, str] | None = None,
                   change: str = KERNEL, choice: str = "", margin: float | None = None,
-                  rewrite: Attempt | None = None) -> TargetResult:
+                  rewrite: Attempt | None = None, timeout_s: float | None = None) -> TargetResult:
     """The TargetResult of one searched target. An improved result's files are written under `root` (a scratch copy
     of the repository) and its generated test is run there; if that check fails the result is not improved.
+    `timeout_s`: what is left of the target's budget for that check and the bench script (default: their own).
     `change`, `choice`, `margin`, `rewrite`: what the outcome chose and why (runner.results.outcome.proposal)."""
     base = {"target": spec.name, "verdict": verdict, "trace_markdown": trace_markdown, "file": file,
             "class_name": spec.class_name}
@@ -325,7 +326,8 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
                          extra=extra)
     write_files(root / kernels_dir, files)
-    check = check_dropin(root, kernels_dir, spec.name, env=check_env)
+    check = check_dropin(root, kernels_dir, spec.name, env=check_env,
+                         **({"timeout_s": min(timeout_s, CHECK_TIMEOUT_S)} if timeout_s else {}))
     if not check.passed:
         log.warning("%s: the generated drop-in failed its own check: %s", spec.name, "; ".join(check.reasons))
         return TargetResult(improved=False, dropin_check=check, **base,
@@ -333,7 +335,7 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                                     f"test ({'; '.join(check.reasons)}); no kernel is proposed")
     if candidate.backend == "cuda":  # the figures the PR states are its bench script's (runner/results/figures.py)
         verdict, holds, why = stated(root, kernels_dir, slug(spec.name), spec.name, verdict, check,
-                                     backend=candidate.backend)
+                                     backend=candidate.backend, timeout_s=timeout_s)
         base["verdict"] = verdict
         message = f"{message}; its bench script, run here: {why}"
         if not holds:

@@ -5,16 +5,24 @@ device: an evaluator over several GPUs shares the chunk among them, runner/harne
 already in the trace is read back, never redone; every verdict is counted once against the budgets and the progress,
 and each candidate becomes an attempt of the archive. The wall and GPU budgets are checked between chunks, and after
 the first chunk each holds only as many candidates as the remaining wall budget fits at the seconds per candidate seen
-so far.
+so far. Under a deadline (runner/search/deadline.py) a chunk still running when it is over is cut off
+(runner/search/cutoff.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from runner.contract import Candidate, Progress, SearchBudget, Verdict
+from runner.search.cutoff import evaluate_until
+from runner.search.deadline import Cancelled, Deadline
 from runner.search.trace import Trace, candidate_key
 from runner.search.types import Attempt, BudgetExhausted, History, Idea, Proposer, Session
+
+# What the confirmation of the finalists costs, in candidate evaluations: each is a fresh process, verified again and
+# timed in rounds beside both baselines (about one evaluation for the kernel and one for a PyTorch rewrite).
+CONFIRM_EVALUATIONS = 2.0
 
 
 class Evaluation:
@@ -36,10 +44,19 @@ class Evaluation:
     _eval_seconds: float
     _eval_count: int
     on_progress: Callable[[Progress], None]
+    deadline: Deadline | None
 
     # ---- budget ----------------------------------------------------------------------------------------------
     def _check_time(self) -> None:
         b = self.budget
+        d = self.deadline
+        if d is not None and d.cancelled():
+            raise Cancelled("cancelled")
+        if d is not None and d.left_s() <= 0:
+            raise BudgetExhausted("wall", f"the search's share of the budget ({d.seconds:.1f} s) is spent")
+        if d is not None and d.left_s() + d.after_s <= CONFIRM_EVALUATIONS * self._seconds_per_candidate():
+            raise BudgetExhausted("wall", f"{d.left_s() + d.after_s:.1f} s of the budget are left, what confirming "
+                                  "the finalists takes at the seconds per candidate seen")
         if self.trace.elapsed_s() >= b.wall_seconds:
             raise BudgetExhausted("wall", f"{self.trace.elapsed_s():.1f} s of {b.wall_seconds} s")
         if b.gpu_seconds is not None and self.gpu_seconds >= b.gpu_seconds:
@@ -84,9 +101,10 @@ class Evaluation:
                     break
             chunk = todo[start : start + self._chunk_size()]
             start += len(chunk)
-            t0 = self.trace.elapsed_s()
-            verdicts = self.evaluator.evaluate_many([c for _, (_, c) in chunk])
-            self._eval_seconds += self.trace.elapsed_s() - t0
+            now = self.deadline.clock if self.deadline is not None else self.trace.elapsed_s  # (a test's fake clock)
+            t0 = now()
+            verdicts = evaluate_until(self.evaluator, [c for _, (_, c) in chunk], self.deadline)
+            self._eval_seconds += now() - t0
             self._eval_count += len(chunk)
             for (k, (proposer, c)), v in zip(chunk, verdicts, strict=True):
                 self.cache[k] = v
@@ -111,6 +129,20 @@ class Evaluation:
             raise stop
         return attempts
 
+    def _prebuild(self, fut: Future) -> None:
+        """An answer's candidates go to the evaluator's builds as soon as it arrives, on the proposer's thread, while
+        the harness is still timing the chunk before (an evaluator that builds ahead: runner/harness/prebuild.py)."""
+        prebuild = getattr(self.evaluator, "prebuild", None)
+        if prebuild is None or fut.cancelled() or fut.exception() is not None:
+            return
+        value = fut.result()
+        candidates = [c for c in (value if isinstance(value, list) else [value]) if isinstance(c, Candidate)]
+        if candidates:
+            prebuild(candidates)
+
+    def _seconds_per_candidate(self) -> float:
+        return self._eval_seconds / self._eval_count if self._eval_count else 0.0
+
     def _chunk_size(self) -> int:
         """As many candidates as the remaining wall budget holds at the seconds per candidate seen so far (at least
         one per device the evaluator spreads a chunk over, at most `chunk`): on a 7 GB problem one candidate costs
@@ -123,6 +155,8 @@ class Evaluation:
             return chunk
         per_candidate_s = self._eval_seconds / self._eval_count
         left_s = self.budget.wall_seconds - self.trace.elapsed_s()
+        if self.deadline is not None:
+            left_s = min(left_s, self.deadline.left_s())
         return max(lanes, min(chunk, int(left_s // max(per_candidate_s, 1e-6))))
 
     def _account(self, key: str) -> Verdict:

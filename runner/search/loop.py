@@ -7,11 +7,10 @@
         every proposer gives its share of ideas, then implementations of each idea, each call on the proposer's own
         worker threads (as many at once as it declares), all of them concurrently
         candidates queue as they arrive; the harness evaluates them (this thread) while calls are still in flight
-        a rejected candidate goes back to its proposer for repair as soon as its verdict is in, up to
-        `max_repairs` times
+        a rejected candidate goes back to its proposer for repair as soon as its verdict is in (`max_repairs` times)
         the beam keeps the fastest verified kernels; they are what the next round's prompts show
-    stop on budget (wall seconds, harness seconds, tokens, candidates), after the last round, or when a round
-    (from the second on) does not improve the best time.
+    stop on budget (wall seconds, harness seconds, tokens, candidates, a deadline), after the last round, or when a
+    round (from the second on) does not improve the best time.
 
 Every call of a round sees the same snapshot of the history, taken when the round (or its builtin phase) starts and
 put in a canonical order, so prompts do not depend on which answer came first and a resumed search rebuilds them
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.contract import Candidate, Progress, SearchBudget, Verdict
+from runner.search.cutoff import POLL_S
+from runner.search.deadline import Deadline
 from runner.search.evaluation import Evaluation
 from runner.search.pool import Credit, Workers, concurrency, is_remote, shares
 from runner.search.trace import Replay, Trace, candidate_key
@@ -104,12 +105,11 @@ class _Ready:
 
 
 class _Search(Evaluation):
-    def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s):
+    def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s, deadline):
         self.ctx, self.evaluator, self.budget, self.min_gain = ctx, evaluator, budget, min_gain
-        self.chunk = max(1, chunk or os.cpu_count() or 1)
-        self.gather_s = gather_s
-        self._eval_seconds = 0.0  # spent in the evaluator on fresh candidates, and how many
-        self._eval_count = 0
+        self.deadline: Deadline | None = deadline
+        self.chunk, self.gather_s = max(1, chunk or os.cpu_count() or 1), gather_s
+        self._eval_seconds, self._eval_count = 0.0, 0  # spent in the evaluator on fresh candidates, and how many
         self.proposers: list[tuple[Proposer, float]] = [p if isinstance(p, tuple) else (p, 1.0) for p in proposers]
         self.on_progress = progress or (lambda p: None)
         replay = Replay.load(trace_path)
@@ -142,8 +142,7 @@ class _Search(Evaluation):
         self.workers: dict[str, tuple[Workers, int]] = {}
         self.pending: dict[Future, tuple[str, Proposer, Any, int]] = {}
         self.ready: list[_Ready] = []
-        self._ready_since = 0.0
-        self._seq = 0
+        self._ready_since, self._seq = 0.0, 0
         started = "resume" if (replay.answers or replay.verdicts) else "start"
         self.trace.write(started, problem=ctx.name, backend=ctx.backend, context=ctx.model_dump(),
                          budget=budget.model_dump(),
@@ -177,10 +176,11 @@ class _Search(Evaluation):
             self.tokens_spent = self.tokens_spent or e
             return
         if p.name not in self.workers:
-            size = concurrency(p)
-            self.workers[p.name] = (Workers(size, f"proposer-{_slug(p.name)}"), size)
+            self.workers[p.name] = (Workers(concurrency(p), f"proposer-{_slug(p.name)}"), concurrency(p))
         self._seq += 1
-        self.pending[self.workers[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
+        self.pending[fut := self.workers[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
+        if kind in ("implement", "repair"):  # its candidates build while the harness times the chunk before
+            fut.add_done_callback(self._prebuild)
 
     def _handle(self, fut: Future, seen: History) -> None:
         kind, p, tag, _ = self.pending.pop(fut)
@@ -226,6 +226,8 @@ class _Search(Evaluation):
         until the oldest queued candidate has waited `gather_s`)."""
         if block and self.pending:
             timeout = None if not self.ready else max(0.0, self._ready_since + self.gather_s - time.monotonic())
+            if self.deadline is not None:  # a cancel or the deadline is noticed while a model is still thinking
+                timeout = POLL_S if timeout is None else min(timeout, POLL_S)
             wait(list(self.pending), timeout=timeout, return_when=FIRST_COMPLETED)
         for fut in sorted((f for f in self.pending if f.done()), key=lambda f: self.pending[f][3]):
             self._handle(fut, seen)
@@ -243,6 +245,8 @@ class _Search(Evaluation):
         for p, k in group:
             self._submit("ideas", p, p.ideas, self.ctx, seen, k, tag=k)
         while self.pending or self.ready:
+            if self.deadline is not None:
+                self._check_time()
             self._harvest(seen, block=not self._due())
             if not self._due():
                 continue
@@ -324,6 +328,7 @@ class _Search(Evaluation):
                 self.round = rnd
                 self.progress.round = self.round
                 self._check()
+                self.on_progress(self.progress.model_copy())  # the round shows as it starts, not after its first chunk
                 if not self._live():
                     stop = "no proposer left"
                     break
@@ -381,11 +386,14 @@ def search(
     min_gain: float = 0.01,
     chunk: int | None = None,
     gather_s: float = 1.0,
+    deadline: Deadline | None = None,
 ) -> SearchResult:
     """Run (or resume, if `trace_path` holds a killed run of the same search) the search; never raises for a bad
     candidate or a bad answer. `proposers` are proposers or (proposer, share) pairs; shares split each round's ideas.
     Candidates go to the evaluator as they arrive, up to `chunk` at a time (default: one per core, as many as build
     in parallel): a chunk goes when it is full, when no call is still in flight, or when its first candidate has
     waited `gather_s` seconds for others to build beside it. Each chunk's verdicts reach the trace before the next
-    starts. A round counts as improving when its best is faster than the best so far by more than `min_gain`."""
-    return _Search(ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s).run()
+    starts. A round counts as improving when its best is faster than the best so far by more than `min_gain`. A
+    `deadline` (runner/search/deadline.py) ends it when over, cutting off the chunk in evaluation (cancelled: raises
+    `Cancelled`)."""
+    return _Search(ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s, deadline).run()

@@ -60,7 +60,7 @@ def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeyp
     job = Job(id="j1", repo="o/r", sha="0" * 40, targets=[
         TargetSpec(name="chain", file="models/chain.py", class_name="Model"),
         TargetSpec(name="broken", file="models/broken.py", class_name="Model"),
-    ], budget=SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=1, wall_seconds=120))
+    ], budget=SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=1, wall_seconds=3600))
     seen = []
     result = run_job(job, src, seen.append, proposers=[(OneKernel(), 1.0)], backend="cpu")
     assert result.ok and result.job_id == "j1"
@@ -139,7 +139,7 @@ def test_targets_are_searched_at_once_one_per_device(tmp_path, monkeypatch):
     job = Job(id="j2", repo="o/r", sha="0" * 40, targets=[
         TargetSpec(name="chain", file="models/chain.py", class_name="Model"),
         TargetSpec(name="chain2", file="models/chain2.py", class_name="Model"),
-    ], budget=SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=2, wall_seconds=60))
+    ], budget=SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=2, wall_seconds=3600))
     seen = []
     result = run_job(job, src, seen.append, backend="cpu", gpus=[0, 1],
                      proposer_pools=[[(FakeKernels(), 1.0)], [(FakeKernels(), 1.0)]])

@@ -1,0 +1,73 @@
+"""One chunk of candidates evaluated under a deadline: cut off when the budget runs out or the work is cancelled.
+
+    verdicts = evaluate_until(evaluator, candidates, deadline)   # raises BudgetExhausted / Cancelled when cut off
+
+The evaluator runs on a thread of its own while this one watches the deadline. When it is over, the evaluator's
+`abort()` (runner/harness/evaluator.py: kills the candidates' processes, starts no new one) ends the chunk; the chunk's
+verdicts are dropped (nothing of it is archived or traced: a resumed search evaluates it again), and the search stops.
+The time a cut-off chunk took is the budget's, not added on after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from runner.contract import Candidate, Verdict
+from runner.search.deadline import Cancelled, Deadline
+from runner.search.types import BudgetExhausted
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.05  # how often the deadline is looked at while a chunk runs
+# how long an aborted chunk is waited for before the search goes on without it: with the worker's 2 s heartbeat, a
+# cancelled job stops within 5 s
+GRACE_S = 2.5
+
+
+def evaluate_until(evaluator: Any, candidates: list[Candidate], deadline: Deadline | None, *, poll_s: float = POLL_S,
+                   grace_s: float = GRACE_S) -> list[Verdict]:
+    """`evaluator.evaluate_many(candidates)`, cut off when `deadline` is over (cancelled, or no time left)."""
+    if deadline is None:
+        return evaluator.evaluate_many(candidates)
+    if deadline.over():
+        raise _why(deadline, 0)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["verdicts"] = evaluator.evaluate_many(candidates)
+        except BaseException as e:  # noqa: BLE001 - handed back to the search's thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="evaluate", daemon=True).start()
+    try:
+        while not done.wait(poll_s):
+            if deadline.over():
+                _abort(evaluator, done, grace_s)
+                raise _why(deadline, len(candidates))
+    except KeyboardInterrupt:  # Ctrl-C: nothing of the chunk outlives the search
+        _abort(evaluator, done, 0.0)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["verdicts"]
+
+
+def _abort(evaluator: Any, done: threading.Event, grace_s: float) -> None:
+    abort = getattr(evaluator, "abort", None)
+    if abort is not None:
+        abort()
+    if grace_s and not done.wait(grace_s):
+        log.warning("the evaluation did not stop within %.0f s of its abort; going on without it", grace_s)
+
+
+def _why(deadline: Deadline, n: int) -> Exception:
+    cut = f"; {n} candidate(s) in evaluation cut off" if n else ""
+    if deadline.cancelled():
+        return Cancelled(f"cancelled{cut}")
+    return BudgetExhausted("wall", f"{deadline.elapsed_s():.1f} s of {deadline.seconds:g} s{cut}")

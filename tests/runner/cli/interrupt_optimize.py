@@ -1,0 +1,59 @@
+"""`fusebot optimize` as a user runs it, for the Ctrl-C test: the real command line, with the harness replaced by a
+fake whose evaluation never ends (so the SIGINT lands mid-search) and a scripted proposer.
+
+    python -m tests.runner.cli.interrupt_optimize OUT_DIR READY_FILE
+
+READY_FILE is written when the first chunk is in evaluation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from pathlib import Path
+
+from runner.cli import optimize
+from runner.contract import Environment
+from tests.fakes.evaluators import TableEvaluator
+from tests.runner.search.test_loop import Scripted
+
+
+class Endless(TableEvaluator):
+    def __init__(self, ready: Path):
+        super().__init__()
+        self.ready, self.aborted = ready, threading.Event()
+
+    def reference_source(self) -> str:
+        return "class Model: ..."
+
+    def roofline(self):
+        return None
+
+    def environment(self, confinement=None):
+        return Environment(device="cpu", torch="x", python="x", fusebot="x")
+
+    def evaluate_many(self, candidates):
+        self.ready.write_text("evaluating\n")
+        self.aborted.wait()
+        return []
+
+    def abort(self) -> None:
+        self.aborted.set()
+
+
+def main() -> None:
+    out, ready = sys.argv[1], Path(sys.argv[2])
+
+    @contextlib.contextmanager
+    def fake_evaluators(*args, **kwargs):
+        yield Endless(ready)
+
+    optimize.device_evaluators = fake_evaluators
+    optimize.make_proposers = lambda models, builtin=True: [Scripted("a", lambda r, k, j: "ms=1")]
+    optimize.optimize_app(["examples/row_gain.py", "--out", out, "--backend", "cpu", "--wall-seconds", "3600"],
+                          prog_name="fusebot optimize")
+
+
+if __name__ == "__main__":
+    main()
