@@ -41,7 +41,7 @@ LABEL = "optimize-kernels"
 MAINTAINER = "maintainer"  # who labels the PR: write access
 PR_NUMBER = 1
 STATE = "local-github.json"
-CONFIG = "budget: {rounds: 1, ideas_per_round: 2, implementations_per_idea: 1, wall_seconds: 120}\n"
+CONFIG = "budget: {rounds: 1, ideas_per_round: 2, implementations_per_idea: 1, wall_seconds: 1800}\n"
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 

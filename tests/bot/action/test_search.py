@@ -30,7 +30,7 @@ from tests.bot.helpers import APP_ID, INSTALLATION, MODULE, REPO, GitRepo, rsa_k
 from tests.session_env import session_env
 
 TARGET = "models.row_gain.RowGain"
-CONFIG = "budget: {rounds: 1, ideas_per_round: 1, implementations_per_idea: 1, wall_seconds: 120}\n"
+CONFIG = "budget: {rounds: 1, ideas_per_round: 1, implementations_per_idea: 1, wall_seconds: 1800}\n"
 ROW = re.compile(r"^\| (PyTorch eager|torch\.compile|\*\*fusebot\*\*|\*\*PyTorch rewrite\*\*) \| ([0-9.e+-]+) \|", re.M)
 
 
@@ -73,7 +73,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     w = world
     w.checkout(w.shas["feature"])
     env = w.event("pull_request", w.labeled())
-    context = context_for(env, budget="120")
+    context = context_for(env, budget="1800")
     proc = run_fusebot_step(w, env, context, {
         "PYTHONPATH": str(ROOT),  # the harness's worker processes import this checkout's runner
         **session_env(), "FUSEBOT_DROPIN_CACHE": str(w.tmp / "dropin-cache"),
