@@ -157,3 +157,21 @@ def test_a_row_is_read_from_memory_once(tmp_path):
     body = next(b for b in ptx.split(".entry ")[1:] if b.startswith("_Z10fb_regs_v4"))
     loads = [ln for ln in body.splitlines() if "ld.global.nc.v4" in ln]
     assert len(loads) == 8 + 2 * 8, len(loads)  # x's 8 vectors, and the weight's and bias's at each output position
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_held_rows_exponentials_are_computed_once(tmp_path):
+    """Softmax over held rows of 1024 (8 vector positions of 4 a lane): exp(x - max) is computed in the sum's pass
+    and kept in registers for the output, one ex2 per element in the vector kernel's PTX (two before: once for the
+    sum, once for the output); the scalar kernel, which reads memory in every pass, still computes it twice."""
+    src = cuda.render(programs.softmax(64, 1024), cuda.CudaParams("regs", vec=4, threads=128, group=32, mode="twopass"))
+    (tmp_path / "k.cu").write_text(src)
+    p = subprocess.run(["nvcc", "-O3", "-std=c++17", "-ptx", "-arch=sm_90", "-I", str(cuda_emulation.CSRC), "k.cu",
+                        "-o", "k.ptx"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ptx = (tmp_path / "k.ptx").read_text()
+    count = {name: sum("ex2.approx" in ln for ln in b.splitlines())
+             for b in ptx.split(".entry ")[1:] for name in ("fb_regs_v4", "fb_regs_v1") if b.startswith(f"_Z10{name}")}
+    assert count["fb_regs_v4"] == 8 * 4, count
+    assert count["fb_regs_v1"] > 0 and "kp0" not in src.split("fb_regs_v1(")[1].split("fb_regs_v4(")[0], count
