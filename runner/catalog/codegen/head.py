@@ -202,7 +202,11 @@ MATH = r"""
 #ifdef FB_FAST
 FB_HD float fb_exp(float x) { return FB_FAST_EXP(x); }
 FB_HD float fb_div(float x, float y) { return FB_FAST_DIV(x, y); }
+#ifdef FB_FAST_TANH
+FB_HD float fb_tanh(float x) { return FB_FAST_TANH(x); }
+#else
 FB_HD float fb_tanh(float x) { return 1.0f - fb_div(2.0f, fb_exp(2.0f * x) + 1.0f); }
+#endif
 FB_HD float fb_log(float x) { return FB_FAST_LOG(x); }
 #else
 FB_HD float fb_exp(float x) { return expf(x); }
