@@ -204,10 +204,11 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
 class Emitter:
     """Emits `const float tN = ...;` lines for an expression; equal sub-trees are computed once."""
 
-    def __init__(self, load, ref=lambda name: name, prefix: str = "t", gather=None):
+    def __init__(self, load, ref=lambda name: name, prefix: str = "t", gather=None, ints: frozenset = frozenset()):
         """load(k): an input's element at the current position; gather(k, extra): the same plus `extra` elements
-        (None: this template cannot render a Gather)."""
-        self.load, self.ref, self.prefix, self.gather = load, ref, prefix, gather
+        (None: this template cannot render a Gather); ints: the integer inputs (a Gather's index read from one is
+        an integer throughout)."""
+        self.load, self.ref, self.prefix, self.gather, self.ints = load, ref, prefix, gather, ints
         self.lines: list[str] = []
         self.memo: dict[Expr, str] = {}
 
@@ -226,7 +227,7 @@ class Emitter:
         elif isinstance(e, Gather):
             if self.gather is None:
                 raise NotExpressible("a load indexed by a tensor (Gather)")
-            code = self.gather(e.base.k, f" + (long long){self(e.index)} * {e.stride}LL")
+            code = self.gather(e.base.k, f" + {self.index(e.index)} * {e.stride}LL")
         elif isinstance(e, Iota):
             code = f"(float)fb_iota(a, FB_ND - 1 - {e.e}, flat)"
         elif isinstance(e, Op):
@@ -238,6 +239,36 @@ class Emitter:
         self.memo[e] = name
         return name
 
+    def index(self, e: Expr) -> str:
+        """A Gather's index as a long long: an integer input's element (position ids, token ids) and an Iota's
+        coordinate never pass through a float, which holds integers exactly only below 2^24."""
+        if isinstance(e, Iota):
+            return f"fb_iota(a, FB_ND - 1 - {e.e}, flat)"
+        if isinstance(e, Load) and e.k in self.ints:
+            raw = _unwrapped(self.load(e.k))
+            if raw is not None:
+                return f"(long long)({raw})"
+        return f"(long long){self(e)}"
+
+
+def _unwrapped(code: str) -> str | None:
+    """X from a load `fb_f(X)` (CUDA) or `(float)X` (C++, X a postfix expression): the element before its conversion
+    to float."""
+    if code.startswith("(float)"):
+        return code[len("(float)"):]
+    if code.startswith("fb_f(") and code.endswith(")"):
+        inner, depth = code[len("fb_f("):-1], 0
+        for ch in inner:
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth < 0:
+                return None
+        return inner if depth == 0 else None
+    return None
+
+
+def integer_inputs(p: Program) -> frozenset:
+    return frozenset(k for k, i in enumerate(p.inputs) if i.dtype in ("int64", "int32", "int8", "uint8", "bool"))
+
 
 def index_code(p: Program, k: int) -> str:
     """The element index of input k at (o, r, i, flat)."""
@@ -247,7 +278,7 @@ def index_code(p: Program, k: int) -> str:
     if kind == "rowper":
         return f"fb_rper(a, {k}, r)"
     if kind == "strided":
-        return f"fb_tidx(a, {k}, flat)" if p.inputs[k].terms else f"fb_sidx(a, {k}, flat)"
+        return f"fb_tidx{k}(a, flat)" if p.inputs[k].terms else f"fb_sidx(a, {k}, flat)"
     return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
 
 

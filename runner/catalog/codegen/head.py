@@ -38,6 +38,9 @@ struct FbArgs {{
   long long tdiv[{nin}][{2 * nd}], tmod[{nin}][{2 * nd}], tst[{nin}][{2 * nd}];
   unsigned bL[{nin}], bM[{nin}];  // a rowblock input: run length inside a row, and its divisor's magic multiplier
   int bS[{nin}];                  // ... and shift (r / bL = (umulhi(r, bM) + r) >> bS for r < 2^31)
+  unsigned long long fM[{nd}], gM[{nin}][{nd}];  // F's and gF's magic multipliers and shifts (fb_magic): an index
+  int fS[{nd}], gS[{nin}][{nd}];                 // divided by a run-time size without a division instruction
+  unsigned long long iM; int iS;                 // ... and I's (a row's outer and inner position from its number)
 }};
 """
 
@@ -139,6 +142,8 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
     lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ if (d < {a0}) a.O *= a.F[d]; else if (d < {a1}) a.R *= a.F[d]; "
                  "else a.I *= a.F[d]; }")
     lines.append("  a.N = a.O * a.R * a.I;")
+    lines.append(f"  for (int d = 0; d < {nd}; ++d) fb_magic(a.F[d], &a.fM[d], &a.fS[d]);")
+    lines.append("  fb_magic(a.I, &a.iM, &a.iS);")
     if any(isinstance(e, Red) and e.kind in ("argmax", "argmin") for e in walk(p.out)):
         lines.append("  if (a.R > 0x7fffffffLL) return fb_fail(\"an index along rows of 2^31 or more elements\");")
     for k in range(len(p.inputs)):
@@ -185,6 +190,7 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
     lines.append("    if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
     lines.append("    while (n > 0 && a.gst[k][n - 1] == 0) --n;  /* outer broadcast dims change nothing */")
     lines.append("    a.gnd[k] = n;")
+    lines.append("    for (int d = 0; d < n; ++d) fb_magic(a.gF[k][d], &a.gM[k][d], &a.gS[k][d]);")
     lines.append("  }")
     full_out = not p.is_row or p.level(p.out) == "full"
     want = "1" if p.has_totals else "a.N" if full_out else "(a.O * a.I)"
@@ -235,56 +241,116 @@ FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
 """
 
 
-def index_fns(code: str) -> str:
-    """The index functions (general_index_fn) `code` (the rest of a source) uses."""
-    return used(pieces(general_index_fn()), code)
+def index_fns(code: str, p: Program, layout: str = "") -> str:
+    """The index functions (general_index_fn) `code` (the rest of a source) uses, with `fb_fc`: F's sizes this
+    source is specialised on (runner.catalog.sizes: the set-up refuses a call with others) as constants."""
+    free = sizes.free_f_dims(p, layout)
+    reshaped = "".join(reshaped_index_fn(p, k, free) for k, i in enumerate(p.inputs) if i.terms)
+    return used(pieces(fixed_sizes_fn(p, layout) + general_index_fn() + reshaped), code)
+
+
+def fixed_sizes_fn(p: Program, layout: str = "") -> str:
+    """`fb_fc(d)`: F's size along d where the source is specialised on it, else 0 (read from FbArgs at run time).
+    Inlined with a constant d (every loop over dims runs to FB_ND, unrolled), a division by it is a multiply."""
+    free = sizes.free_f_dims(p, layout)
+    cases = " ".join(f"case {d}: return {p.shape[d]}LL;" for d in range(p.ndim) if d not in free)
+    return f"FB_HD long long fb_fc(int d) {{ switch (d) {{ {cases} default: return 0; }} }}\n"
+
+
+def reshaped_index_fn(p: Program, k: int, free: set[int]) -> str:
+    """`fb_tidx{k}`: the element index of input k, a reshaped strided view (Input.terms): its coordinates (shifted,
+    from 0: a piece of a concatenation), each term (c // div) % mod times its stride with the captured div and mod as
+    constants; a term along a dim that follows the call's tensor (runner.catalog.sizes) is c times its stride."""
+    inp = p.inputs[k]
+    pad = p.ndim - len(inp.shape)
+    follow = {d for d in sizes.free_dims(p, k) if d in free}
+    terms = []
+    for j, (d, div, mod, st) in enumerate(inp.terms or ()):
+        if d + pad in follow:
+            terms.append(f"c[{d + pad}] * a.tst[{k}][{j}]")
+        else:
+            terms.append(f"(long long)((unsigned long long)c[{d + pad}] / {div}ULL % {mod}ULL) * {st}LL")
+    return f"""FB_HD long long fb_tidx{k}(const FbArgs& a, long long flat) {{
+  long long c[FB_ND > 0 ? FB_ND : 1];
+#pragma unroll
+  for (int d = FB_ND - 1; d >= 0; --d) {{
+    const long long q = fb_qF(a, d, flat), x = flat - q * fb_Fd(a, d) - a.vsh[{k}][d];
+    flat = q; c[d] = x < 0 ? 0 : x; }}
+  return a.voff[{k}]{''.join(' + ' + t for t in terms)};
+}}
+"""
 
 
 def general_index_fn() -> str:
-    """The element index of a broadcast input: one division per merged dim, none past the last strided dim (32-bit
-    when the tensor is small); the coordinate of a flat position along one F dim (Iota)."""
-    return """FB_HD long long fb_iota(const FbArgs& a, int d, long long flat) {
-  for (int k = FB_ND - 1; k > d; --k) flat /= a.F[k];
-  return flat % a.F[d];
+    """Index arithmetic without a division instruction: a size is either a constant (fb_fc) or divided by through its
+    magic numbers (fb_magic, set once per call); coordinates of a flat position along F's dims (Iota), the element
+    index of a strided view, of a reshaped view and of a broadcast input."""
+    return division_fns() + """FB_HD long long fb_iota(const FbArgs& a, int d, long long flat) {
+#pragma unroll
+  for (int k = FB_ND - 1; k >= 0; --k) if (k > d) flat = fb_qF(a, k, flat);
+  return flat - fb_qF(a, d, flat) * fb_Fd(a, d);
 }
 FB_HD long long fb_sidx(const FbArgs& a, int k, long long flat) {
   long long idx = a.voff[k];
+#pragma unroll
   for (int d = FB_ND - 1; d >= 0; --d) {
-    long long c = flat % a.F[d];
-    flat /= a.F[d];
+    const long long q = fb_qF(a, d, flat);
+    long long c = flat - q * fb_Fd(a, d);
+    flat = q;
     const long long n = a.vsz[k][d];
     if (n != 1) { c -= a.vsh[k][d]; c = c < 0 ? 0 : (c >= n ? n - 1 : c); idx += c * a.vst[k][d]; }
   }
   return idx;
 }
-FB_HD long long fb_tidx(const FbArgs& a, int k, long long flat) {
-  long long c[FB_ND > 0 ? FB_ND : 1];
-  for (int d = FB_ND - 1; d >= 0; --d) {  /* a piece of a concatenation: its coordinate shifted, from 0 */
-    const long long x = flat % a.F[d] - a.vsh[k][d]; flat /= a.F[d]; c[d] = x < 0 ? 0 : x; }
-  long long idx = a.voff[k];
-  for (int j = 0; j < a.tn[k]; ++j) idx += ((c[a.td[k][j]] / a.tdiv[k][j]) % a.tmod[k][j]) * a.tst[k][j];
-  return idx;
-}
 FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
   const int n = a.gnd[k];
-  if (a.small) {
-    unsigned f = (unsigned)flat, idx = 0;
-    for (int d = 0; d < n; ++d) {
-      const unsigned sz = (unsigned)a.gF[k][d], st = (unsigned)a.gst[k][d];
-      if (st) idx += (f % sz) * st;
-      f /= sz;
-    }
-    return (long long)idx;
-  }
   long long idx = 0;
-  for (int d = 0; d < n; ++d) {
-    const long long sz = a.gF[k][d], st = a.gst[k][d];
-    if (st) idx += (flat % sz) * st;
-    flat /= sz;
+#pragma unroll
+  for (int d = 0; d < FB_ND; ++d) {
+    if (d >= n) break;
+    const long long q = fb_udiv(flat, a.gM[k][d], a.gS[k][d]);
+    idx += (flat - q * a.gF[k][d]) * a.gst[k][d];
+    flat = q;
   }
   return idx;
 }
 """ + rowblock_index_fns()
+
+
+def division_fns() -> str:
+    """A 64-bit index divided by a size that is not a compile-time constant, without a division instruction: the
+    size's magic numbers (fb_magic, on the host, once per call) then a multiply-high, an add and a shift; by F's size
+    along a dim (fb_qF), a constant where the source is specialised on it (fb_fc)."""
+    return """// (host) d's magic numbers: n / d = (umulhi(n, M) + n) >> S for every 0 <= n < 2^63 (d >= 1); a small cache, as
+// the sizes of consecutive calls repeat
+static void fb_magic(long long d, unsigned long long* M, int* S) {
+  static thread_local long long cd[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  static thread_local unsigned long long cm[8];
+  static thread_local int cs[8];
+  const unsigned long long u = d > 0 ? (unsigned long long)d : 1ULL;
+  const int h = (int)(u & 7);
+  if ((unsigned long long)cd[h] == u) { *M = cm[h]; *S = cs[h]; return; }
+  int s = 0;
+  while (s < 63 && (1ULL << s) < u) ++s;
+  const unsigned __int128 num = ((unsigned __int128)1 << 64) * (((unsigned __int128)1 << s) - u);
+  cd[h] = (long long)u; cm[h] = (unsigned long long)(num / u) + 1; cs[h] = s;
+  *M = cm[h]; *S = s;
+}
+FB_HD long long fb_udiv(long long n, unsigned long long M, int S) {
+  const unsigned long long u = (unsigned long long)n;
+#ifdef __CUDA_ARCH__
+  return (long long)((__umul64hi(u, M) + u) >> S);
+#else
+  return (long long)(((unsigned long long)(((unsigned __int128)u * M) >> 64) + u) >> S);
+#endif
+}
+FB_HD long long fb_Fd(const FbArgs& a, int d) { const long long c = fb_fc(d); return c ? c : a.F[d]; }
+// n / F[d] for 0 <= n < 2^63
+FB_HD long long fb_qF(const FbArgs& a, int d, long long n) {
+  const long long c = fb_fc(d);
+  return c ? n / c : fb_udiv(n, a.fM[d], a.fS[d]);
+}
+"""
 
 
 def rowblock_index_fns() -> str:
@@ -292,10 +358,12 @@ def rowblock_index_fns() -> str:
     run r // bL it is in (a multiply-high and a shift on the GPU); a rowper input's, r % bL the same way."""
     return """FB_HD long long fb_obase(const FbArgs& a, int k, long long o) {
   long long idx = 0;
-  for (int d = a.a0 - 1; d >= 0; --d) {
-    const long long sz = a.F[d];
-    idx += (o % sz) * a.st[k][d];
-    o /= sz;
+#pragma unroll
+  for (int d = FB_ND - 1; d >= 0; --d) {
+    if (d >= a.a0) continue;
+    const long long q = fb_qF(a, d, o);
+    idx += (o - q * fb_Fd(a, d)) * a.st[k][d];
+    o = q;
   }
   return idx;
 }

@@ -59,7 +59,7 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
     setup, body = setup_code(p, abi_offset, params.layout), layout(p, params, out_t)
     used = setup + body  # only the accumulators and index functions these use
     head += [MATH, accumulators(used), args_struct(p),
-             index_fns(used).replace("FB_HD", "static __device__ __forceinline__"), setup]
+             index_fns(used, p, params.layout).replace("FB_HD", "static __device__ __forceinline__"), setup]
     if rowblock_inputs(p):
         head.append(UNIT_RUNS)
     return "\n".join(head) + body

@@ -4,7 +4,7 @@ library workspace and the exported entry point."""
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import CTYPE_CUDA, AccRef, Emitter, NotExpressible, index_code
+from runner.catalog.codegen.common import CTYPE_CUDA, AccRef, Emitter, NotExpressible, index_code, integer_inputs
 from runner.catalog.ir import Program
 
 
@@ -64,7 +64,8 @@ class Loads:
 
 def emitter(loads) -> Emitter:
     """An Emitter over `loads` (a Loads, or a layout's own with the same two methods): loads, and Gathers."""
-    return Emitter(loads, gather=loads.gather)
+    p = getattr(loads, "p", None)
+    return Emitter(loads, gather=loads.gather, ints=integer_inputs(p) if p is not None else frozenset())
 
 
 def vector_at(p: Program, k: int, base: str, row_base: str) -> str:
