@@ -253,12 +253,17 @@ class Kept:
         return " ".join(f"float {name}[{K}][{v}];" for name in self.slots.values())
 
 
-def short_row_params(p: Program, max_len: int = 2048) -> list[CudaParams]:
-    """The `regs` parameter sets worth trying for a row program whose rows (innermost, at most max_len elements) are
-    short, best guess first: 16-byte vectors (8-byte, then single elements, where R is not whole 16-byte vectors), a
-    warp per row with up to 8 vectors a thread, then smaller groups (several rows a warp: rows of a few hundred
-    elements) and a whole block per row (long rows: fewer vectors a thread); the exact two-pass mode first (each pass
-    over registers costs no memory traffic), online where it changes the code. Empty where `regs` does not apply."""
+MAX_ROW = 16384  # the longest row `regs` holds: a block of 1024 threads, a few 16-byte vectors each
+
+
+def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
+    """The `regs` parameter sets worth trying for a row program whose rows (innermost, at most max_len elements) fit
+    in registers, best guess first: 16-byte vectors (8-byte, then single elements, where R is not whole 16-byte
+    vectors); threads sized from the row's R / V vectors: a warp per row with up to 8 vectors a thread, then smaller
+    groups (several rows a warp: rows of a few hundred elements), and a whole block per row for long rows, its
+    threads R / (V * K) for K = 2, 4, 1, 8 vectors a thread (no thread idle, none holding more than 8); the exact
+    two-pass mode first (each pass over registers costs no memory traffic), online where it changes the code. Empty
+    where `regs` does not apply."""
     if not p.is_row or p.split()[2] != 1:
         return []
     n = row_length(p)
@@ -272,8 +277,10 @@ def short_row_params(p: Program, max_len: int = 2048) -> list[CudaParams]:
     for G in (32, 16, 8, 4):
         if n >= G * V and -(-n // (G * V)) <= 8:
             shapes += [(G, 256), (G, 128)]
-    for T in (128, 256, 512):
-        if n >= T * V and -(-n // (T * V)) <= 8:
+    vectors = -(-n // V)
+    for K in (2, 4, 1, 8):  # a block per row: its threads from the row, whole warps, every thread a vector or more
+        T = vectors // K // 32 * 32
+        if 64 <= T <= 1024 and -(-vectors // T) <= 8 and (0, T) not in shapes:
             shapes.append((0, T))
     if not shapes:  # rows shorter than a vector per lane of the smallest group
         shapes = [(4, 128)]

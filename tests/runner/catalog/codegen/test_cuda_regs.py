@@ -57,6 +57,7 @@ CASES = [
     ("rmsnorm", 256, "bfloat16", cuda.CudaParams("regs", vec=8, threads=64, group=4, mode="twopass")),
     ("softmax", 96, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=16, mode="online")),
     ("softmax", 160, "bfloat16", cuda.CudaParams("regs", vec=2, threads=64, group=32, mode="twopass")),
+    ("softmax", 1024, "float32", cuda.CudaParams("regs", vec=4, threads=128, group=0, mode="twopass")),
     ("row_sum", 200, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=32)),
     ("row_argmax", 120, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=8)),
 ]
@@ -106,12 +107,18 @@ def test_the_source_names_its_fixed_sizes():
 
 
 def test_short_row_params_fit_the_row():
-    """16-byte vectors, at most 8 a thread, a warp per row first where 8 vectors a lane cover the row; none past 2048
-    elements or for a middle dim; every set renders."""
+    """16-byte vectors, at most 8 a thread, a warp per row first where 8 vectors a lane cover the row, else a block
+    whose threads come from the row (every thread a vector or more); none past 16K elements or for a middle dim;
+    every set renders."""
     assert [p.label() for p in short_row_params(programs.layernorm(4096, 1024))][:1] == ["cuda-regs-v4-t256-g32-twopass"]
     assert {p.vec for p in short_row_params(programs.rmsnorm(4096, 1024, "bfloat16"))} == {8}
     assert all(p.group in (0, *range(2, 33)) for p in short_row_params(programs.softmax(64, 2048)))
-    assert short_row_params(programs.layernorm(16, 4096)) == []
+    assert short_row_params(programs.layernorm(16, 1 << 15)) == []
+    for prog, vec in ((programs.rmsnorm(64, 4096, "bfloat16"), 8), (programs.softmax(64, 16384), 4)):
+        sets = short_row_params(prog)
+        n = prog.shape[-1]
+        assert sets and all(p.group == 0 and p.vec == vec and p.threads * vec <= n <= 8 * p.threads * vec for p in sets)
+    assert [p.threads for p in short_row_params(programs.rmsnorm(64, 4096, "bfloat16"))][:1] == [256]  # 2 vectors each
     assert {p.vec for p in short_row_params(programs.row_argmax(64, 1024, "bfloat16"))} == {8}  # (an int64 per row)
     for prog in (programs.layernorm(512, 96), programs.softmax(64, 2048, "bfloat16"), programs.row_sum(8, 40)):
         sets = short_row_params(prog)
