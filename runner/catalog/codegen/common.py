@@ -204,11 +204,13 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
 class Emitter:
     """Emits `const float tN = ...;` lines for an expression; equal sub-trees are computed once."""
 
-    def __init__(self, load, ref=lambda name: name, prefix: str = "t", gather=None, ints: frozenset = frozenset()):
+    def __init__(self, load, ref=lambda name: name, prefix: str = "t", gather=None, ints: frozenset = frozenset(),
+                 iota=None):
         """load(k): an input's element at the current position; gather(k, extra): the same plus `extra` elements
         (None: this template cannot render a Gather); ints: the integer inputs (a Gather's index read from one is
-        an integer throughout)."""
+        an integer throughout); iota(e): an Iota's coordinate as a long long (None: from the flat position)."""
         self.load, self.ref, self.prefix, self.gather, self.ints = load, ref, prefix, gather, ints
+        self.iota = iota or (lambda e: f"fb_iota(a, FB_ND - 1 - {e.e}, flat)")
         self.lines: list[str] = []
         self.memo: dict[Expr, str] = {}
 
@@ -229,7 +231,7 @@ class Emitter:
                 raise NotExpressible("a load indexed by a tensor (Gather)")
             code = self.gather(e.base.k, f" + {self.index(e.index)} * {e.stride}LL")
         elif isinstance(e, Iota):
-            code = f"(float)fb_iota(a, FB_ND - 1 - {e.e}, flat)"
+            code = f"(float){self.iota(e)}"
         elif isinstance(e, Op):
             code = op_code(e.name, [self(x) for x in e.args], e.attrs)
         else:
@@ -243,7 +245,7 @@ class Emitter:
         """A Gather's index as a long long: an integer input's element (position ids, token ids) and an Iota's
         coordinate never pass through a float, which holds integers exactly only below 2^24."""
         if isinstance(e, Iota):
-            return f"fb_iota(a, FB_ND - 1 - {e.e}, flat)"
+            return self.iota(e)
         if isinstance(e, Load) and e.k in self.ints:
             raw = _unwrapped(self.load(e.k))
             if raw is not None:
@@ -264,6 +266,16 @@ def _unwrapped(code: str) -> str | None:
                 return None
         return inner if depth == 0 else None
     return None
+
+
+def row_iota(p: Program, e: Iota) -> str:
+    """An Iota's coordinate inside a row template, from the row's counters: o spans F's dims before the reduced ones,
+    r the reduced dims and i those after (each its dims merged), so the coordinate along the traversed dim is the loop
+    counter itself and one along the outer dims depends on the row only (computed once per row by the compiler)."""
+    d = p.ndim - 1 - e.e
+    a0, a1 = p.axes[0], p.axes[-1] + 1
+    lo, hi, x = (0, a0, "o") if d < a0 else (a0, a1, "r") if d < a1 else (a1, p.ndim, "i")
+    return f"fb_coord(a, {d}, {lo}, {hi}, {x})"
 
 
 def integer_inputs(p: Program) -> frozenset:

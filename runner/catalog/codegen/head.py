@@ -290,6 +290,13 @@ def general_index_fn() -> str:
   for (int k = FB_ND - 1; k >= 0; --k) if (k > d) flat = fb_qF(a, k, flat);
   return flat - fb_qF(a, d, flat) * fb_Fd(a, d);
 }
+// x's coordinate along F's dim d, x a position over dims [lo, hi) merged (a row template's o, r or i): no division
+// by the sizes outside the span, and none at all along its outermost dim
+FB_HD long long fb_coord(const FbArgs& a, int d, int lo, int hi, long long x) {
+#pragma unroll
+  for (int k = FB_ND - 1; k >= 0; --k) if (k > d && k < hi) x = fb_qF(a, k, x);
+  return d == lo ? x : x - fb_qF(a, d, x) * fb_Fd(a, d);
+}
 FB_HD long long fb_sidx(const FbArgs& a, int k, long long flat) {
   long long idx = a.voff[k];
 #pragma unroll

@@ -4,7 +4,15 @@ library workspace and the exported entry point."""
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import CTYPE_CUDA, AccRef, Emitter, NotExpressible, index_code, integer_inputs
+from runner.catalog.codegen.common import (
+    CTYPE_CUDA,
+    AccRef,
+    Emitter,
+    NotExpressible,
+    index_code,
+    integer_inputs,
+    row_iota,
+)
 from runner.catalog.ir import Program
 
 
@@ -65,7 +73,10 @@ class Loads:
 def emitter(loads) -> Emitter:
     """An Emitter over `loads` (a Loads, or a layout's own with the same two methods): loads, and Gathers."""
     p = getattr(loads, "p", None)
-    return Emitter(loads, gather=loads.gather, ints=integer_inputs(p) if p is not None else frozenset())
+    if p is None:
+        return Emitter(loads, gather=loads.gather)
+    return Emitter(loads, gather=loads.gather, ints=integer_inputs(p),
+                   iota=(lambda e: row_iota(p, e)) if p.is_row and p.axes else None)
 
 
 def vector_at(p: Program, k: int, base: str, row_base: str) -> str:
