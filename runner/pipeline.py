@@ -20,6 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ from runner.errors import ProblemError, UsageError
 from runner.harness import dropin
 from runner.harness.evaluator import default_backend
 from runner.harness.gpus import device_evaluators, lanes, parse_gpus, visible_gpus
-from runner.proposers.catalog import catalog_proposers
+from runner.proposers.catalog import catalog_proposers, skips_work
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
 from runner.proposers.rewrite import rewrite_proposers
@@ -42,6 +43,7 @@ from runner.results.remeasure import run_kernel_job
 from runner.search.loop import EvaluatorLike, search
 from runner.search.pool import is_remote
 from runner.search.trace import read_events
+from runner.search.triage import at_floor, no_search
 from runner.search.types import GpuInfo, ProblemContext, Proposer
 
 log = logging.getLogger(__name__)
@@ -178,13 +180,21 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
 
 def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,
                      evaluator: EvaluatorLike, backend: Backend, *, fresh: bool = False,
-                     progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5) -> Outcome:
-    """Search (or resume the search recorded in out/trace.jsonl) and write the result folder."""
+                     progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5,
+                     skips: Callable[[ProblemContext], bool] = skips_work) -> Outcome:
+    """Search (or resume the search recorded in out/trace.jsonl) and write the result folder; no search where the
+    faster baseline already runs at the memory floor and `skips` finds no work a kernel could skip (triage)."""
     out.mkdir(parents=True, exist_ok=True)
     trace = out / TRACE_FILE
     _check_trace(trace, spec, backend, fresh)
     ctx = problem_context(spec, evaluator, backend,
                           describe=any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers))
+    why = at_floor(ctx.baselines, ctx.roofline, skips=False)
+    if why and not skips(ctx):
+        log.info("%s: %s", spec.name, why)
+        o = replace(outcome(spec.name, no_search("at-floor"), ctx.baselines, ctx.roofline), message=why)
+        write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
+        return o
     result = search(ctx, evaluator, proposers, budget, trace, progress=progress)
     # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are
     # re-timed against both baselines, and the outcome proposes one of them, or nothing.
