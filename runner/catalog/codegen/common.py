@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runner.catalog.codegen.index import strided_index_code
 from runner.catalog.ir import Const, Dim, Expr, Gather, Iota, Load, Op, Program, Red, Total, rebuild, reductions, walk
 
 CTYPE_CUDA = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
@@ -201,6 +202,9 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
     raise NotExpressible(f"op {name}")
 
 
+INT_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
 class Emitter:
     """Emits `const float tN = ...;` lines for an expression; equal sub-trees are computed once."""
 
@@ -232,6 +236,9 @@ class Emitter:
             code = self.gather(e.base.k, f" + {self.index(e.index)} * {e.stride}LL")
         elif isinstance(e, Iota):
             code = f"(float){self.iota(e)}"
+        elif isinstance(e, Op) and e.name in INT_COMPARE and all(isinstance(x, Iota) for x in e.args):
+            # a causal mask's col <= row: compared as integers (no conversion to float per element, exact at any size)
+            code = f"(float)({self.iota(e.args[0])} {INT_COMPARE[e.name]} {self.iota(e.args[1])})"
         elif isinstance(e, Op):
             code = op_code(e.name, [self(x) for x in e.args], e.attrs)
         else:
@@ -282,15 +289,16 @@ def integer_inputs(p: Program) -> frozenset:
     return frozenset(k for k, i in enumerate(p.inputs) if i.dtype in ("int64", "int32", "int8", "uint8", "bool"))
 
 
-def index_code(p: Program, k: int) -> str:
-    """The element index of input k at (o, r, i, flat)."""
+def index_code(p: Program, k: int, rows: bool = False) -> str:
+    """The element index of input k at (o, r, i, flat); `rows`: inside a row template (a strided view's index from
+    the row's counters, not divided out of the flat position)."""
     kind = p.access(k)
     if kind == "rowblock":
         return f"(fb_obase(a, {k}, o) + (long long)fb_rbq(a, {k}, r))"
     if kind == "rowper":
         return f"fb_rper(a, {k}, r)"
     if kind == "strided":
-        return f"fb_tidx{k}(a, flat)" if p.inputs[k].terms else f"fb_sidx(a, {k}, flat)"
+        return strided_index_code(p, k, rows and p.is_row and bool(p.axes))
     return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
 
 

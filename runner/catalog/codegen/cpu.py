@@ -24,7 +24,8 @@ from runner.catalog.codegen.common import (
     row_result,
     signature,
 )
-from runner.catalog.codegen.head import MATH, args_struct, index_fns, setup_code
+from runner.catalog.codegen.head import MATH, args_struct, setup_code
+from runner.catalog.codegen.index import index_fns
 from runner.catalog.codegen.used import accumulators
 from runner.catalog.ir import Program, rebuild, totals
 from runner.catalog.sizes import sizes_line

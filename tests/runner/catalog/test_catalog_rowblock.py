@@ -9,7 +9,7 @@ from math import prod
 
 import pytest
 
-from runner.catalog.codegen.head import division_fns, rowblock_index_fns
+from runner.catalog.codegen.index import division_fns, rowblock_index_fns
 from runner.catalog.ir import Input, Load, Op, Program, Red
 
 

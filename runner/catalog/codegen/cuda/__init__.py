@@ -25,7 +25,8 @@ from runner.catalog.codegen.cuda.common import UNIT_RUNS, ctype_of, rowblock_inp
 from runner.catalog.codegen.cuda.flat import broadcast_view
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.prelude import FAST, PRELUDE
-from runner.catalog.codegen.head import MATH, args_struct, index_fns, setup_code
+from runner.catalog.codegen.head import MATH, args_struct, setup_code
+from runner.catalog.codegen.index import index_fns
 from runner.catalog.codegen.used import accumulators
 from runner.catalog.ir import Program
 from runner.catalog.sizes import sizes_line

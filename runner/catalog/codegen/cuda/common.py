@@ -41,11 +41,11 @@ class Loads:
         if k in self.blk:
             self.used.add(k)
             return f"fb_f(b{k}.v[j])" if k in self.blk_vec else f"fb_f(b{k})"
-        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}])"
+        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k, rows=True)}])"
 
     def gather(self, k: int, extra: str) -> str:
         """Input k read `extra` elements past its element at the current position (a Gather), one element."""
-        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}{extra}])"
+        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k, rows=True)}{extra}])"
 
     def block_decls(self, r0: str, V: int) -> str:
         """The value of each rowblock input the code read for the vector at in-row position `r0` (rb{k}: its offset
