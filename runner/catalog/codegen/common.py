@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runner.catalog.codegen.index import strided_index_code
+from runner.catalog.codegen.index import coord_code, strided_index_code
 from runner.catalog.ir import Const, Dim, Expr, Gather, Iota, Load, Op, Program, Red, Total, rebuild, reductions, walk
 
 CTYPE_CUDA = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
@@ -275,30 +275,32 @@ def _unwrapped(code: str) -> str | None:
     return None
 
 
-def row_iota(p: Program, e: Iota) -> str:
-    """An Iota's coordinate inside a row template, from the row's counters: o spans F's dims before the reduced ones,
-    r the reduced dims and i those after (each its dims merged), so the coordinate along the traversed dim is the loop
-    counter itself and one along the outer dims depends on the row only (computed once per row by the compiler)."""
-    d = p.ndim - 1 - e.e
-    a0, a1 = p.axes[0], p.axes[-1] + 1
-    lo, hi, x = (0, a0, "o") if d < a0 else (a0, a1, "r") if d < a1 else (a1, p.ndim, "i")
-    return f"fb_coord(a, {d}, {lo}, {hi}, {x})"
+def counter_spans(p: Program) -> tuple[int, int] | None:
+    """The dims a row template's o, r and i count ([0, a0), [a0, a1), [a1, ndim)); None for an elementwise program."""
+    return (p.axes[0], p.axes[-1] + 1) if p.is_row and p.axes else None
+
+
+def counter_iota(p: Program, spans: tuple[int, int]):
+    """An Iota's coordinate from counters o, r, i (`spans`): along the traversed dim the loop counter itself, along
+    the outer dims a value of the row only (computed once per row by the compiler)."""
+    return lambda e: coord_code(p, p.ndim - 1 - e.e, spans)
 
 
 def integer_inputs(p: Program) -> frozenset:
     return frozenset(k for k, i in enumerate(p.inputs) if i.dtype in ("int64", "int32", "int8", "uint8", "bool"))
 
 
-def index_code(p: Program, k: int, rows: bool = False) -> str:
-    """The element index of input k at (o, r, i, flat); `rows`: inside a row template (a strided view's index from
-    the row's counters, not divided out of the flat position)."""
+def index_code(p: Program, k: int, spans: tuple[int, int] | None = None) -> str:
+    """The element index of input k at (o, r, i, flat); `spans`: the dims o, r and i count (a row template's, or a
+    flat kernel's inside one innermost row): a strided view's index from them, not divided out of the flat
+    position (runner.catalog.codegen.index)."""
     kind = p.access(k)
     if kind == "rowblock":
         return f"(fb_obase(a, {k}, o) + (long long)fb_rbq(a, {k}, r))"
     if kind == "rowper":
         return f"fb_rper(a, {k}, r)"
     if kind == "strided":
-        return strided_index_code(p, k, rows and p.is_row and bool(p.axes))
+        return strided_index_code(p, k, spans)
     return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
 
 

@@ -24,13 +24,22 @@ def row_spans(p: Program) -> tuple[int, int]:
     return p.axes[0], p.axes[-1] + 1
 
 
-def strided_index_code(p: Program, k: int, rows: bool) -> str:
-    """Input k's element index, a strided or reshaped view: from the flat position, or (`rows`, inside a row
-    template) from the row's counters o, r and i."""
-    if not rows:
+def strided_index_code(p: Program, k: int, spans: tuple[int, int] | None) -> str:
+    """Input k's element index, a strided or reshaped view: from the flat position, or from counters o, r and i
+    spanning F's dims [0, a0), [a0, a1) and [a1, ndim) (`spans`: a row template's, or a flat kernel's vector inside
+    one innermost row)."""
+    if spans is None:
         return f"fb_tidx{k}(a, flat)" if p.inputs[k].terms else f"fb_sidx(a, {k}, flat)"
-    a0, a1 = row_spans(p)
-    return f"fb_tidx{k}_row(a, o, r, i)" if p.inputs[k].terms else f"fb_sidx_row(a, {k}, {a0}, {a1}, o, r, i)"
+    a0, a1 = spans
+    return (f"fb_tidx{k}_row(a, {a0}, {a1}, o, r, i)" if p.inputs[k].terms
+            else f"fb_sidx_row(a, {k}, {a0}, {a1}, o, r, i)")
+
+
+def coord_code(p: Program, d: int, spans: tuple[int, int]) -> str:
+    """The coordinate along F's dim d from counters o, r, i spanning [0, a0), [a0, a1), [a1, ndim)."""
+    a0, a1 = spans
+    lo, hi, x = (0, a0, "o") if d < a0 else (a0, a1, "r") if d < a1 else (a1, p.ndim, "i")
+    return f"fb_coord(a, {d}, {lo}, {hi}, {x})"
 
 
 def fixed_sizes_fn(p: Program, layout: str = "") -> str:
@@ -42,7 +51,7 @@ def fixed_sizes_fn(p: Program, layout: str = "") -> str:
 
 
 def reshaped_index_fn(p: Program, k: int, free: set[int]) -> str:
-    """`fb_tidx{k}` (from the flat position) and `fb_tidx{k}_row` (from a row's o, r, i): the element index of input
+    """`fb_tidx{k}` (from the flat position) and `fb_tidx{k}_row` (from counters o, r, i): the element index of input
     k, a reshaped strided view (Input.terms): its coordinates (shifted, from 0: a piece of a concatenation), each term
     (c // div) % mod times its stride with the captured div and mod as constants; a term along a dim that follows the
     call's tensor (runner.catalog.sizes), or that reads a fixed dim whole, is c times its stride."""
@@ -59,7 +68,6 @@ def reshaped_index_fn(p: Program, k: int, free: set[int]) -> str:
         else:
             terms.append(f"(long long)((unsigned long long)c[{dd}] / {div}ULL % {mod}ULL) * {st}LL")
     total = f"a.voff[{k}]{''.join(' + ' + t for t in terms)}"
-    a0, a1 = row_spans(p) if p.is_row and p.axes else (p.ndim, p.ndim)
     return f"""FB_HD long long fb_tidx{k}(const FbArgs& a, long long flat) {{
   long long c[FB_ND > 0 ? FB_ND : 1];
 #pragma unroll
@@ -68,11 +76,11 @@ def reshaped_index_fn(p: Program, k: int, free: set[int]) -> str:
     flat = q; c[d] = x < 0 ? 0 : x; }}
   return {total};
 }}
-FB_HD long long fb_tidx{k}_row(const FbArgs& a, long long o, long long r, long long i) {{
+FB_HD long long fb_tidx{k}_row(const FbArgs& a, int a0, int a1, long long o, long long r, long long i) {{
   long long c[FB_ND > 0 ? FB_ND : 1];
 #pragma unroll
   for (int d = FB_ND - 1; d >= 0; --d) {{
-    const long long x = fb_rcoord(a, d, {a0}, {a1}, o, r, i) - a.vsh[{k}][d];
+    const long long x = fb_rcoord(a, d, a0, a1, o, r, i) - a.vsh[{k}][d];
     c[d] = x < 0 ? 0 : x; }}
   return {total};
 }}
