@@ -215,10 +215,17 @@ COSTLY = frozenset({"exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh"
                     "log1p", "softplus", "mish", "elu", "selu"})
 
 
+def worth_keeping(e) -> bool:
+    """A value worth a register per element rather than computing again: a transcendental inside, or three ops or more
+    (a causal softmax's scaled, masked and rounded score)."""
+    ops = [x for x in walk_expr(e) if isinstance(x, Op)]
+    return len(ops) >= 3 or any(x.name in COSTLY for x in ops)
+
+
 class Kept:
     """Values a `regs` pass computes for each of a thread's `n` elements and a later pass or the output uses again,
-    held in registers kp{m}[q][j] (at most MAX_HELD_BYTES a thread): the largest costly sub-expressions (a
-    transcendental inside) of what comes later, computed by the pass that first needs them."""
+    held in registers kp{m}[q][j] (at most MAX_HELD_BYTES a thread): the largest sub-expressions worth keeping of what
+    comes later, computed by the pass that first needs them."""
 
     def __init__(self, plan, n: int):
         self.plan, self.n = plan, n
@@ -237,8 +244,7 @@ class Kept:
     def stores(self, em, pno: int) -> list[str]:
         """After pass pno's element code: the values it computed that later code needs again, to their registers."""
         later = self.later_needs(pno)
-        fresh = [e for e in em.memo if e not in self.slots and e in later and isinstance(e, Op) and
-                 any(isinstance(x, Op) and x.name in COSTLY for x in walk_expr(e))]
+        fresh = [e for e in em.memo if e not in self.slots and e in later and isinstance(e, Op) and worth_keeping(e)]
         fresh = [e for e in fresh if not any(e is not f and e in set(walk_expr(f)) for f in fresh)]  # the largest
         out = []
         for e in fresh:

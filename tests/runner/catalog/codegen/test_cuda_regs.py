@@ -17,6 +17,7 @@ import torch
 from runner.catalog.codegen import cuda
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.codegen.cuda.regs import regs_refusal, short_row_params
+from runner.catalog.ir import Const, Input, Load, Op, Program, Red
 from runner.harness.procs.abi import AbiError, KernelLibrary
 from tests.runner import cuda_emulation
 from tests.runner.catalog.codegen import programs
@@ -182,3 +183,18 @@ def test_a_held_rows_exponentials_are_computed_once(tmp_path):
              for b in ptx.split(".entry ")[1:] for name in ("fb_regs_v4", "fb_regs_v1") if b.startswith(f"_Z10{name}")}
     assert count["fb_regs_v4"] == 8 * 4, count
     assert count["fb_regs_v1"] > 0 and "kp0" not in src.split("fb_regs_v1(")[1].split("fb_regs_v4(")[0], count
+
+
+def test_a_held_rows_scaled_scores_are_computed_once():
+    """Softmax of round_bf16((x + 1) * 0.125) (three ops, no transcendental: a causal softmax's scaled, masked and
+    rounded score has the same shape): the first pass computes the score and keeps it in registers, the sum's pass
+    reads it there, and the output reads the sum's exp(s - max), so each element's score and exp are computed once."""
+    x = Load(0)
+    s = Op("round_bf16", (Op("mul", (Op("add", (x, Const(1.0))), Const(0.125))),))
+    e = Op("exp", (Op("sub", (s, Red("max", s))),))
+    prog = Program(inputs=[Input(0, (64, 1024), "bfloat16")], out=Op("div", (e, Red("sum", e))), shape=(64, 1024),
+                   axes=(1,), out_dtype="bfloat16", out_shape=(64, 1024))
+    src = cuda.render(prog, cuda.CudaParams("regs", vec=8, threads=128, group=32, mode="twopass"))
+    v8 = src.split("fb_regs_v8(FbArgs")[1].split("fusebot_forward")[0]
+    assert v8.count("fb_round_bf16(") == 1, v8  # the score, once (the store rounds the output)
+    assert v8.count("kp0[q][j] = ") == 1 and v8.count("fb_exp(") == 1, v8  # (exp(s - max) kept too: kp1)
