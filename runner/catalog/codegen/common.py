@@ -301,7 +301,8 @@ def index_code(p: Program, k: int, spans: tuple[int, int] | None = None) -> str:
         return f"fb_rper(a, {k}, r)"
     if kind == "strided":
         return strided_index_code(p, k, spans)
-    return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
+    general = f"fb_bidx_row(a, {k}, {spans[0]}, {spans[1]}, o, r, i)" if spans else f"fb_bidx(a, {k}, flat)"
+    return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, general)
 
 
 def signature(p: Program) -> str:

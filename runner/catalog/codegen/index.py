@@ -107,6 +107,13 @@ FB_HD long long fb_coord(const FbArgs& a, int d, int lo, int hi, long long x) {
 FB_HD long long fb_rcoord(const FbArgs& a, int d, int a0, int a1, long long o, long long r, long long i) {
   return d < a0 ? fb_coord(a, d, 0, a0, o) : d < a1 ? fb_coord(a, d, a0, a1, r) : fb_coord(a, d, a1, FB_ND, i);
 }
+// a broadcast input's element at counters (o, r, i): its coordinates times its strides (0 along broadcast dims)
+FB_HD long long fb_bidx_row(const FbArgs& a, int k, int a0, int a1, long long o, long long r, long long i) {
+  long long idx = 0;
+#pragma unroll
+  for (int d = FB_ND - 1; d >= 0; --d) if (a.st[k][d]) idx += fb_rcoord(a, d, a0, a1, o, r, i) * a.st[k][d];
+  return idx;
+}
 // a strided view's element at a row template's (o, r, i): its terms along o's dims are the same for the whole row
 FB_HD long long fb_sidx_row(const FbArgs& a, int k, int a0, int a1, long long o, long long r, long long i) {
   long long idx = a.voff[k];

@@ -116,7 +116,7 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
             loads.append(f"w{k}[u] = fb_ld1({ptr} + {_bc_index(view, k)});")  # type: ignore[arg-type]
     # strided views and Iotas read from a vector's coordinates (o: the innermost row, r: along it), found once per
     # vector: the host runs this kernel only where rows are whole vectors (in_rows)
-    spans = (p.ndim - 1, p.ndim) if view is None and in_rows(p) else None
+    spans = (p.ndim - 1, p.ndim) if view is None and in_rows(p, V) else None
     em = emitter(_FlatLoads(p, how, spans))
     res = em(p.out)
     more = More(p)
@@ -155,10 +155,13 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
     return f"\n__global__ void __launch_bounds__({T}) {name}({sig}) {{\n{code}\n}}\n"
 
 
-def in_rows(p: Program) -> bool:
-    """Whether the flat kernels find strided views and Iotas from a vector's coordinates in the innermost row."""
-    return p.ndim > 0 and (any(p.access(k) == "strided" for k in p.used_inputs())
-                           or any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)))
+def in_rows(p: Program, V: int) -> bool:
+    """Whether the V-wide flat kernel finds strided views, broadcast inputs and Iotas from a vector's coordinates in
+    the innermost row: where it reads any, and the captured rows are whole vectors (elsewhere, where the host would
+    then run the scalar kernel, each element's index comes from its flat position instead)."""
+    return p.ndim > 0 and p.shape[-1] % V == 0 and (
+        any(p.access(k) in ("strided", "general") for k in p.used_inputs())
+        or any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)))
 
 
 def _flat_how(p: Program, view: BroadcastView | None) -> dict[int, str]:
@@ -212,7 +215,7 @@ def _flat_launch(p: Program, how: dict[int, str], V: int, T: int, U: int, grid: 
     if V == 1:
         return narrow
     vec_in = {k for k in p.used_inputs() if how[k] == "vec"}
-    rows = f"a.F[{p.ndim - 1}] % {V} == 0" if in_rows(p) else ""  # (a vector never crosses an innermost row)
+    rows = f"a.F[{p.ndim - 1}] % {V} == 0" if in_rows(p, V) else ""  # (a vector never crosses an innermost row)
     return _either(align_check(p, vec_in, out_t, V, rows), _launch(f"fb_flat_v{V}", V, T, U, grid), narrow)
 
 
