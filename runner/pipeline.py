@@ -20,6 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ from runner.errors import ProblemError, UsageError
 from runner.harness import dropin
 from runner.harness.evaluator import default_backend
 from runner.harness.gpus import device_evaluators, lanes, parse_gpus, visible_gpus
-from runner.proposers.catalog import catalog_proposers
+from runner.proposers.catalog import catalog_proposers, skips_work
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
 from runner.proposers.rewrite import rewrite_proposers
@@ -44,6 +45,7 @@ from runner.search.loop import EvaluatorLike, search
 from runner.search.overlap import BaselinesAhead
 from runner.search.pool import is_remote
 from runner.search.trace import read_events
+from runner.search.triage import at_floor, no_search
 from runner.search.types import GpuInfo, ProblemContext, Proposer
 
 log = logging.getLogger(__name__)
@@ -190,10 +192,13 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
 def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,
                      evaluator: EvaluatorLike, backend: Backend, *, fresh: bool = False,
                      progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5,
-                     deadline: Deadline | None = None) -> Outcome:
+                     deadline: Deadline | None = None,
+                     skips: Callable[[ProblemContext], bool] = skips_work) -> Outcome:
     """Search (or resume the search recorded in out/trace.jsonl) and write the result folder, all within
     `budget.wall_seconds` from now (or `deadline`: runner/search/deadline.py), capture and baselines included. A
-    cancelled deadline raises `Cancelled`."""
+    cancelled deadline raises `Cancelled`. No search where the faster baseline already runs at the memory floor and
+    `skips` finds no work a kernel could skip (triage): for a problem with a memory floor the baselines are then
+    waited for before the search starts; without one they are timed beside the catalog's first builds."""
     deadline = deadline or Deadline(budget.wall_seconds)
     split = plan_split(deadline.seconds)
     log.info("%s", split.announce())
@@ -204,17 +209,25 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     _check_trace(trace, spec, backend, fresh)
     models = any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers)
     ctx = problem_context(spec, evaluator, backend, describe=models, baselines=models)
-    if not models:  # the catalog's first kernels capture, generate and build while the baselines are timed
+    if ctx.baselines is None and ctx.roofline is not None and not skips(ctx):
+        ctx = ctx.model_copy(update={"baselines": evaluator.baselines()})
+    why = at_floor(ctx.baselines, ctx.roofline, skips=False) if ctx.baselines is not None else None
+    if why and not skips(ctx):
+        log.info("%s: %s", spec.name, why)
+        o = replace(outcome(spec.name, no_search("at-floor"), ctx.baselines, ctx.roofline), message=why)
+        write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
+        return o
+    if ctx.baselines is None:  # the catalog's first kernels capture, generate and build while the baselines are timed
         evaluator = BaselinesAhead(evaluator)
     setup_s = deadline.elapsed_s()
     if setup_s >= split.search_end_s:
         log.warning("the reference's start%s took %.0f s of the %g s budget: no time is left for the search (a "
-                    "rerun reads the baselines from the cache)", " and baselines" if models else "", setup_s,
-                    deadline.seconds)
+                    "rerun reads the baselines from the cache)", "" if ctx.baselines is None else " and baselines",
+                    setup_s, deadline.seconds)
     else:
         log.info("the reference's start%s took %.1f s of the budget; the search has until %.0f s",
-                 " and baselines" if models else " (its baselines are timed beside the first builds)", setup_s,
-                 split.search_end_s)
+                 " (its baselines are timed beside the first builds)" if ctx.baselines is None else " and baselines",
+                 setup_s, split.search_end_s)
     result = search(ctx, evaluator, proposers, budget, trace, progress=progress,
                     deadline=deadline.until(split.search_end_s))
     # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are

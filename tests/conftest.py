@@ -21,6 +21,10 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if "exhaustive" not in (config.getoption("markexpr") or ""):
+        for item in items:
+            if "exhaustive" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason="exhaustive: run with pytest -m exhaustive"))
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

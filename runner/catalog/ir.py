@@ -19,7 +19,7 @@ Nodes a template must render (each raises NotExpressible where it cannot):
 - Iota(e): the coordinate of the current position along F's dim `ndim - 1 - e` (counted from the innermost, as
   broadcasting aligns shapes), as a float: arange/iota, and a causal mask buffer whose structure the capture checked
   (`col <= row` is `le(Iota(0), Iota(1))`). An Iota along a reduced dim is full-level (it varies along the row);
-  along any other dim, row-level. Rendered as fb_iota(a, d, flat) (head.general_index_fn).
+  along any other dim, row-level. Rendered by runner.catalog.codegen.index (fb_iota, fb_coord).
 - Red(kind, arg): a reduction over the reduced dims (a per-row value).
 - Gather(base, index, stride): input base.k read at the current position (its view has size 1 along the gathered
   dim) plus (long long)index * stride elements: embedding, index_select, gather (a target's logit in

@@ -173,8 +173,10 @@ def _cuda(p: Program) -> list[Strategy]:
         return out
     few_rows = rows < 2 * SMS
     short = R <= 2048
+    # a block's threads sized from the row: none idle through the passes and their barriers (a bf16 row of 1024 is
+    # 128 vectors of 8: a block of 512 left three quarters of its threads without one)
     block = [CudaParams("rows", vec=v, threads=t, group=0, mode=m)
-             for m in modes for t in (512, 256, 1024) for v in (wide, wide // 2)]
+             for m in modes for t in (512, 256, 1024, 128) for v in (wide, wide // 2) if t * v <= max(R, 128 * v)]
     warp = [CudaParams("rows", vec=v, threads=t, group=32, mode=m)
             for m in modes for v in (wide, wide // 2, 1) for t in (256, 128)]
     # one or a few long rows (a whole-tensor norm): a row's blocks take turns along it, several vectors in flight

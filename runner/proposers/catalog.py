@@ -331,6 +331,13 @@ class CatalogProposer:
         return Candidate(id=label, format="fast", backend=ctx.backend, sources={name: src})
 
 
+def skips_work(ctx: ProblemContext) -> bool:
+    """Does the catalog find work a mask makes unneeded (runner.catalog.skipping)? A kernel that skips it moves fewer
+    bytes than the memory floor counts (the pattern is captured once per source, and kept for the proposers)."""
+    prog = CatalogProposer().pattern(ctx).program
+    return prog is not None and (prog.limit is not None or prog.skip_zero is not None)
+
+
 def catalog_proposers() -> list[CatalogProposer]:
     """What `fusebot optimize` uses when no LLM is configured."""
     return [CatalogProposer()]

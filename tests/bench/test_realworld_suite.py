@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,7 @@ import torch
 
 from bench.suites.realworld.make_bf16 import expected_bf16
 from runner.catalog.capture import capture_sources
+from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.pattern import Pattern
 from runner.catalog.recognition import recognise
 from runner.contract import Candidate, Verdict
@@ -35,6 +37,7 @@ from runner.harness.problem import build_model, load, make_inputs
 from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer, label_of, remember
 from runner.search.types import ProblemContext
+from tests.runner.catalog.codegen.ptx import divisions_by_source
 from tests.runner.conftest import FAST_TIMER
 
 log = logging.getLogger(__name__)
@@ -191,3 +194,69 @@ def test_every_problem_is_understood_or_says_why(patterns, harness_cache):
     assert not lost, "no longer understood:\n" + "\n".join(lost)
     assert not gained, (f"newly understood: {', '.join(gained)}; add them to {EXPECTED.name} "
                         "(REALWORLD_UPDATE_UNDERSTOOD=1 rewrites it)")
+
+
+# ---- the generated CUDA's index arithmetic ----------------------------------------------------------------------
+
+# the problems whose programs hold every kind of index the templates render (an Iota along the row and across rows,
+# strided and reshaped views, a gathered row, broadcast, rowblock and column inputs): the default run compiles one
+# instantiation of each layout of each; the exhaustive run every code shape of every problem in both dtypes
+INDEX_PROBLEMS = ("fp32/gpt2_causal_softmax", "fp32/gptj_interleaved_rope", "fp32/t5_position_bias_softmax",
+                  "fp32/diffusers_groupnorm_silu", "fp32/masked_mean_pooling", "fp32/bert_embeddings")
+
+
+def cuda_sources(patterns: dict[str, Pattern], names, shape) -> dict[str, str]:
+    """'problem label' -> the CUDA source of every parameter set the catalog proposes for the named problems, one per
+    distinct shape(params) of a problem."""
+    out: dict[str, str] = {}
+    for name in names:
+        prop = CatalogProposer()
+        ctx = ProblemContext(name=name.replace("/", "_"), reference_source=path_of(name).read_text(), backend="cuda")
+        seen = set()
+        for s in prop.strategies(ctx):
+            for p in s.params:
+                if shape(p) in seen:
+                    continue
+                try:
+                    cand = prop.candidate(ctx, patterns[name], p)
+                except NotExpressible:
+                    continue
+                seen.add(shape(p))
+                for file, text in cand.sources.items():
+                    if file.endswith(".cu"):
+                        out[f"{name} {p.label()} {file}"] = text
+    return out
+
+
+def _assert_no_division_in_loops(sources: dict[str, str], where: Path, parts: int = 2) -> None:
+    """Compiled to PTX in `parts` nvcc runs side by side: no 64-bit division or remainder inside any kernel's loop."""
+    names = list(sources)
+    chunks = [names[k::parts] for k in range(parts)]
+    with ThreadPoolExecutor(parts) as pool:
+        found = list(pool.map(lambda c: (c[1], divisions_by_source([sources[n] for n in c[1]], where / str(c[0]))),
+                              enumerate(chunks)))
+    bad = [f"{chunk[k]}: {entry}: {', '.join(lines[:3])} ({len(lines)})"
+           for chunk, by_source in found for k, kernels in sorted(by_source.items()) for entry, lines in kernels.items()]
+    assert not bad, f"{len(bad)} kernels divide 64-bit integers inside a loop:\n" + "\n".join(bad[:40])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_index_arithmetic_of_every_layout_has_no_64_bit_division_in_a_loop(patterns, tmp_path):
+    """One instantiation per layout of each problem in INDEX_PROBLEMS, compiled to PTX: the coordinates along the
+    traversed dim are loop counters, sizes the source is specialised on are constants and any other size is divided
+    by through magic numbers, so no loop holds a div/rem .s64/.u64."""
+    sources = cuda_sources(patterns, INDEX_PROBLEMS, lambda p: p.layout)
+    assert len({k.split()[1].split("-")[1] for k in sources}) >= 6, sorted(sources)
+    _assert_no_division_in_loops(sources, tmp_path)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_no_instantiation_of_the_suite_divides_64_bit_integers_in_a_loop(patterns, tmp_path):
+    """Every code shape the catalog proposes for every problem, both dtypes (minutes: `pytest -m exhaustive`)."""
+    def shape(p):
+        return (p.layout, p.vec == 1, p.mode, p.group == 32, p.chunks > 1, p.buffers, p.grid, p.interleave, p.fast_math)
+
+    sources = cuda_sources(patterns, [n for n in PROBLEMS if patterns[n].program is not None], shape)
+    assert len(sources) > 200
+    _assert_no_division_in_loops(sources, tmp_path)

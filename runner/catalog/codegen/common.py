@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runner.catalog.codegen.index import coord_code, strided_index_code
 from runner.catalog.ir import Const, Dim, Expr, Gather, Iota, Load, Op, Program, Red, Total, rebuild, reductions, walk
 
 CTYPE_CUDA = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
@@ -201,13 +202,19 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
     raise NotExpressible(f"op {name}")
 
 
+INT_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
 class Emitter:
     """Emits `const float tN = ...;` lines for an expression; equal sub-trees are computed once."""
 
-    def __init__(self, load, ref=lambda name: name, prefix: str = "t", gather=None):
+    def __init__(self, load, ref=lambda name: name, prefix: str = "t", gather=None, ints: frozenset = frozenset(),
+                 iota=None):
         """load(k): an input's element at the current position; gather(k, extra): the same plus `extra` elements
-        (None: this template cannot render a Gather)."""
-        self.load, self.ref, self.prefix, self.gather = load, ref, prefix, gather
+        (None: this template cannot render a Gather); ints: the integer inputs (a Gather's index read from one is
+        an integer throughout); iota(e): an Iota's coordinate as a long long (None: from the flat position)."""
+        self.load, self.ref, self.prefix, self.gather, self.ints = load, ref, prefix, gather, ints
+        self.iota = iota or (lambda e: f"fb_iota(a, FB_ND - 1 - {e.e}, flat)")
         self.lines: list[str] = []
         self.memo: dict[Expr, str] = {}
 
@@ -226,9 +233,12 @@ class Emitter:
         elif isinstance(e, Gather):
             if self.gather is None:
                 raise NotExpressible("a load indexed by a tensor (Gather)")
-            code = self.gather(e.base.k, f" + (long long){self(e.index)} * {e.stride}LL")
+            code = self.gather(e.base.k, f" + {self.index(e.index)} * {e.stride}LL")
         elif isinstance(e, Iota):
-            code = f"(float)fb_iota(a, FB_ND - 1 - {e.e}, flat)"
+            code = f"(float){self.iota(e)}"
+        elif isinstance(e, Op) and e.name in INT_COMPARE and all(isinstance(x, Iota) for x in e.args):
+            # a causal mask's col <= row: compared as integers (no conversion to float per element, exact at any size)
+            code = f"(float)({self.iota(e.args[0])} {INT_COMPARE[e.name]} {self.iota(e.args[1])})"
         elif isinstance(e, Op):
             code = op_code(e.name, [self(x) for x in e.args], e.attrs)
         else:
@@ -238,17 +248,61 @@ class Emitter:
         self.memo[e] = name
         return name
 
+    def index(self, e: Expr) -> str:
+        """A Gather's index as a long long: an integer input's element (position ids, token ids) and an Iota's
+        coordinate never pass through a float, which holds integers exactly only below 2^24."""
+        if isinstance(e, Iota):
+            return self.iota(e)
+        if isinstance(e, Load) and e.k in self.ints:
+            raw = _unwrapped(self.load(e.k))
+            if raw is not None:
+                return f"(long long)({raw})"
+        return f"(long long){self(e)}"
 
-def index_code(p: Program, k: int) -> str:
-    """The element index of input k at (o, r, i, flat)."""
+
+def _unwrapped(code: str) -> str | None:
+    """X from a load `fb_f(X)` (CUDA) or `(float)X` (C++, X a postfix expression): the element before its conversion
+    to float."""
+    if code.startswith("(float)"):
+        return code[len("(float)"):]
+    if code.startswith("fb_f(") and code.endswith(")"):
+        inner, depth = code[len("fb_f("):-1], 0
+        for ch in inner:
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth < 0:
+                return None
+        return inner if depth == 0 else None
+    return None
+
+
+def counter_spans(p: Program) -> tuple[int, int] | None:
+    """The dims a row template's o, r and i count ([0, a0), [a0, a1), [a1, ndim)); None for an elementwise program."""
+    return (p.axes[0], p.axes[-1] + 1) if p.is_row and p.axes else None
+
+
+def counter_iota(p: Program, spans: tuple[int, int]):
+    """An Iota's coordinate from counters o, r, i (`spans`): along the traversed dim the loop counter itself, along
+    the outer dims a value of the row only (computed once per row by the compiler)."""
+    return lambda e: coord_code(p, p.ndim - 1 - e.e, spans)
+
+
+def integer_inputs(p: Program) -> frozenset:
+    return frozenset(k for k, i in enumerate(p.inputs) if i.dtype in ("int64", "int32", "int8", "uint8", "bool"))
+
+
+def index_code(p: Program, k: int, spans: tuple[int, int] | None = None) -> str:
+    """The element index of input k at (o, r, i, flat); `spans`: the dims o, r and i count (a row template's, or a
+    flat kernel's inside one innermost row): a strided view's index from them, not divided out of the flat
+    position (runner.catalog.codegen.index)."""
     kind = p.access(k)
     if kind == "rowblock":
         return f"(fb_obase(a, {k}, o) + (long long)fb_rbq(a, {k}, r))"
     if kind == "rowper":
         return f"fb_rper(a, {k}, r)"
     if kind == "strided":
-        return f"fb_tidx(a, {k}, flat)" if p.inputs[k].terms else f"fb_sidx(a, {k}, flat)"
-    return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, f"fb_bidx(a, {k}, flat)")
+        return strided_index_code(p, k, spans)
+    general = f"fb_bidx_row(a, {k}, {spans[0]}, {spans[1]}, o, r, i)" if spans else f"fb_bidx(a, {k}, flat)"
+    return {"full": "flat", "scalar": "0", "rowvec": "r", "outer": "(o * a.I + i)"}.get(kind, general)
 
 
 def signature(p: Program) -> str:

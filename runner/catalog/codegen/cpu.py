@@ -19,11 +19,13 @@ from runner.catalog.codegen.common import (
     float_literal,
     full_output,
     index_code,
+    integer_inputs,
     plan_passes,
     row_result,
     signature,
 )
-from runner.catalog.codegen.head import MATH, args_struct, index_fns, setup_code
+from runner.catalog.codegen.head import MATH, args_struct, setup_code
+from runner.catalog.codegen.index import index_fns
 from runner.catalog.codegen.used import accumulators
 from runner.catalog.ir import Program, rebuild, totals
 from runner.catalog.sizes import sizes_line
@@ -94,7 +96,7 @@ def _loader(p: Program):
 
 def _em(p: Program, **kw) -> Emitter:
     load = _loader(p)
-    return Emitter(load, gather=load, **kw)
+    return Emitter(load, gather=load, ints=integer_inputs(p), **kw)
 
 
 def _omp(params: CpuParams, simd: bool = False) -> str:
@@ -130,7 +132,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 """
     setup = setup_code(p, abi_offset)
     used = setup + body  # only the accumulators and index functions these use
-    head += [MATH, accumulators(used), args_struct(p), index_fns(used), setup]
+    head += [MATH, accumulators(used), args_struct(p), index_fns(used, p), setup]
     return "\n".join(head) + body + tail
 
 

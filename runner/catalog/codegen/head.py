@@ -1,5 +1,5 @@
-"""The fixed C text at the head of every CUDA and C++ source: the argument block and its set-up from the fast ABI,
-the math prelude, reduction accumulators and the index functions of broadcast, strided and rowblock inputs."""
+"""The fixed C text at the head of every CUDA and C++ source: the argument block and its set-up from the fast ABI
+and the math prelude (the index functions are in index.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from math import prod
 
 from runner.catalog import sizes
 from runner.catalog.codegen.common import NotExpressible
-from runner.catalog.codegen.used import pieces, used
 from runner.catalog.ir import Iota, Program, Red, walk
 
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "int32": 4, "int64": 5, "bool": 6, "uint8": 7,
@@ -38,6 +37,9 @@ struct FbArgs {{
   long long tdiv[{nin}][{2 * nd}], tmod[{nin}][{2 * nd}], tst[{nin}][{2 * nd}];
   unsigned bL[{nin}], bM[{nin}];  // a rowblock input: run length inside a row, and its divisor's magic multiplier
   int bS[{nin}];                  // ... and shift (r / bL = (umulhi(r, bM) + r) >> bS for r < 2^31)
+  unsigned long long fM[{nd}], gM[{nin}][{nd}];  // F's and gF's magic multipliers and shifts (fb_magic): an index
+  int fS[{nd}], gS[{nin}][{nd}];                 // divided by a run-time size without a division instruction
+  unsigned long long iM; int iS;                 // ... and I's (a row's outer and inner position from its number)
 }};
 """
 
@@ -139,6 +141,8 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
     lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ if (d < {a0}) a.O *= a.F[d]; else if (d < {a1}) a.R *= a.F[d]; "
                  "else a.I *= a.F[d]; }")
     lines.append("  a.N = a.O * a.R * a.I;")
+    lines.append(f"  for (int d = 0; d < {nd}; ++d) fb_magic(a.F[d], &a.fM[d], &a.fS[d]);")
+    lines.append("  fb_magic(a.I, &a.iM, &a.iS);")
     if any(isinstance(e, Red) and e.kind in ("argmax", "argmin") for e in walk(p.out)):
         lines.append("  if (a.R > 0x7fffffffLL) return fb_fail(\"an index along rows of 2^31 or more elements\");")
     for k in range(len(p.inputs)):
@@ -185,6 +189,7 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
     lines.append("    if (run_st >= 0) { a.gF[k][n] = run_sz; a.gst[k][n] = run_st; ++n; }")
     lines.append("    while (n > 0 && a.gst[k][n - 1] == 0) --n;  /* outer broadcast dims change nothing */")
     lines.append("    a.gnd[k] = n;")
+    lines.append("    for (int d = 0; d < n; ++d) fb_magic(a.gF[k][d], &a.gM[k][d], &a.gS[k][d]);")
     lines.append("  }")
     full_out = not p.is_row or p.level(p.out) == "full"
     want = "1" if p.has_totals else "a.N" if full_out else "(a.O * a.I)"
@@ -202,7 +207,11 @@ MATH = r"""
 #ifdef FB_FAST
 FB_HD float fb_exp(float x) { return FB_FAST_EXP(x); }
 FB_HD float fb_div(float x, float y) { return FB_FAST_DIV(x, y); }
+#ifdef FB_FAST_TANH
+FB_HD float fb_tanh(float x) { return FB_FAST_TANH(x); }
+#else
 FB_HD float fb_tanh(float x) { return 1.0f - fb_div(2.0f, fb_exp(2.0f * x) + 1.0f); }
+#endif
 FB_HD float fb_log(float x) { return FB_FAST_LOG(x); }
 #else
 FB_HD float fb_exp(float x) { return expf(x); }
@@ -229,89 +238,3 @@ FB_HD float fb_rsqrt(float x) { return rsqrtf(x); }
 FB_HD float fb_rsqrt(float x) { return 1.0f / sqrtf(x); }
 #endif
 """
-
-
-def index_fns(code: str) -> str:
-    """The index functions (general_index_fn) `code` (the rest of a source) uses."""
-    return used(pieces(general_index_fn()), code)
-
-
-def general_index_fn() -> str:
-    """The element index of a broadcast input: one division per merged dim, none past the last strided dim (32-bit
-    when the tensor is small); the coordinate of a flat position along one F dim (Iota)."""
-    return """FB_HD long long fb_iota(const FbArgs& a, int d, long long flat) {
-  for (int k = FB_ND - 1; k > d; --k) flat /= a.F[k];
-  return flat % a.F[d];
-}
-FB_HD long long fb_sidx(const FbArgs& a, int k, long long flat) {
-  long long idx = a.voff[k];
-  for (int d = FB_ND - 1; d >= 0; --d) {
-    long long c = flat % a.F[d];
-    flat /= a.F[d];
-    const long long n = a.vsz[k][d];
-    if (n != 1) { c -= a.vsh[k][d]; c = c < 0 ? 0 : (c >= n ? n - 1 : c); idx += c * a.vst[k][d]; }
-  }
-  return idx;
-}
-FB_HD long long fb_tidx(const FbArgs& a, int k, long long flat) {
-  long long c[FB_ND > 0 ? FB_ND : 1];
-  for (int d = FB_ND - 1; d >= 0; --d) {  /* a piece of a concatenation: its coordinate shifted, from 0 */
-    const long long x = flat % a.F[d] - a.vsh[k][d]; flat /= a.F[d]; c[d] = x < 0 ? 0 : x; }
-  long long idx = a.voff[k];
-  for (int j = 0; j < a.tn[k]; ++j) idx += ((c[a.td[k][j]] / a.tdiv[k][j]) % a.tmod[k][j]) * a.tst[k][j];
-  return idx;
-}
-FB_HD long long fb_bidx(const FbArgs& a, int k, long long flat) {
-  const int n = a.gnd[k];
-  if (a.small) {
-    unsigned f = (unsigned)flat, idx = 0;
-    for (int d = 0; d < n; ++d) {
-      const unsigned sz = (unsigned)a.gF[k][d], st = (unsigned)a.gst[k][d];
-      if (st) idx += (f % sz) * st;
-      f /= sz;
-    }
-    return (long long)idx;
-  }
-  long long idx = 0;
-  for (int d = 0; d < n; ++d) {
-    const long long sz = a.gF[k][d], st = a.gst[k][d];
-    if (st) idx += (flat % sz) * st;
-    flat /= sz;
-  }
-  return idx;
-}
-""" + rowblock_index_fns()
-
-
-def rowblock_index_fns() -> str:
-    """A rowblock input's index: its offset at the row's start (once per row: a division per outer dim) and the
-    run r // bL it is in (a multiply-high and a shift on the GPU); a rowper input's, r % bL the same way."""
-    return """FB_HD long long fb_obase(const FbArgs& a, int k, long long o) {
-  long long idx = 0;
-  for (int d = a.a0 - 1; d >= 0; --d) {
-    const long long sz = a.F[d];
-    idx += (o % sz) * a.st[k][d];
-    o /= sz;
-  }
-  return idx;
-}
-// (host) run length L < 2^31 and its magic numbers: r / L = (umulhi(r, M) + r) >> S for every r < 2^31
-static void fb_set_runs(FbArgs& a, int k, long long L) {
-  a.bL[k] = (unsigned)(L > 0 ? L : 1);
-  int sh = 0;
-  while ((1ULL << sh) < a.bL[k]) ++sh;
-  a.bS[k] = sh;
-  a.bM[k] = (unsigned)(((1ULL << 32) * ((1ULL << sh) - a.bL[k])) / a.bL[k] + 1);
-}
-FB_HD unsigned fb_rbq(const FbArgs& a, int k, long long r) {
-#ifdef __CUDA_ARCH__
-  const unsigned n = (unsigned)r;
-  return (__umulhi(n, a.bM[k]) + n) >> a.bS[k];
-#else
-  return (unsigned)((unsigned long long)r / a.bL[k]);
-#endif
-}
-// a rowper input's index r % P (P in bL: its period inside the row)
-FB_HD long long fb_rper(const FbArgs& a, int k, long long r) { return r - (long long)fb_rbq(a, k, r) * a.bL[k]; }
-"""
-

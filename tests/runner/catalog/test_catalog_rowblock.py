@@ -9,7 +9,7 @@ from math import prod
 
 import pytest
 
-from runner.catalog.codegen.head import rowblock_index_fns
+from runner.catalog.codegen.index import division_fns, rowblock_index_fns
 from runner.catalog.ir import Input, Load, Op, Program, Red
 
 
@@ -43,15 +43,23 @@ def test_inputs_constant_over_runs_of_a_row_are_rowblock(x_shape, w_shape, axes,
         assert c is not None and prod(x_shape[c:axes[-1] + 1]) == run
 
 
+NO_FIXED_SIZES = "FB_HD long long fb_fc(int d) { (void)d; return 0; }\n"
+HOST_MULHI = """static unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+static unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return (unsigned long long)(((unsigned __int128)a * b) >> 64); }"""
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 def test_the_gpu_run_division_matches_integer_division(tmp_path):
     """fb_rbq's device branch (multiply-high and shift with fb_set_runs's magic numbers) compiled for the host with a
     host __umulhi: equal to r / L for run lengths up to 2^31 - 1 and positions up to 2^31 - 1; fb_rper's r % L."""
-    fns = rowblock_index_fns().replace("FB_HD", "static inline")
+    fns = (NO_FIXED_SIZES + division_fns() + rowblock_index_fns()).replace("FB_HD", "static inline")
     src = f"""#include <cstdio>
 #define __CUDA_ARCH__ 900
-static unsigned __umulhi(unsigned a, unsigned b) {{ return (unsigned)(((unsigned long long)a * b) >> 32); }}
-struct FbArgs {{ int a0; long long F[1]; long long st[1][1]; unsigned bL[1], bM[1]; int bS[1]; }};
+#define FB_ND 1
+{HOST_MULHI}
+struct FbArgs {{ int a0; long long F[1]; long long st[1][1]; unsigned bL[1], bM[1]; int bS[1];
+                 unsigned long long fM[1]; int fS[1]; }};
 {fns}
 int main() {{
   const long long Ls[] = {{1, 2, 3, 5, 7, 63, 64, 65, 255, 480, 1000003, 262144, 262147, (1LL << 30) + 3,
@@ -80,4 +88,50 @@ int main() {{
                            text=True)
     assert build.returncode == 0, build.stderr[-2000:]
     run = subprocess.run([str(tmp_path / "div")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_a_64_bit_index_divided_through_magic_numbers_matches_integer_division(tmp_path):
+    """fb_udiv's device branch (a 64-bit multiply-high, an add and a shift with fb_magic's numbers, the index
+    arithmetic's only division by a run-time size) compiled for the host: equal to n / d for sizes from 1 to near
+    2^63 (powers of two and their neighbours, primes, sizes of real tensors) and indices up to 2^63 - 1, at and
+    around each multiple of d; fb_magic's cache gives the same numbers twice."""
+    fns = (NO_FIXED_SIZES + division_fns()).replace("FB_HD", "static inline")
+    src = f"""#include <cstdio>
+#define __CUDA_ARCH__ 900
+{HOST_MULHI}
+struct FbArgs {{ long long F[1]; unsigned long long fM[1]; int fS[1]; }};
+{fns}
+int main() {{
+  long long ds[200]; int nd = 0;
+  const long long fixed[] = {{1, 3, 5, 7, 12, 96, 128256, 50257, 4095, 4097, 1000003, 2147483647LL, 2147483649LL,
+                             4294967311LL, 1099511627791LL, 3074457345618258603LL, 9223372036854775783LL}};
+  for (long long d : fixed) ds[nd++] = d;
+  for (int s = 1; s < 63; s += 3) {{ ds[nd++] = (1LL << s) - 1; ds[nd++] = 1LL << s; ds[nd++] = (1LL << s) + 1; }}
+  long long bad = 0, checked = 0;
+  for (int t = 0; t < 2; ++t) for (int x = 0; x < nd; ++x) {{
+    const long long d = ds[x];
+    unsigned long long M; int S;
+    fb_magic(d, &M, &S);
+    for (unsigned long long q = 0; q < (1ULL << 63); q = q < 3000 ? q + 1 : q * 3 + 11) {{
+      if (d > 1 && q > (0x7fffffffffffffffULL / (unsigned long long)d)) break;
+      for (long long e = -2; e <= 2; ++e) {{
+        const __int128 n = (__int128)q * d + e;
+        if (n < 0 || n > 0x7fffffffffffffffLL) continue;
+        ++checked;
+        if (fb_udiv((long long)n, M, S) != (long long)n / d) {{ if (bad++ < 5) printf("d=%lld n=%lld\\n", d, (long long)n); }}
+      }}
+    }}
+    if (fb_udiv(0x7fffffffffffffffLL, M, S) != 0x7fffffffffffffffLL / d) ++bad;
+  }}
+  printf("checked %lld bad %lld\\n", checked, bad);
+  return bad != 0 || checked < 100000;
+}}
+"""
+    (tmp_path / "div64.cpp").write_text(src)
+    build = subprocess.run(["g++", "-O1", "-std=c++17", "div64.cpp", "-o", "div64"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-2000:]
+    run = subprocess.run([str(tmp_path / "div64")], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout[-2000:]

@@ -25,7 +25,8 @@ from runner.catalog.codegen.cuda.common import UNIT_RUNS, ctype_of, rowblock_inp
 from runner.catalog.codegen.cuda.flat import broadcast_view
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.prelude import FAST, PRELUDE
-from runner.catalog.codegen.head import MATH, args_struct, index_fns, setup_code
+from runner.catalog.codegen.head import MATH, args_struct, setup_code
+from runner.catalog.codegen.index import index_fns
 from runner.catalog.codegen.used import accumulators
 from runner.catalog.ir import Program
 from runner.catalog.sizes import sizes_line
@@ -59,7 +60,7 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
     setup, body = setup_code(p, abi_offset, params.layout), layout(p, params, out_t)
     used = setup + body  # only the accumulators and index functions these use
     head += [MATH, accumulators(used), args_struct(p),
-             index_fns(used).replace("FB_HD", "static __device__ __forceinline__"), setup]
+             index_fns(used, p, params.layout).replace("FB_HD", "static __device__ __forceinline__"), setup]
     if rowblock_inputs(p):
         head.append(UNIT_RUNS)
     return "\n".join(head) + body

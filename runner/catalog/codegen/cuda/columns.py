@@ -179,8 +179,11 @@ def _columns_kernel(p: Program, plan, params: CudaParams, out_t: str, v: int, ve
 __global__ void __launch_bounds__({CW * RS}) fb_cols_v{v}(FbArgs a) {{
   {f"union FbColsSh {{ {shared} }}; __shared__ FbColsSh sh;" if RS > 1 else ""}
   const long long tiles = (a.I + {CW * v} - 1) / {CW * v};
-  for (long long tile = blockIdx.x; tile < a.O * tiles; tile += gridDim.x) {{
-    const long long o = tile / tiles, i0 = (tile % tiles) * {CW * v} + threadIdx.x * {v};
+  // the block's tiles (o, t) stepped by the grid's size along the flat tile index: divisions only before the loop
+  const long long step_o = gridDim.x / tiles, step_t = gridDim.x % tiles;
+  for (long long o = blockIdx.x / tiles, t = blockIdx.x % tiles; o < a.O;
+       t += step_t, o += step_o + (t >= tiles), t -= t >= tiles ? tiles : 0) {{
+    const long long i0 = t * {CW * v} + threadIdx.x * {v};
     {row_bases(p)}
     const bool ok = i0 < a.I;
 {passes}

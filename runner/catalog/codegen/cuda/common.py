@@ -4,7 +4,16 @@ library workspace and the exported entry point."""
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import CTYPE_CUDA, AccRef, Emitter, NotExpressible, index_code
+from runner.catalog.codegen.common import (
+    CTYPE_CUDA,
+    AccRef,
+    Emitter,
+    NotExpressible,
+    counter_iota,
+    counter_spans,
+    index_code,
+    integer_inputs,
+)
 from runner.catalog.ir import Program
 
 
@@ -19,6 +28,7 @@ class Loads:
 
     def __init__(self, p: Program, vec_inputs: set[int], runs: bool = True):
         self.p, self.vec = p, vec_inputs
+        self.spans = counter_spans(p)  # the dims o, r, i count (a strided view's index and an Iota from them)
         # with vectors, a rowblock input is one value per vector (the host checks that its runs are whole vectors),
         # or, where it was captured with runs of one element (its dims all vary inside the row), a vector of its own;
         # `runs` False: the vectors go across columns, and a rowblock input is one value per reduced index
@@ -33,11 +43,11 @@ class Loads:
         if k in self.blk:
             self.used.add(k)
             return f"fb_f(b{k}.v[j])" if k in self.blk_vec else f"fb_f(b{k})"
-        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}])"
+        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k, self.spans)}])"
 
     def gather(self, k: int, extra: str) -> str:
         """Input k read `extra` elements past its element at the current position (a Gather), one element."""
-        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k)}{extra}])"
+        return f"fb_f(((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}])[{index_code(self.p, k, self.spans)}{extra}])"
 
     def block_decls(self, r0: str, V: int) -> str:
         """The value of each rowblock input the code read for the vector at in-row position `r0` (rb{k}: its offset
@@ -64,7 +74,12 @@ class Loads:
 
 def emitter(loads) -> Emitter:
     """An Emitter over `loads` (a Loads, or a layout's own with the same two methods): loads, and Gathers."""
-    return Emitter(loads, gather=loads.gather)
+    p = getattr(loads, "p", None)
+    if p is None:
+        return Emitter(loads, gather=loads.gather)
+    spans = getattr(loads, "spans", counter_spans(p))
+    return Emitter(loads, gather=loads.gather, ints=integer_inputs(p),
+                   iota=counter_iota(p, spans) if spans is not None else None)
 
 
 def vector_at(p: Program, k: int, base: str, row_base: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from runner.catalog.codegen.common import NotExpressible, index_code
 from runner.catalog.codegen.cuda.common import Loads, More, align_check, ctype_of, emitter, forward, spaced
 from runner.catalog.codegen.cuda.params import CudaParams
-from runner.catalog.ir import Program
+from runner.catalog.ir import Iota, Program, walk
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class _FlatLoads:
     by the load pass), `row` (one value per vector in w{k}[u]: an input broadcast along the view's last run),
     `scalar` (read once per thread into s{k}) or `general` (an index from the strides, per element)."""
 
-    def __init__(self, p: Program, how: dict[int, str]):
-        self.p, self.how = p, how
+    def __init__(self, p: Program, how: dict[int, str], spans: tuple[int, int] | None = None):
+        self.p, self.how, self.spans = p, how, spans
 
     def __call__(self, k: int) -> str:
         h = self.how[k]
@@ -81,10 +81,11 @@ class _FlatLoads:
             return f"fb_f(w{k}[u])"
         if h == "scalar":
             return f"s{k}"
-        return f"fb_f(fb_ld1((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}] + {index_code(self.p, k)}))"
+        return f"fb_f(fb_ld1((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}] + {index_code(self.p, k, self.spans)}))"
 
     def gather(self, k: int, extra: str) -> str:
-        return f"fb_f(fb_ld1((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}] + {index_code(self.p, k)}{extra}))"
+        at = index_code(self.p, k, self.spans)
+        return f"fb_f(fb_ld1((const {ctype_of(self.p.inputs[k].dtype)}*)a.in[{k}] + {at}{extra}))"
 
 
 def _bc_index(view: BroadcastView, k: int) -> str:
@@ -113,7 +114,10 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
         elif how[k] == "row":
             decls.append(f"{t} w{k}[{U}];")
             loads.append(f"w{k}[u] = fb_ld1({ptr} + {_bc_index(view, k)});")  # type: ignore[arg-type]
-    em = emitter(_FlatLoads(p, how))
+    # strided views and Iotas read from a vector's coordinates (o: the innermost row, r: along it), found once per
+    # vector: the host runs this kernel only where rows are whole vectors (in_rows)
+    spans = (p.ndim - 1, p.ndim) if view is None and in_rows(p, V) else None
+    em = emitter(_FlatLoads(p, how, spans))
     res = em(p.out)
     more = More(p)
     more.values(em, [o.expr for o in p.more])
@@ -131,7 +135,10 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
                  "  if (q < nv) {", *_indent("\n".join(loads), 4).split("\n"), "  }", *_indent("\n".join(step), 2).split("\n"),
                  "}"]
     compute = [f"const long long base = q * {V};", f"FbVec<{out_t}, {V}> ov;{spaced(more.decls(V))}", "#pragma unroll",
+               *([f"const long long fo = fb_qF(a, {p.ndim - 1}, base), fr = base - fo * fb_Fd(a, {p.ndim - 1});"]
+                 if spans else []),
                f"for (int j = 0; j < {V}; ++j) {{", "  const long long flat = base + j; (void)flat;",
+               *(["  const long long o = fo, r = fr + j, i = 0; (void)o; (void)r; (void)i;"] if spans else []),
                *("  " + x for x in em.lines), f"  ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}", "}",
                f"fb_stv<{out_t}, {V}>(({out_t}*)a.out + base, ov);{spaced(more.stores(V, 'base'))}"]
     loop += ["#pragma unroll", f"for (int u = 0; u < {U}; ++u) {{", f"  const long long q = t + u * {T} + threadIdx.x;",
@@ -146,6 +153,15 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
     code = "\n".join("  " + x for x in body)
     sig = "FbArgs a" if view is None else "FbArgs a, FbBc g"
     return f"\n__global__ void __launch_bounds__({T}) {name}({sig}) {{\n{code}\n}}\n"
+
+
+def in_rows(p: Program, V: int) -> bool:
+    """Whether the V-wide flat kernel finds strided views, broadcast inputs and Iotas from a vector's coordinates in
+    the innermost row: where it reads any, and the captured rows are whole vectors (elsewhere, where the host would
+    then run the scalar kernel, each element's index comes from its flat position instead)."""
+    return p.ndim > 0 and p.shape[-1] % V == 0 and (
+        any(p.access(k) in ("strided", "general") for k in p.used_inputs())
+        or any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)))
 
 
 def _flat_how(p: Program, view: BroadcastView | None) -> dict[int, str]:
@@ -199,7 +215,8 @@ def _flat_launch(p: Program, how: dict[int, str], V: int, T: int, U: int, grid: 
     if V == 1:
         return narrow
     vec_in = {k for k in p.used_inputs() if how[k] == "vec"}
-    return _either(align_check(p, vec_in, out_t, V, ""), _launch(f"fb_flat_v{V}", V, T, U, grid), narrow)
+    rows = f"a.F[{p.ndim - 1}] % {V} == 0" if in_rows(p, V) else ""  # (a vector never crosses an innermost row)
+    return _either(align_check(p, vec_in, out_t, V, rows), _launch(f"fb_flat_v{V}", V, T, U, grid), narrow)
 
 
 def _bcast_support(p: Program, view: BroadcastView) -> str:

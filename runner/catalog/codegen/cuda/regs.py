@@ -27,7 +27,8 @@ from runner.catalog.codegen.cuda.common import (
 )
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.totals import Totals
-from runner.catalog.ir import Program
+from runner.catalog.ir import Op, Program
+from runner.catalog.ir import walk as walk_expr
 
 # per-thread registers a row may take: vectors of the held inputs (K * V elements each, stored in their own dtype)
 MAX_HELD_BYTES = 256
@@ -136,11 +137,18 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
                      f"a.in[{k}] + o * {R}LL + r0);" for k in sorted(held))
     regs = " ".join(f"FbVec<{ctype_of(p.inputs[k].dtype)}, {v}> x{k}[{K}];" for k in sorted(held))
     parts = [f"    {regs}\n{walk(fills)}"] if held else []
+    # a costly value a pass computes per element and a later pass (or the output) needs again (softmax's exp(x - m)):
+    # kept in registers where the loops unroll fully, so each element's is computed once
+    keep = Kept(plan, K * v) if held else None
     for pno in range(1, plan.passes + 1):
         accs = [x for x in plan.accs if x.pass_no == pno]
         loads.used.clear()
         em = emitter(loads)
+        if keep:
+            keep.seed(em)
         adds = [f"{x.name}.add({em(x.arg)}, r);" for x in accs]
+        if keep:
+            adds += keep.stores(em, pno)
         body = "\n          ".join(em.lines + adds)
         decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
         red = "\n    ".join(f"fb_group_reduce<{G}>({x.name});" if G <= 32 else f"fb_block_reduce<{x.kind}, {T}>({x.name});"
@@ -156,6 +164,8 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     {value_decls(plan, pno)}""")
     loads.used.clear()
     em = emitter(loads)
+    if keep:
+        keep.seed(em)
     assert plan.out is not None
     more = More(p)
     if full_output(p):
@@ -185,7 +195,7 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
       const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
       {lines}
     }}"""
-    passes = "\n".join(parts)
+    passes = "\n".join(([f"    {keep.decls(K, v)}"] if keep and keep.decls(K, v) else []) + parts)
     return f"""
 // {G} threads a row, {T // G} rows a block; thread `lane` of a group holds the row's vectors at ((q * {G} + lane) * {v})
 __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).param()}) {{
@@ -201,12 +211,65 @@ __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).par
 """
 
 
-def short_row_params(p: Program, max_len: int = 2048) -> list[CudaParams]:
-    """The `regs` parameter sets worth trying for a row program whose rows (innermost, at most max_len elements) are
-    short, best guess first: 16-byte vectors (8-byte, then single elements, where R is not whole 16-byte vectors), a
-    warp per row with up to 8 vectors a thread, then smaller groups (several rows a warp: rows of a few hundred
-    elements) and a whole block per row (long rows: fewer vectors a thread); the exact two-pass mode first (each pass
-    over registers costs no memory traffic), online where it changes the code. Empty where `regs` does not apply."""
+COSTLY = frozenset({"exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh", "erf", "pow", "powc", "expm1",
+                    "log1p", "softplus", "mish", "elu", "selu"})
+
+
+def worth_keeping(e) -> bool:
+    """A value worth a register per element rather than computing again: a transcendental inside, or three ops or more
+    (a causal softmax's scaled, masked and rounded score)."""
+    ops = [x for x in walk_expr(e) if isinstance(x, Op)]
+    return len(ops) >= 3 or any(x.name in COSTLY for x in ops)
+
+
+class Kept:
+    """Values a `regs` pass computes for each of a thread's `n` elements and a later pass or the output uses again,
+    held in registers kp{m}[q][j] (at most MAX_HELD_BYTES a thread): the largest sub-expressions worth keeping of what
+    comes later, computed by the pass that first needs them."""
+
+    def __init__(self, plan, n: int):
+        self.plan, self.n = plan, n
+        self.slots: dict = {}  # Expr -> the name of its registers
+
+    def later_needs(self, pno: int) -> set:
+        """Every sub-expression the passes after pno and the outputs use."""
+        roots = [x.arg for x in self.plan.accs if x.pass_no > pno] + [e for e in (self.plan.out, *self.plan.more) if e]
+        return {e for r in roots for e in walk_expr(r)}
+
+    def seed(self, em) -> None:
+        """Values stored by earlier passes read from their registers."""
+        for e, name in self.slots.items():
+            em.memo[e] = f"{name}[q][j]"
+
+    def stores(self, em, pno: int) -> list[str]:
+        """After pass pno's element code: the values it computed that later code needs again, to their registers."""
+        later = self.later_needs(pno)
+        fresh = [e for e in em.memo if e not in self.slots and e in later and isinstance(e, Op) and worth_keeping(e)]
+        fresh = [e for e in fresh if not any(e is not f and e in set(walk_expr(f)) for f in fresh)]  # the largest
+        out = []
+        for e in fresh:
+            if 4 * self.n * (len(self.slots) + 1) > MAX_HELD_BYTES:
+                break
+            name = f"kp{len(self.slots)}"
+            out.append(f"{name}[q][j] = {em.memo[e]};")
+            self.slots[e] = name
+        return out
+
+    def decls(self, K: int, v: int) -> str:
+        return " ".join(f"float {name}[{K}][{v}];" for name in self.slots.values())
+
+
+MAX_ROW = 16384  # the longest row `regs` holds: a block of 1024 threads, a few 16-byte vectors each
+
+
+def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
+    """The `regs` parameter sets worth trying for a row program whose rows (innermost, at most max_len elements) fit
+    in registers, best guess first: 16-byte vectors (8-byte, then single elements, where R is not whole 16-byte
+    vectors); threads sized from the row's R / V vectors: a warp per row with up to 8 vectors a thread, then smaller
+    groups (several rows a warp: rows of a few hundred elements), and a whole block per row for long rows, its
+    threads R / (V * K) for K = 2, 4, 1, 8 vectors a thread (no thread idle, none holding more than 8); the exact
+    two-pass mode first (each pass over registers costs no memory traffic), online where it changes the code. Empty
+    where `regs` does not apply."""
     if not p.is_row or p.split()[2] != 1:
         return []
     n = row_length(p)
@@ -220,8 +283,10 @@ def short_row_params(p: Program, max_len: int = 2048) -> list[CudaParams]:
     for G in (32, 16, 8, 4):
         if n >= G * V and -(-n // (G * V)) <= 8:
             shapes += [(G, 256), (G, 128)]
-    for T in (128, 256, 512):
-        if n >= T * V and -(-n // (T * V)) <= 8:
+    vectors = -(-n // V)
+    for K in (2, 4, 1, 8):  # a block per row: its threads from the row, whole warps, every thread a vector or more
+        T = vectors // K // 32 * 32
+        if 64 <= T <= 1024 and -(-vectors // T) <= 8 and (0, T) not in shapes:
             shapes.append((0, T))
     if not shapes:  # rows shorter than a vector per lane of the smallest group
         shapes = [(4, 128)]

@@ -92,7 +92,7 @@ __global__ void __launch_bounds__({T}) fb_rows_v{v}(FbArgs a{tot.param()}) {{
   const long long rows = a.O * a.I;
   const int gpb = {T} / {G};
   for (long long row = (long long)blockIdx.x * gpb + threadIdx.x / {G}; row < rows; row += (long long)gridDim.x * gpb) {{
-    const long long o = row / a.I, i = row % a.I;
+    const long long o = fb_udiv(row, a.iM, a.iS), i = row - o * a.I;
     {row_bases(p)}
 {passes}
 {out}

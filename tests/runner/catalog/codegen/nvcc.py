@@ -8,7 +8,7 @@ from pathlib import Path
 
 CSRC = Path(__file__).resolve().parents[4] / "runner/csrc"
 # macros a source defines that the next source in the same file defines again
-UNDEF = ("FB_NIN", "FB_ND", "FB_FAST", "FB_FAST_EXP", "FB_FAST_DIV", "FB_FAST_LOG", "FB_HD", "FB_M")
+UNDEF = ("FB_NIN", "FB_ND", "FB_FAST", "FB_FAST_EXP", "FB_FAST_DIV", "FB_FAST_LOG", "FB_FAST_TANH", "FB_HD", "FB_M")
 EXPORTS = ("fusebot_forward", "fusebot_last_error", "fusebot_set_workspace", "fusebot_workspace_need")  # renamed per source
 FLAGS = ["-O3", "-std=c++17", "-arch=sm_90", "-c"]
 

@@ -17,6 +17,7 @@ import torch
 from runner.catalog.codegen import cuda
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.codegen.cuda.regs import regs_refusal, short_row_params
+from runner.catalog.ir import Const, Input, Load, Op, Program, Red
 from runner.harness.procs.abi import AbiError, KernelLibrary
 from tests.runner import cuda_emulation
 from tests.runner.catalog.codegen import programs
@@ -57,6 +58,7 @@ CASES = [
     ("rmsnorm", 256, "bfloat16", cuda.CudaParams("regs", vec=8, threads=64, group=4, mode="twopass")),
     ("softmax", 96, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=16, mode="online")),
     ("softmax", 160, "bfloat16", cuda.CudaParams("regs", vec=2, threads=64, group=32, mode="twopass")),
+    ("softmax", 1024, "float32", cuda.CudaParams("regs", vec=4, threads=128, group=0, mode="twopass")),
     ("row_sum", 200, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=32)),
     ("row_argmax", 120, "float32", cuda.CudaParams("regs", vec=4, threads=64, group=8)),
 ]
@@ -106,12 +108,18 @@ def test_the_source_names_its_fixed_sizes():
 
 
 def test_short_row_params_fit_the_row():
-    """16-byte vectors, at most 8 a thread, a warp per row first where 8 vectors a lane cover the row; none past 2048
-    elements or for a middle dim; every set renders."""
+    """16-byte vectors, at most 8 a thread, a warp per row first where 8 vectors a lane cover the row, else a block
+    whose threads come from the row (every thread a vector or more); none past 16K elements or for a middle dim;
+    every set renders."""
     assert [p.label() for p in short_row_params(programs.layernorm(4096, 1024))][:1] == ["cuda-regs-v4-t256-g32-twopass"]
     assert {p.vec for p in short_row_params(programs.rmsnorm(4096, 1024, "bfloat16"))} == {8}
     assert all(p.group in (0, *range(2, 33)) for p in short_row_params(programs.softmax(64, 2048)))
-    assert short_row_params(programs.layernorm(16, 4096)) == []
+    assert short_row_params(programs.layernorm(16, 1 << 15)) == []
+    for prog, vec in ((programs.rmsnorm(64, 4096, "bfloat16"), 8), (programs.softmax(64, 16384), 4)):
+        sets = short_row_params(prog)
+        n = prog.shape[-1]
+        assert sets and all(p.group == 0 and p.vec == vec and p.threads * vec <= n <= 8 * p.threads * vec for p in sets)
+    assert [p.threads for p in short_row_params(programs.rmsnorm(64, 4096, "bfloat16"))][:1] == [256]  # 2 vectors each
     assert {p.vec for p in short_row_params(programs.row_argmax(64, 1024, "bfloat16"))} == {8}  # (an int64 per row)
     for prog in (programs.layernorm(512, 96), programs.softmax(64, 2048, "bfloat16"), programs.row_sum(8, 40)):
         sets = short_row_params(prog)
@@ -157,3 +165,36 @@ def test_a_row_is_read_from_memory_once(tmp_path):
     body = next(b for b in ptx.split(".entry ")[1:] if b.startswith("_Z10fb_regs_v4"))
     loads = [ln for ln in body.splitlines() if "ld.global.nc.v4" in ln]
     assert len(loads) == 8 + 2 * 8, len(loads)  # x's 8 vectors, and the weight's and bias's at each output position
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_held_rows_exponentials_are_computed_once(tmp_path):
+    """Softmax over held rows of 1024 (8 vector positions of 4 a lane): exp(x - max) is computed in the sum's pass
+    and kept in registers for the output, one ex2 per element in the vector kernel's PTX (two before: once for the
+    sum, once for the output); the scalar kernel, which reads memory in every pass, still computes it twice."""
+    src = cuda.render(programs.softmax(64, 1024), cuda.CudaParams("regs", vec=4, threads=128, group=32, mode="twopass"))
+    (tmp_path / "k.cu").write_text(src)
+    p = subprocess.run(["nvcc", "-O3", "-std=c++17", "-ptx", "-arch=sm_90", "-I", str(cuda_emulation.CSRC), "k.cu",
+                        "-o", "k.ptx"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ptx = (tmp_path / "k.ptx").read_text()
+    count = {name: sum("ex2.approx" in ln for ln in b.splitlines())
+             for b in ptx.split(".entry ")[1:] for name in ("fb_regs_v4", "fb_regs_v1") if b.startswith(f"_Z10{name}")}
+    assert count["fb_regs_v4"] == 8 * 4, count
+    assert count["fb_regs_v1"] > 0 and "kp0" not in src.split("fb_regs_v1(")[1].split("fb_regs_v4(")[0], count
+
+
+def test_a_held_rows_scaled_scores_are_computed_once():
+    """Softmax of round_bf16((x + 1) * 0.125) (three ops, no transcendental: a causal softmax's scaled, masked and
+    rounded score has the same shape): the first pass computes the score and keeps it in registers, the sum's pass
+    reads it there, and the output reads the sum's exp(s - max), so each element's score and exp are computed once."""
+    x = Load(0)
+    s = Op("round_bf16", (Op("mul", (Op("add", (x, Const(1.0))), Const(0.125))),))
+    e = Op("exp", (Op("sub", (s, Red("max", s))),))
+    prog = Program(inputs=[Input(0, (64, 1024), "bfloat16")], out=Op("div", (e, Red("sum", e))), shape=(64, 1024),
+                   axes=(1,), out_dtype="bfloat16", out_shape=(64, 1024))
+    src = cuda.render(prog, cuda.CudaParams("regs", vec=8, threads=128, group=32, mode="twopass"))
+    v8 = src.split("fb_regs_v8(FbArgs")[1].split("fusebot_forward")[0]
+    assert v8.count("fb_round_bf16(") == 1, v8  # the score, once (the store rounds the output)
+    assert v8.count("kp0[q][j] = ") == 1 and v8.count("fb_exp(") == 1, v8  # (exp(s - max) kept too: kp1)
