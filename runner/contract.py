@@ -108,6 +108,10 @@ class Timing(_Model):
     # GPU times) and the longest GPU spin a kept sample ran behind so that it is not (runner.harness.timing)
     host_ms: float | None = None
     lead_ms: float = 0.0
+    # the least time per call the parent's own clock allows (runner.harness.clocked): back-to-back calls timed by
+    # the parent, less their steps timed in the judge (on CUDA less those steps once more, the host work a GPU time
+    # excludes); a median under it was raised to it, the samples scaled alike. None where not clocked (baselines)
+    parent_ms: float | None = None
 
     def call_text(self) -> str:
         """How the time was taken, for a report ("" where not recorded)."""

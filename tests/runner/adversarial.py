@@ -70,6 +70,27 @@ def kb(body: str, header: str = "") -> dict[str, str]:
 
 HONEST_KB = kb("        return scale_relu(x, self.bias)\n")
 
+# Scales every time its process reports by 0.11, through the dispatch dict its process serves requests with.
+FORGED_TIME = """
+import sys as _sys
+_H = _sys.modules["__main__"].HANDLERS
+_time = _H["time"]
+
+
+def _scaled(st, msg):
+    rep = _time(st, msg)
+    t = rep.get("timing")
+    if t:
+        for k in ("median_ms", "mean_ms", "min_ms", "iqr_ms"):
+            t[k] *= 0.11
+        t["samples_ms"] = [v * 0.11 for v in t["samples_ms"]]
+    return rep
+
+
+_H["time"] = _scaled
+"""
+FORGED_TIME_KB = kb("        return scale_relu(x, self.bias)\n", header=FORGED_TIME)
+
 # name -> (sources, the reason prefix it must be rejected with)
 KB_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
     "background_thread": (kb('''        import threading, time
@@ -188,6 +209,13 @@ _t._perf_ns = lambda: 0
 import sys as _sys
 _sys.modules["runner.harness.procs.calls"].Samples.take = lambda self: None
 '''), "monkeypatch"),
+    # rewrites how its own process serves the parent's requests (the dispatch dict, not a watched callable): every
+    # time it reports scaled by 0.11, and every request but init, trial and time answered at once without running
+    "forged_dispatch": (kb("        return scale_relu(x, self.bias)\n", header=FORGED_TIME + """
+for _k in list(_H):
+    if _k not in ("init", "trial", "time"):
+        _H[_k] = lambda st, msg: {}
+"""), "timer-escape"),
 }
 
 # Fast-format C++ candidates. {BODY} is the loop nest that writes y.

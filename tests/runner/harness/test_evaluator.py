@@ -6,7 +6,7 @@ import pytest
 from runner.contract import REASON_NAMES, Candidate
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from ..adversarial import FAST_HACKS, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
+from ..adversarial import FAST_HACKS, FORGED_TIME_KB, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
 from ..conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
 
 
@@ -77,6 +77,16 @@ def test_fast_hack_is_rejected_with_its_reason(cpu_evaluator, name):
                                                                      else ())
     assert any(r.startswith(reasons) for r in v.reasons), v.reasons
     assert named(v.reasons), v.reasons
+
+
+def test_a_process_that_scales_its_reported_times_is_held_to_the_parents_clock(cpu_evaluator):
+    """Its calls run (every back-to-back call's outputs are fingerprinted and drawn from afterwards), so its time is
+    the parent's clock's bound at best: a time under it is raised to it, or named an escape."""
+    v = cpu_evaluator.evaluate(cand("forged-time", FORGED_TIME_KB))
+    if v.accepted:
+        assert v.timing.parent_ms is not None and v.timing.median_ms >= v.timing.parent_ms > 0, v.timing
+    else:
+        assert all(r.startswith("timer-escape") for r in v.reasons), v.reasons
 
 
 def test_precision_downgrade_is_named(cpu_evaluator):
