@@ -29,6 +29,7 @@ from runner.harness.config import HarnessConfig, scratch_root
 from runner.harness.contestants import Contestants
 from runner.harness.measure import measure, score, time_candidate, warn_if_degenerate
 from runner.harness.plan import Seeds, trial_plan
+from runner.harness.procs import threads
 from runner.harness.procs.process import Worker
 from runner.harness.reference import Reference
 from runner.harness.trials import verify
@@ -213,6 +214,11 @@ class Evaluator:
             with r.stage("time"):
                 time_candidate(self.contestants, r.worker, self.reference, v,
                                remeasure=lambda: self._remeasure(r.candidate, r.library))
+            if not v.reasons:
+                # the in-process guards' "all clear" travels in the candidate's own replies: the parent looks too
+                left_running = threads.reason(r.worker.proc.pid)
+                if left_running:
+                    v.reasons.append(left_running)
         finally:
             r.worker.close()
             r.worker = None

@@ -216,6 +216,36 @@ for _k in list(_H):
     if _k not in ("init", "trial", "time"):
         _H[_k] = lambda st, msg: {}
 """), "timer-escape"),
+    # forges its guards' verdicts: strips every reason from its replies (through json.dumps and its dispatch dict),
+    # patches the comparison and the clock, and leaves a thread spinning
+    "forged_guards": (kb("        return scale_relu(x, self.bias)\n", header="""
+import json as _json, sys as _sys, threading as _threading, time as _time
+_dumps = _json.dumps
+
+
+def _clean(reply):
+    if isinstance(reply, dict):
+        reply = {k: v for k, v in reply.items() if k not in ("reasons", "fatal")}
+        reply["reasons"] = []
+    return reply
+
+
+_json.dumps = lambda obj, *a, **k: _dumps(_clean(obj), *a, **k)
+_H = _sys.modules["__main__"].HANDLERS
+for _k, _f in list(_H.items()):
+    _H[_k] = lambda st, msg, _f=_f: _clean(_f(st, msg))
+torch.allclose = lambda *a, **k: True
+_pc = _time.perf_counter
+_time.perf_counter = lambda: _pc() * 0.11
+
+
+def _spin():
+    while True:
+        pass
+
+
+_threading.Thread(target=_spin, daemon=True).start()
+"""), "background-thread"),
 }
 
 # Fast-format C++ candidates. {BODY} is the loop nest that writes y.

@@ -303,10 +303,13 @@ def serve(handlers: dict, state: object) -> None:
     {"ok": false, "error": ...} so that the parent decides what it means."""
     import traceback
 
+    # bound before any candidate code runs: a candidate that rewrites json.dumps does not rewrite the replies with it
+    # (it can still rewrite its handlers: what a reply says is evidence the parent checks, never a verdict)
+    dumps, loads = json.JSONEncoder().encode, json.loads
     req = os.fdopen(int(os.environ.pop("FUSEBOT_REQUEST_FD")), "r")
     rep = os.fdopen(int(os.environ.pop("FUSEBOT_REPLY_FD")), "w", buffering=1)
     for line in req:
-        msg = json.loads(line)
+        msg = loads(line)
         cmd = msg.get("cmd")
         if cmd == "exit":
             break
@@ -318,7 +321,7 @@ def serve(handlers: dict, state: object) -> None:
             reply.setdefault("ok", True)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported, the parent decides
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        rep.write(json.dumps(reply) + "\n")
+        rep.write(dumps(reply) + "\n")
         rep.flush()
     rep.close()
     os._exit(0)
