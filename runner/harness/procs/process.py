@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import select
 import signal
 import stat
@@ -43,6 +44,7 @@ class Limits:
     memory_bytes: int = 32 << 30  # resident memory of the worker and its children, and its private tmpfs files
     poll_seconds: float = 0.05
     tmpfs_bytes: int | None = None  # size of each of its private /tmp and /dev/shm; None: memory_bytes
+    reply_bytes: int = 16 << 20  # the longest reply line read (the largest honest one, 20,000 fingerprints, is ~2 MB)
 
 
 # Caches a worker may be pointed at outside its own directory (torch.compile's, say): granted read-write.
@@ -109,7 +111,9 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self._req = None
         self._rep_fd = -1
-        self._buf = b""
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf known to hold no newline: each byte is searched once
+        self._nonce = ""
         self.peak_rss_bytes = 0
         self._memory_error: WorkerDied | None = None
         self._inner_pid: int | None = None
@@ -194,6 +198,8 @@ class Worker:
         """Send a request without waiting: several workers can work on theirs at once (see `receive`)."""
         if self.proc is None:
             self._start(payload)
+        self._nonce = secrets.token_hex(8)
+        payload = {**payload, "nonce": self._nonce}
         try:
             self._req.write(json.dumps(payload) + "\n")
             self._req.flush()
@@ -219,7 +225,8 @@ class Worker:
         """Wait for the reply to the last request. While waiting, the memory cap of this worker and of `siblings`
         (workers with requests of their own in flight) is enforced."""
         deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buf:
+        end = self._buf.find(b"\n", self._scanned)
+        while end < 0:
             if self._memory_error is not None:
                 raise self._memory_error
             remaining = deadline - time.monotonic()
@@ -235,17 +242,30 @@ class Worker:
                 chunk = os.read(self._rep_fd, 1 << 20)
                 if not chunk:
                     self._raise_dead(cmd)
+                self._scanned = len(self._buf)
                 self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
+                end = self._buf.find(b"\n", self._scanned)
+                if (end if end >= 0 else len(self._buf)) > self.limits.reply_bytes:
+                    self._refuse(f"a reply to {cmd!r} over {self.limits.reply_bytes} bytes")
+        line = bytes(self._buf[:end])
+        del self._buf[:end + 1]
+        self._scanned = 0
         try:
             reply = json.loads(line)
-        except json.JSONDecodeError as exc:
-            self.kill()
-            raise WorkerDied("crash", f"unreadable reply: {exc}", self.log_tail()) from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self._refuse(f"unreadable reply: {exc}")
         if not isinstance(reply, dict):
-            self.kill()
-            raise WorkerDied("crash", "reply is not an object", self.log_tail())
+            self._refuse("reply is not an object")
+        if reply.pop("nonce", None) != self._nonce:
+            self._refuse(f"a reply to {cmd!r} that does not carry its request's tag (untagged, or out of order)")
         return reply
+
+    def _refuse(self, why: str) -> None:
+        """A reply the framing refuses: the worker is killed and the buffer dropped; its verdict is a crash."""
+        self.kill()
+        self._buf = bytearray()
+        self._scanned = 0
+        raise WorkerDied("crash", why, self.log_tail())
 
     def _raise_dead(self, cmd: str) -> None:
         if self._memory_error is not None:
@@ -321,6 +341,7 @@ def serve(handlers: dict, state: object) -> None:
             reply.setdefault("ok", True)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported, the parent decides
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        reply["nonce"] = msg.get("nonce")  # the request's tag: a reply is matched to the request it answers
         rep.write(dumps(reply) + "\n")
         rep.flush()
     rep.close()
