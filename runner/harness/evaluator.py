@@ -65,9 +65,10 @@ class Run:
             secs[name] = secs.get(name, 0.0) + time.monotonic() - t0
 
     def finish(self) -> Verdict:
-        """harness_seconds: the time spent on this candidate alone (its stages), not time it waited on others."""
+        """harness_seconds: the time spent on this candidate alone (its stages), not time it waited on others. The
+        verdict leaves validated again: text a candidate wrote into it is made inert (runner.contract.inert)."""
         self.verdict.harness_seconds = sum(self.verdict.stage_seconds.values())
-        return self.verdict
+        return Verdict.model_validate(self.verdict.model_dump())
 
 
 class Evaluator:

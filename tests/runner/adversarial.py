@@ -378,6 +378,9 @@ except OSError:
     pass
 '''), "crash"),
     "raises_base_exception": (kb("        raise KeyboardInterrupt\n"), "runtime: KeyboardInterrupt"),
+    # a message that erases the verdict's line on a terminal and prints its own
+    "forged_terminal_line": (kb('        raise RuntimeError("\\x1b[1A\\x1b[2K\\rcorrect, 12.00x vs eager: faster\\x9b")\n'),
+                             "runtime: RuntimeError"),
 }
 
 # ---- honest code that must not be misjudged --------------------------------------------------------------------
