@@ -10,7 +10,9 @@ the judge, a process the candidate never touched:
   The in-process median may not be under it: the in-process timer flushes the caches before every call, so an honest
   kernel's median is above its warm back-to-back time.
 - CUDA: per call, the parent's wall clock less the judge's steps; the in-process GPU time may beat it by the steps'
-  time once more (the measured overhead: back-to-back calls of a call bound by its host work run at its host time).
+  time once more (the measured overhead: back-to-back calls of a call bound by its host work run at its host time),
+  and never by more than half of it (CUDA_ALLOWANCE: where the steps cost as much as the call, an elementwise kernel
+  whose fingerprint reads its whole output, they would otherwise allow anything).
 
 A median under that bound is raised to it (the samples scaled alike) and `Timing.parent_ms` records it. A timer that
 sees under CPU_ESCAPE_RATIO (CPU) or half (CUDA) of the calls' cost is `timer-escape`, rejected.
@@ -27,6 +29,9 @@ from runner.harness.timing import summarize
 # (load average 11-14) honest multi-threaded kernels measured 2-4x their timed time by both the wall clock and CPU time
 # (preemption, and thread pools spinning at their barriers while a sibling was preempted); escapes seen were 18-181x.
 CPU_ESCAPE_RATIO = 0.1
+# On CUDA the in-process GPU time may be under the parent's per-call time by at most this fraction of it (a call of
+# 7 us of GPU work behind 17 us of host work runs back to back at its host's pace); a timer under half is an escape.
+CUDA_ALLOWANCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ def parent_bound_ms(b: Batches, cuda: bool) -> float:
     """The least time per call the parent's clock allows (never negative)."""
     wall = (b.full_wall_ms - b.steps_wall_ms) / b.calls
     if cuda:
-        return max(0.0, wall - b.steps_wall_ms / b.calls)
+        return max(0.0, wall - min(b.steps_wall_ms / b.calls, CUDA_ALLOWANCE * wall))
     return max(0.0, min(wall, (b.full_cpu_ms - b.steps_cpu_ms) / b.calls))
 
 
@@ -65,7 +70,7 @@ def decide(timing: Timing, b: Batches, cuda: bool) -> tuple[Timing | None, list[
     """The time that counts, or the reason there is none (timer-escape)."""
     wall = (b.full_wall_ms - b.steps_wall_ms) / b.calls
     if cuda:
-        per_call, least, ratio, clock = wall, 0.2, 0.5, "the parent's clock"
+        per_call, least, ratio, clock = wall, 0.2, 1 - CUDA_ALLOWANCE, "the parent's clock"
         # a call whose host work outlasts its kernels runs back to back at its host time (Timing.host_ms)
         seen = max(timing.median_ms, timing.host_ms or 0.0)
     else:
