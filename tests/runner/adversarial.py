@@ -70,6 +70,14 @@ def kb(body: str, header: str = "") -> dict[str, str]:
 
 HONEST_KB = kb("        return scale_relu(x, self.bias)\n")
 
+
+
+def forged_time(scale: float) -> str:
+    """Module-level code that scales every time its process reports by `scale`, through the dispatch dict its process
+    serves requests with."""
+    return FORGED_TIME.replace("0.11", repr(scale))
+
+
 # Scales every time its process reports by 0.11, through the dispatch dict its process serves requests with.
 FORGED_TIME = """
 import sys as _sys
