@@ -391,6 +391,26 @@ except OSError:
                              "runtime: RuntimeError"),
 }
 
+# ---- memory, as the kernel accounts it ---------------------------------------------------------------------------
+
+# Forks twelve sleeping helpers and writes a scratch file at import: honest, and small by its proportional set size (its
+# forks share their pages), though its processes' resident sizes summed are several times the cap tests set
+FORKS_AND_SCRATCH = kb("        return scale_relu(x, self.bias)\n", header="""
+import time as _time
+for _ in range(12):
+    if os.fork() == 0:
+        _time.sleep(3600)
+        os._exit(0)
+with open(os.path.join(os.getcwd(), "scratch.bin"), "wb") as _f:
+    _f.write(b"s" * (16 << 20))
+""")
+# Holds 1.5 GiB in a file of its own directory (on /dev/shm that is memory)
+FILE_HOG = kb("        return scale_relu(x, self.bias)\n", header="""
+_fd = os.open(os.path.join(os.getcwd(), "hoard.bin"), os.O_CREAT | os.O_WRONLY, 0o600)
+os.posix_fallocate(_fd, 0, 3 << 29)
+os.close(_fd)
+""")
+
 # ---- honest code that must not be misjudged --------------------------------------------------------------------
 
 # Rows in parallel with OpenMP: its thread pool stays alive, idle, after the call (not background work)
