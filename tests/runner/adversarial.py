@@ -224,10 +224,12 @@ for _k in list(_H):
     if _k not in ("init", "trial", "time"):
         _H[_k] = lambda st, msg: {}
 """), "timer-escape"),
-    # forges its guards' verdicts: strips every reason from its replies (through json.dumps and its dispatch dict),
-    # patches the comparison and the clock, and leaves a thread spinning
+    # forges its guards' verdicts: its guard reports nothing, every reason is stripped from its replies (through
+    # json.dumps and its dispatch dict), the comparison and the clock are patched, and a thread is left spinning: only
+    # the parent's own look at its threads remains
     "forged_guards": (kb("        return scale_relu(x, self.bias)\n", header="""
 import json as _json, sys as _sys, threading as _threading, time as _time
+_sys.modules["runner.harness.guards"].Guard.violations = lambda self: []
 _dumps = _json.dumps
 
 
@@ -253,7 +255,7 @@ def _spin():
 
 
 _threading.Thread(target=_spin, daemon=True).start()
-"""), "background-thread"),
+"""), "background-thread: 1 thread(s) of the candidate's processes kept running"),
 }
 
 # Fast-format C++ candidates. {BODY} is the loop nest that writes y.
