@@ -271,6 +271,10 @@ class Evaluator:
                     return run.finish()
                 cand.append(timing)
                 rounds_b.append(self.reference.measure_baselines(f"confirm{r}"))
+            left_running = threads.reason(worker.proc.pid)
+            if left_running:
+                verdict.reasons.append(left_running)
+                return run.finish()
         finally:
             worker.close()
         timing, baselines, verdict.confirmation = confirming.confirmation(cand, rounds_b)
