@@ -41,8 +41,8 @@ def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:
             # flow and timer, each measurement's cross-check a quarter as long
             "FUSEBOT_CPU_CHECK_MS": "100"}
     return subprocess.run([sys.executable, "-m", "bot.cli", "demo", "--workdir", str(workdir), "--examples",
-                           str(examples), "--rounds", "1", "--wall-seconds", "1800"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+                           str(examples), "--rounds", "1", "--wall-seconds", "1800"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
 
 
 def assert_declined_honestly(run: subprocess.CompletedProcess, work: Path) -> None:
