@@ -61,3 +61,19 @@ class TableEvaluator:
     def evaluate_many(self, candidates: list[Candidate]) -> list[Verdict]:
         self.batches.append(len(candidates))
         return [self.evaluate(c) for c in candidates]
+
+
+class PipelineTable(TableEvaluator):
+    """A TableEvaluator that also answers what the pipeline asks of the harness before a search: the reference's
+    source, no roofline, and an environment."""
+
+    def reference_source(self) -> str:
+        return "class Model: ..."
+
+    def roofline(self):
+        return None
+
+    def environment(self, confinement=None):
+        from runner.contract import Environment
+
+        return Environment(device="cpu", torch="x", python="x", fusebot="x")

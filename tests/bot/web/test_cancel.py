@@ -14,13 +14,12 @@ import pytest
 from bot.web.server import create_app
 from runner.cli import worker as worker_cli
 from runner.cli.worker import Worker, WorkerSettings
-from runner.contract import Environment
 from runner.pipeline import run_job
 from runner.search.cutoff import GRACE_S
 from tests.bot.conftest import make_world
 from tests.bot.helpers import REPO, RUNNER_TOKENS, pr_payload
 from tests.bot.web.test_worker import Live, wait_for
-from tests.fakes.evaluators import TableEvaluator
+from tests.fakes.evaluators import PipelineTable
 from tests.fakes.serve import serve_in_thread
 from tests.runner.search.test_loop import Scripted
 
@@ -33,22 +32,13 @@ def live(tmp_path, fake_github) -> Iterator[Live]:
         yield Live(world, url)
 
 
-class Endless(TableEvaluator):
+class Endless(PipelineTable):
     """Its evaluation never ends by itself; it notes what started after the job was cancelled."""
 
     def __init__(self, cancelled: threading.Event):
         super().__init__()
         self.cancelled, self.evaluating, self.aborted = cancelled, threading.Event(), threading.Event()
         self.after_cancel: list[str] = []
-
-    def reference_source(self):
-        return "class Model: ..."
-
-    def roofline(self):
-        return None
-
-    def environment(self, confinement=None):
-        return Environment(device="cpu", torch="x", python="x", fusebot="x")
 
     def evaluate_many(self, candidates):
         if self.cancelled.is_set():

@@ -14,24 +14,14 @@ import threading
 from pathlib import Path
 
 from runner.cli import optimize
-from runner.contract import Environment
-from tests.fakes.evaluators import TableEvaluator
+from tests.fakes.evaluators import PipelineTable
 from tests.runner.search.test_loop import Scripted
 
 
-class Endless(TableEvaluator):
+class Endless(PipelineTable):
     def __init__(self, ready: Path):
         super().__init__()
         self.ready, self.aborted = ready, threading.Event()
-
-    def reference_source(self) -> str:
-        return "class Model: ..."
-
-    def roofline(self):
-        return None
-
-    def environment(self, confinement=None):
-        return Environment(device="cpu", torch="x", python="x", fusebot="x")
 
     def evaluate_many(self, candidates):
         self.ready.write_text("evaluating\n")

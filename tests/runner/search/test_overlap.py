@@ -5,27 +5,18 @@ from __future__ import annotations
 
 import threading
 
-from runner.contract import Environment, ProblemSpec, SearchBudget
+from runner.contract import ProblemSpec, SearchBudget
 from runner.pipeline import optimize_problem
-from tests.fakes.evaluators import TableEvaluator
+from tests.fakes.evaluators import PipelineTable
 from tests.runner.search.test_loop import Scripted
 
 
-class Judge(TableEvaluator):
+class Judge(PipelineTable):
     def __init__(self):
         super().__init__()
         self.building = threading.Event()  # a candidate went to the builds ahead
         self.measured = threading.Event()
         self.order: list[str] = []
-
-    def reference_source(self):
-        return "class Model: ..."
-
-    def roofline(self):
-        return None
-
-    def environment(self, confinement=None):
-        return Environment(device="cpu", torch="x", python="x", fusebot="x")
 
     def baselines(self):
         # only returns once the search's first candidate is building: the two overlap, or this test fails
