@@ -9,7 +9,7 @@ search, confirmation, all within the budget) with the builtin catalog, on GPU 0,
 is OUT/cache, empty at the start: the first pass times the baselines, the later ones read them from the cache. Per
 problem and pass it prints the budget, the wall time, candidates built / verified / timed, the time from the
 problem's start to its first timed candidate, and verified candidates per GPU-hour; it writes OUT/results.json
-(every number, with the GPU, driver, torch and commit) and OUT/README.md (the table).
+(every number, with the GPU, driver, torch and commit), OUT/README.md (the table) and OUT/run.log (the runner's log).
 
 With the defaults: 6 runs (3 problems, 2 passes) of a 40 s budget each, so about 4 minutes and the start-up.
 """
@@ -171,8 +171,13 @@ def main() -> None:
     ap.add_argument("--backend", default="cuda", help="cpu: a dry run of the script itself (REALWORLD_SUITE_SMALL=1)")
     args = ap.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("runner").setLevel(logging.WARNING)
     args.out.mkdir(parents=True, exist_ok=True)
+    detail = logging.FileHandler(args.out / "run.log")  # the runner's own log, every stage with its time
+    detail.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    runner_log = logging.getLogger("runner")
+    runner_log.setLevel(logging.INFO)
+    runner_log.propagate = False
+    runner_log.addHandler(detail)
     os.environ["FUSEBOT_CACHE_DIR"] = str((args.out / "cache").resolve())  # before the harness reads it
     meta = {**machine(), "suite": str(args.suite), "budget_seconds": args.budget_seconds, "passes": args.passes,
             "backend": args.backend}
