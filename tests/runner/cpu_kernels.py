@@ -1,10 +1,10 @@
-"""Fast-format C++ answers for tests/fixtures/problems/affine_relu_chain_2k.py (y = (relu(x * 2 + 1) - 0.25) * 3), as a
+"""Fast-format C++ answers for tests/fixtures/problems/affine_relu_chain_small.py (y = (relu(x * 2 + 1) - 0.25) * 3), as a
 model would write them: an honest one-pass kernel, one that does not build, one that forgets the ReLU, and an honest
 but slow one."""
 
 from pathlib import Path
 
-PROBLEM = Path(__file__).resolve().parents[1] / "fixtures/problems/affine_relu_chain_2k.py"
+PROBLEM = Path(__file__).resolve().parents[1] / "fixtures/problems/affine_relu_chain_small.py"
 
 GOOD = r'''#include "fusebot.h"
 
