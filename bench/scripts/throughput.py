@@ -178,6 +178,8 @@ def main() -> None:
     runner_log.setLevel(logging.INFO)
     runner_log.propagate = False
     runner_log.addHandler(detail)
+    for name in ("runner.harness.contestants", "runner.harness.trials"):  # each load and trial, step by step
+        logging.getLogger(name).setLevel(logging.DEBUG)
     os.environ["FUSEBOT_CACHE_DIR"] = str((args.out / "cache").resolve())  # before the harness reads it
     meta = {**machine(), "suite": str(args.suite), "budget_seconds": args.budget_seconds, "passes": args.passes,
             "backend": args.backend}

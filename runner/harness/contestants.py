@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 from pathlib import Path
 
 from runner.contract import Candidate, ProblemSpec
@@ -13,6 +15,8 @@ from runner.errors import MachineError
 from runner.harness.config import HarnessConfig, timing_cores, worker_env
 from runner.harness.plan import Seeds
 from runner.harness.procs.process import Limits, Worker, WorkerDied
+
+log = logging.getLogger(__name__)
 
 
 def died_label(exc: WorkerDied) -> str:
@@ -33,6 +37,17 @@ def discard_outputs(workdir: Path, reply: dict) -> None:
         f = meta.get("file") if isinstance(meta, dict) else None
         if f and Path(f).resolve().is_relative_to(root):
             Path(f).resolve().unlink(missing_ok=True)
+
+
+def log_load(worker: Worker, phases: dict) -> None:
+    """Where a candidate's load went (DEBUG): the process's start and imports, then each step of its `init`."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    spawned, imported = worker.started_at, phases.pop("imported_at", None)
+    steps = {"start and imports": imported - spawned} if isinstance(imported, float) and spawned else {}
+    steps |= {k.removesuffix("_s").replace("_", "-"): v for k, v in phases.items() if isinstance(v, float)}
+    log.debug("%s loaded in %.2f s: %s", worker.workdir.name, time.time() - spawned if spawned else 0.0,
+              ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
 
 
 class Contestants:
@@ -79,6 +94,7 @@ class Contestants:
         if not reply.get("ok"):
             worker.close()
             return None, [self.fault("loading", reply)], {}
+        log_load(worker, reply.get("phases") or {})
         return worker, list(reply.get("reasons", [])), reply.get("confinement", {})
 
     def start(self, candidate: Candidate, library: Path | None, tag: str) -> tuple[Worker | None, list[str], dict]:

@@ -28,6 +28,7 @@ from runner.harness.procs.process import serve
 from runner.harness.procs.profile import profile_kernels
 from runner.harness.sandbox import confine
 
+_IMPORTED_AT = time.time()  # (wall clock, comparable with the parent's: the process started, its imports done)
 _clone = torch.Tensor.clone
 _equal = torch.equal
 _empty = torch.empty
@@ -77,7 +78,27 @@ def _warm_up(device: str) -> None:
         _sync()
 
 
+class _Phases(dict):
+    """Seconds of each step of `init`, for the parent's log: where a candidate's load time goes."""
+
+    def __init__(self) -> None:
+        super().__init__(imported_at=_IMPORTED_AT)
+        self._t = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self[f"{name}_s"] = round(now - self._t, 3)
+        self._t = now
+
+
 def init(st: State, msg: dict) -> dict:
+    phases = _Phases()
+    reply = _init(st, msg, phases)
+    reply["phases"] = dict(phases)
+    return reply
+
+
+def _init(st: State, msg: dict, phases: _Phases) -> dict:
     st.workdir = Path(os.getcwd()).resolve()
     st.ext_dirs = [Path(p).resolve() for p in msg.get("extra_write", [])]
     if msg["device"].startswith("cuda"):
@@ -89,9 +110,12 @@ def init(st: State, msg: dict) -> dict:
     st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
     strict_fp32()
     timing.pin(msg.get("cores"))
+    phases.lap("confine")
     if st.device.startswith("cuda"):
         torch.cuda.init()
+    phases.lap("device")
     _warm_up(st.device)
+    phases.lap("warm_up")
     st.candidate = Candidate.model_validate(msg["candidate"])
     try:
         st.problem = load(ProblemSpec.model_validate(msg["problem"]))
@@ -116,6 +140,7 @@ def init(st: State, msg: dict) -> dict:
             st.params = list(ref.state_dict().values()) if isinstance(ref, torch.nn.Module) else []
     except BaseException as exc:  # noqa: BLE001 - a candidate that fails to load (or exits) is a verdict
         return {"ok": True, "reasons": [failure("load", exc, st.device)]}
+    phases.lap("load")
     reasons += st.guard.violations()
     st.guard.restore_flags()
     if st.lib is not None and not reasons and isinstance(st.problem.model_cls, type) \
@@ -125,6 +150,7 @@ def init(st: State, msg: dict) -> dict:
         except Exception as exc:  # noqa: BLE001 - a kernel whose drop-in cannot run is not one a PR can ship
             return {"ok": True, "reasons": [f"drop-in: {type(exc).__name__}: {str(exc)[-2000:]}"]}
         st.guard = Guard(_watched())  # (registering the drop-in's custom op is fusebot's doing, not the candidate's)
+        phases.lap("dropin")
     return {"ok": True, "reasons": reasons, "confinement": confinement.as_dict()}
 
 

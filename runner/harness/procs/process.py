@@ -107,6 +107,7 @@ class Worker:
         self._read = [Path(p) for p in (read if read is not None else _default_read(module, self.workdir))]
         self._write = [Path(p) for p in write]
         self.proc: subprocess.Popen | None = None
+        self.started_at: float | None = None  # (wall clock) when the process was started
         self._req = None
         self._rep_fd = -1
         self._buf = b""
@@ -136,6 +137,7 @@ class Worker:
         env = {**self._env, "FUSEBOT_REQUEST_FD": str(req_r), "FUSEBOT_REPLY_FD": str(rep_w)}
         tmpfs = self.limits.tmpfs_bytes or self.limits.memory_bytes
         cmd = bwrap.wrap([sys.executable, "-m", self.module], self.workdir, write=write, read=read, tmpfs_bytes=tmpfs)
+        self.started_at = time.time()
         try:
             self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                                          stdout=self._log_file, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
