@@ -1,12 +1,13 @@
 """Candidates' processes, as the parent sees them: one fresh process per candidate (and per re-measure), started
-with its load request in flight so that several load at once; every request to one enforces the memory caps of the
-others that are alive."""
+with its load request in flight so that several load at once, or taken from the spares started and warmed up before
+their candidates were known; every request to one enforces the memory caps of the others that are alive."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -56,9 +57,78 @@ class Contestants:
         self.problem, self.device, self.config, self.seeds = problem, device, config, seeds
         self.workdir, self.cache_dir = workdir, cache_dir
         self.siblings: tuple[Worker, ...] = ()  # other live candidates' processes while one is verified or timed
+        self._spares: list[list] = []  # [process, warmed] started before their candidates (`prestart`)
+
+    def _settings(self) -> dict:
+        return {"problem": self.problem.model_dump(), "device": self.device, "timer": self.config.timer,
+                "address_space_bytes": self.config.cpu_address_space_bytes if self.device == "cpu" else None,
+                "cores": timing_cores(self.config) if self.device == "cpu" else None}
+
+    def prestart(self, n: int) -> None:
+        """Start processes until `n` spares are warming or warm: each is confined and warms its device and runtime up
+        now, before its candidate is known, and a fast-format candidate's `spawn` then only has to load its library
+        (on the H200, the process start, imports and warm-up were 8-10 s of an 11 s load). Without waiting."""
+        while len(self._spares) < n:
+            wd = self.workdir / f"spare-{self.seeds.next_number()}"
+            worker = Worker("runner.harness.procs.contestant", wd, worker_env(wd, self.cache_dir),
+                            Limits(self.config.memory_bytes))
+            try:
+                worker.send({"cmd": "warm", **self._settings()})
+            except WorkerDied:
+                worker.close()
+                return
+            self._spares.append([worker, False])
+
+    def settle(self) -> None:
+        """Wait until every spare has finished warming up (or is dropped): measurements follow, and no process start,
+        import or warm-up may overlap one."""
+        for spare in list(self._spares):
+            if not spare[1]:
+                self._take_reply(spare)
+
+    def _take_reply(self, spare: list) -> bool:
+        worker = spare[0]
+        try:
+            reply = worker.receive("warm", self.config.init_timeout_s)
+        except WorkerDied as exc:
+            log.warning("a spare process died while warming up: %s", exc)
+            reply = {"ok": False}
+        spare[1] = bool(reply.get("ok"))
+        if not spare[1]:
+            worker.close()
+            self._spares.remove(spare)
+        return spare[1]
+
+    def _spare(self) -> Worker | None:
+        while self._spares:
+            spare = self._spares[0]
+            if spare[1] or self._take_reply(spare):
+                self._spares.remove(spare)
+                return spare[0]
+        return None
+
+    def close(self) -> None:
+        """Stop the spares."""
+        for worker, _ in self._spares:
+            worker.close()
+        self._spares = []
 
     def spawn(self, candidate: Candidate, library: Path | None, tag: str) -> Worker:
-        """Start a candidate's process and send its load request without waiting for the answer."""
+        """Start a candidate's process (or take a warm spare) and send its load request without waiting for the
+        answer."""
+        worker = self._spare() if candidate.format == "fast" else None
+        if worker is not None:
+            local = None
+            if library is not None:  # the spare was started before this library existed: a copy in its directory
+                local = worker.workdir / library.name
+                shutil.copyfile(library, local)
+            msg = {"cmd": "init", **self._settings(), "candidate": candidate.model_dump(),
+                   "library": str(local) if local else None, "init_seed": self.seeds.seed("init"), "extra_write": []}
+            try:
+                worker.send(msg)
+            except WorkerDied:
+                pass  # reported by await_load
+            return worker
         safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in candidate.id)[:60]
         wd = self.workdir / f"cand-{safe_id}-{tag}-{self.seeds.next_number()}"
         wd.mkdir(parents=True, exist_ok=True)
@@ -73,11 +143,9 @@ class Contestants:
         if extra:
             env["TORCH_EXTENSIONS_DIR"] = extra[0]
         worker = Worker("runner.harness.procs.contestant", wd, env, Limits(self.config.memory_bytes))
-        msg = {"cmd": "init", "problem": self.problem.model_dump(), "candidate": candidate.model_dump(),
-               "library": str(library) if library else None, "device": self.device,
-               "init_seed": self.seeds.seed("init"), "timer": self.config.timer, "extra_write": extra,
-               "address_space_bytes": self.config.cpu_address_space_bytes if self.device == "cpu" else None,
-               "cores": timing_cores(self.config) if self.device == "cpu" else None}
+        msg = {"cmd": "init", **self._settings(), "candidate": candidate.model_dump(),
+               "library": str(library) if library else None, "init_seed": self.seeds.seed("init"),
+               "extra_write": extra}
         try:
             worker.send(msg)
         except WorkerDied:

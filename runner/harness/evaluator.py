@@ -109,6 +109,7 @@ class Evaluator:
     def close(self) -> None:
         if self._ahead is not None:
             self._ahead.close()
+        self.contestants.close()
         self.reference.close()
         if self._own_workdir and not self.config.keep_workdirs:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -151,9 +152,10 @@ class Evaluator:
                           randn_trials=self.problem.randn_trials)
 
     def evaluate_many(self, candidates: list[Candidate]) -> list[Verdict]:
-        """Build every candidate in parallel, start and load every candidate's process in parallel, and only when
-        all are loaded verify and time them one at a time: no process start, import or CUDA warm-up overlaps a
-        measurement, and the process start (most of the harness's time per candidate) is paid once per batch."""
+        """Build every candidate in parallel, start and load every candidate's process in parallel (on CUDA, from
+        the spares started while the chunk before was verified), and only when all are loaded verify them, then time
+        them, one at a time: the next chunk's spares warm up during the verifications and are warm before the first
+        timing, so no process start, import or CUDA warm-up overlaps a measurement."""
         self._generation += 1
         gen = self._generation
         if self._ahead is not None:
@@ -167,7 +169,12 @@ class Evaluator:
         try:
             for r in runs:
                 self._loaded(self._unless_aborted(r, gen), runs)
-            return [self._complete(self._unless_aborted(r, gen), runs) for r in runs]
+            if self.device.startswith("cuda"):  # the next chunk's processes warm up while this one is verified
+                self.contestants.prestart(len(candidates))
+            for r in runs:
+                self._verified(self._unless_aborted(r, gen), runs)
+            self.contestants.settle()
+            return [self._timed(self._unless_aborted(r, gen), runs) for r in runs]
         finally:
             self._live = []
 
@@ -240,25 +247,43 @@ class Evaluator:
 
     def _complete(self, r: Run, others: list[Run] = ()) -> Verdict:
         """Verify and time a loaded candidate; close its process."""
+        self._verified(r, others)
+        return self._timed(r, others)
+
+    def _verified(self, r: Run, others: list[Run] = ()) -> bool:
+        """Verify a loaded candidate; a rejected one's process is closed."""
         v = r.verdict
         if r.worker is None:
-            return r.finish()
+            return False
         self.contestants.siblings = _siblings(r, others)
         try:
             v.stage = "verify"
             with r.stage("verify"):
                 v.trials, reasons = verify(self.reference, self.contestants, r.worker, r.candidate,
                                            self.plan(f"{r.candidate.id}/{self.seeds.counter}"))
-            if reasons:
-                v.reasons += reasons
-                return r.finish()
+        except BaseException:
+            _close(r)
+            raise
+        finally:
+            self.contestants.siblings = ()
+        if reasons:
+            v.reasons += reasons
+            _close(r)
+        return r.worker is not None
+
+    def _timed(self, r: Run, others: list[Run] = ()) -> Verdict:
+        """Time a verified candidate (one whose process is still open); close its process."""
+        v = r.verdict
+        if r.worker is None:
+            return r.finish()
+        self.contestants.siblings = _siblings(r, others)
+        try:
             v.stage = "time"
             with r.stage("time"):
                 time_candidate(self.contestants, r.worker, self.reference, v,
                                remeasure=lambda: self._remeasure(r.candidate, r.library))
         finally:
-            r.worker.close()
-            r.worker = None
+            _close(r)
             self.contestants.siblings = ()
         if not v.reasons:
             v.accepted, v.stage = True, "done"
@@ -325,6 +350,12 @@ class Evaluator:
             verdict.reasons.append(f"unstable-measurement: {why}")
         verdict.accepted = not verdict.reasons
         return run.finish()
+
+
+def _close(r: Run) -> None:
+    if r.worker is not None:
+        r.worker.close()
+        r.worker = None
 
 
 def _siblings(r: Run, others) -> tuple[Worker, ...]:

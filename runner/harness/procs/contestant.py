@@ -2,7 +2,7 @@
 writes the outputs as raw bytes for the judge, and reports what the candidate changed around it. It never sees a
 reference output, nor the secret the seeds come from.
 
-Commands (JSON): init, trial, time, wall, exit.
+Commands (JSON): warm (optional, before init), init, trial, time, wall, exit.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ class State:
     exported: list = []  # outputs handed to the judge through CUDA IPC, alive until the next request
     timed: tuple = ()  # the last timing's (Capture, before step), for the parent's wall-clock cross-check
     ipc_off: str | None = None  # why outputs go through files on this machine (no IPC)
+    warmed = False  # confined and warmed up (by `warm`, or by `init` itself)
+    confinement = None
 
 
 def _watched() -> dict[str, object]:
@@ -98,14 +100,22 @@ def init(st: State, msg: dict) -> dict:
     return reply
 
 
-def _init(st: State, msg: dict, phases: _Phases) -> dict:
+def warm(st: State, msg: dict) -> dict:
+    """A process started before its candidate is known (runner/harness/contestants.py's spares): confined, its device
+    and runtime warmed up, it waits for the `init` that names its candidate. Nothing of a candidate has run in it."""
+    phases = _Phases()
+    _prepare(st, msg, phases)
+    return {"ok": True, "phases": dict(phases)}
+
+
+def _prepare(st: State, msg: dict, phases: _Phases) -> None:
     st.workdir = Path(os.getcwd()).resolve()
     st.ext_dirs = [Path(p).resolve() for p in msg.get("extra_write", [])]
     if msg["device"].startswith("cuda"):
         with contextlib.suppress(ipc.IpcUnavailable):
             ipc.preload()  # the driver library is opened before confinement, like torch
-    confinement = confine(st.workdir, extra_write=st.ext_dirs,
-                          address_space_bytes=msg.get("address_space_bytes"))
+    st.confinement = confine(st.workdir, extra_write=st.ext_dirs,
+                             address_space_bytes=msg.get("address_space_bytes"))
     st.device = msg["device"]
     st.timer_cfg = timing.TimerConfig(**msg.get("timer", {}))
     strict_fp32()
@@ -116,6 +126,15 @@ def _init(st: State, msg: dict, phases: _Phases) -> dict:
     phases.lap("device")
     _warm_up(st.device)
     phases.lap("warm_up")
+    st.warmed = True
+
+
+def _init(st: State, msg: dict, phases: _Phases) -> dict:
+    if not st.warmed:
+        _prepare(st, msg, phases)
+    elif msg["device"] != st.device or msg.get("extra_write"):
+        return {"ok": False, "error": "a warmed process was sent a candidate for another device or more paths"}
+    confinement = st.confinement
     st.candidate = Candidate.model_validate(msg["candidate"])
     try:
         st.problem = load(ProblemSpec.model_validate(msg["problem"]))
@@ -382,7 +401,7 @@ def failure(name: str, exc: BaseException, device: str, where: str = "") -> str:
     return f"{name}: {where}{text}"
 
 
-HANDLERS = {"init": init, "trial": _trial_releasing, "time": time_, "wall": wall}
+HANDLERS = {"warm": warm, "init": init, "trial": _trial_releasing, "time": time_, "wall": wall}
 
 if __name__ == "__main__":
     serve(HANDLERS, State())
