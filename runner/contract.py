@@ -40,6 +40,10 @@ REASON_NAMES = (
     "fallback", "timer-escape", "below-floor", "backend", "drop-in", "unstable-measurement",
 )
 
+# The reason of a candidate whose evaluation was cut off (the budget ran out, or the job was cancelled): its verdict
+# is not the candidate's, and is never archived (a resumed search evaluates it again).
+CUT_OFF = "cut off: the evaluation was aborted (the budget ran out, or the job was cancelled)"
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -23,7 +23,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.contract import Baselines, BuildInfo, Candidate, Environment, ProblemSpec, Roofline, Timing, Verdict
+from runner.contract import (
+    CUT_OFF,
+    Baselines,
+    BuildInfo,
+    Candidate,
+    Environment,
+    ProblemSpec,
+    Roofline,
+    Timing,
+    Verdict,
+)
 from runner.harness import build as builder
 from runner.harness import confirm as confirming
 from runner.harness.checks import static_checks
@@ -38,7 +48,6 @@ from runner.harness.trials import verify
 
 __all__ = ["Evaluator", "HarnessConfig", "default_backend"]
 
-CUT_OFF = "cut off: the evaluation was aborted (the budget ran out, or the job was cancelled)"
 
 
 def default_backend() -> str:
@@ -58,6 +67,7 @@ class Run:
     verdict: Verdict
     worker: Worker | None = None
     library: Path | None = None
+    cut: bool = False  # unfinished when its evaluation was aborted: its verdict says "cut off", whatever else it says
 
     @contextlib.contextmanager
     def stage(self, name: str):
@@ -174,9 +184,13 @@ class Evaluator:
             for r in runs:
                 self._verified(self._unless_aborted(r, gen), runs)
             self.contestants.settle()
-            return [self._timed(self._unless_aborted(r, gen), runs) for r in runs]
+            verdicts = [self._timed(self._unless_aborted(r, gen), runs) for r in runs]
         finally:
             self._live = []
+        for r in runs:  # the one in flight when it was aborted may have died of it: cut off, not its own failure
+            if r.cut and CUT_OFF not in r.verdict.reasons:
+                r.verdict.reasons.append(CUT_OFF)
+        return verdicts
 
     def prebuild(self, candidates: list[Candidate]) -> None:
         """Start building these candidates now, ahead of their evaluation (runner/harness/prebuild.py; CUDA only)."""
@@ -191,10 +205,12 @@ class Evaluator:
         self._aborted_generation = self._generation
         for r in list(self._live):
             if r.worker is not None:
+                r.cut = True
                 r.worker.kill()
 
     def _unless_aborted(self, r: Run, gen: int) -> Run:
         if self._aborted_generation >= gen and r.worker is not None:
+            r.cut = True
             r.worker.close()
             r.worker = None
             r.verdict.reasons.append(CUT_OFF)

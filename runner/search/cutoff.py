@@ -3,9 +3,10 @@
     verdicts = evaluate_until(evaluator, candidates, deadline)   # raises BudgetExhausted / Cancelled when cut off
 
 The evaluator runs on a thread of its own while this one watches the deadline. When it is over, the evaluator's
-`abort()` (runner/harness/evaluator.py: kills the candidates' processes, starts no new one) ends the chunk; the chunk's
-verdicts are dropped (nothing of it is archived or traced: a resumed search evaluates it again), and the search stops.
-The time a cut-off chunk took is the budget's, not added on after it.
+`abort()` (runner/harness/evaluator.py: kills the candidates' processes, starts no new one) ends the chunk, and
+`ChunkCutOff` is raised: it holds why (the budget or a cancel) and the verdicts of the chunk's candidates that were
+evaluated in full before the cut, which the search archives; the others' are dropped (a resumed search evaluates them
+again), and the search stops. The time a cut-off chunk took is the budget's, not added on after it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import threading
 from typing import Any
 
-from runner.contract import Candidate, Verdict
+from runner.contract import CUT_OFF, Candidate, Verdict
 from runner.search.deadline import Cancelled, Deadline
 from runner.search.types import BudgetExhausted
 
@@ -49,13 +50,23 @@ def evaluate_until(evaluator: Any, candidates: list[Candidate], deadline: Deadli
         while not done.wait(poll_s):
             if deadline.over():
                 _abort(evaluator, done, grace_s)
-                raise _why(deadline, len(candidates))
+                finished = {i: v for i, v in enumerate(box.get("verdicts") or []) if CUT_OFF not in v.reasons}
+                raise ChunkCutOff(_why(deadline, len(candidates) - len(finished)), finished)
     except KeyboardInterrupt:  # Ctrl-C: nothing of the chunk outlives the search
         _abort(evaluator, done, 0.0)
         raise
     if "error" in box:
         raise box["error"]
     return box["verdicts"]
+
+
+class ChunkCutOff(Exception):  # noqa: N818 - a stop signal, not an error
+    """A chunk cut off: `stop` is why (BudgetExhausted or Cancelled), `finished` the verdicts of its candidates that
+    were evaluated in full before the cut, by their index in the chunk."""
+
+    def __init__(self, stop: Exception, finished: dict[int, Verdict]):
+        super().__init__(str(stop))
+        self.stop, self.finished = stop, finished
 
 
 def _abort(evaluator: Any, done: threading.Event, grace_s: float) -> None:

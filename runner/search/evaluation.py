@@ -6,7 +6,7 @@ already in the trace is read back, never redone; every verdict is counted once a
 and each candidate becomes an attempt of the archive. The wall and GPU budgets are checked between chunks, and after
 the first chunk each holds only as many candidates as the remaining wall budget fits at the seconds per candidate seen
 so far. Under a deadline (runner/search/deadline.py) a chunk still running when it is over is cut off
-(runner/search/cutoff.py).
+(runner/search/cutoff.py): its candidates evaluated in full by then are archived, the others dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from runner.contract import Candidate, Progress, SearchBudget, Verdict
-from runner.search.cutoff import evaluate_until
+from runner.search.cutoff import ChunkCutOff, evaluate_until
 from runner.search.deadline import Cancelled, Deadline
 from runner.search.trace import Trace, candidate_key
 from runner.search.types import Attempt, BudgetExhausted, History, Idea, Proposer, Session
@@ -103,14 +103,20 @@ class Evaluation:
             start += len(chunk)
             now = self.deadline.clock if self.deadline is not None else self.trace.elapsed_s  # (a test's fake clock)
             t0 = now()
-            verdicts = evaluate_until(self.evaluator, [c for _, (_, c) in chunk], self.deadline)
+            try:
+                verdicts = dict(enumerate(evaluate_until(self.evaluator, [c for _, (_, c) in chunk], self.deadline)))
+            except ChunkCutOff as e:  # what was evaluated in full before the cut is archived below; the rest dropped
+                verdicts, stop = e.finished, e.stop
             self._eval_seconds += now() - t0
-            self._eval_count += len(chunk)
-            for (k, (proposer, c)), v in zip(chunk, verdicts, strict=True):
+            self._eval_count += len(verdicts)
+            for i, v in verdicts.items():
+                k, (proposer, c) = chunk[i]
                 self.cache[k] = v
                 self.trace.write("evaluated", round=self.round, proposer=proposer, key=k, candidate=c.model_dump(),
                                  verdict=v.model_dump())
                 self._account(k)
+            if stop is not None:
+                break
         attempts = []
         for k, (p, idea, c, parent) in zip(keys, batch, strict=True):
             if k not in self.cache:

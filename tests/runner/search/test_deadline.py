@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from bot.repo.config import FusebotConfig
 from runner.cli.bench import bench_app
 from runner.cli.optimize import optimize_app
-from runner.contract import Candidate, Confirmation, Environment, ProblemSpec, Progress, SearchBudget, Verdict
+from runner.contract import CUT_OFF, Candidate, Confirmation, Environment, ProblemSpec, Progress, SearchBudget, Verdict
 from runner.pipeline import optimize_problem
 from runner.results.choice import confirm_finalists
 from runner.search.deadline import Cancelled, Deadline, plan_split, refuse_budget
@@ -101,9 +101,9 @@ def test_the_search_ends_at_its_deadline_on_a_fake_clock(tmp_path):
 class Blocking(TableEvaluator):
     """The second chunk runs past the deadline and would never finish: only `abort()` ends it."""
 
-    def __init__(self, clock: Clock, deadline_s: float):
+    def __init__(self, clock: Clock, deadline_s: float, finish_first: int = 0):
         super().__init__()
-        self.clock, self.deadline_s = clock, deadline_s
+        self.clock, self.deadline_s, self.finish_first = clock, deadline_s, finish_first
         self.aborted = threading.Event()
         self.calls = 0
 
@@ -111,9 +111,11 @@ class Blocking(TableEvaluator):
         self.calls += 1
         if self.calls == 1:
             return super().evaluate_many(candidates)
-        self.clock.t += self.deadline_s  # the budget runs out while this chunk is being verified
+        done = [self.evaluate(c) for c in candidates[: self.finish_first]]  # evaluated in full before the cut
+        self.clock.t += self.deadline_s  # the budget runs out while the rest of this chunk is being verified
         assert self.aborted.wait(30), "the search never aborted the chunk it cut off"
-        return [Verdict(candidate_id=c.id, problem="fake", accepted=False, reasons=["cut off"]) for c in candidates]
+        rest = candidates[self.finish_first:]
+        return done + [Verdict(candidate_id=c.id, problem="fake", accepted=False, reasons=[CUT_OFF]) for c in rest]
 
     def abort(self) -> None:
         self.aborted.set()
@@ -129,6 +131,23 @@ def test_a_chunk_still_in_evaluation_when_the_budget_runs_out_is_cut_off_not_wai
     assert "cut off" in res.stop_reason
     # the cut-off chunk's candidates are not archived (a resumed search evaluates them again)
     assert len(res.history.attempts) == 2 and res.candidates == 2
+
+
+def test_what_a_cut_off_chunk_finished_before_the_cut_is_archived_and_traced(tmp_path):
+    """A chunk of two on one GPU: the first candidate's verdict is in when the budget runs out during the second's
+    evaluation. The first is archived (and in the trace, so a resume does not redo it); the second is dropped."""
+    clock = Clock()
+    ev = Blocking(clock, 100.0, finish_first=1)
+    budget = SearchBudget(rounds=1, ideas_per_round=2, implementations_per_idea=2, wall_seconds=1e6)
+    res = search(CTX, ev, [Scripted("a", lambda r, k, j: f"ms={1 + k + j}")], budget, tmp_path / "t.jsonl",
+                 chunk=2, deadline=Deadline(50.0, clock))
+    assert ev.aborted.is_set() and ev.calls == 2
+    assert "1 candidate(s) in evaluation cut off" in res.stop_reason, res.stop_reason
+    third = ev.evaluated[2].id
+    assert len(res.history.attempts) == 3 and res.candidates == 3
+    assert third in [a.candidate.id for a in res.history.attempts]
+    traced = [line for line in (tmp_path / "t.jsonl").read_text().splitlines() if '"evaluated"' in line]
+    assert len(traced) == 3 and all("cut off" not in line for line in traced)
 
 
 def test_a_cancel_stops_the_search_and_no_proposer_is_called_after_it(tmp_path):
