@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 
@@ -70,8 +69,9 @@ class Contestants:
         (on the H200, the process start, imports and warm-up were 8-10 s of an 11 s load). Without waiting."""
         while len(self._spares) < n:
             wd = self.workdir / f"spare-{self.seeds.next_number()}"
+            # the build cache read-only: the library of the candidate it will take is not built yet
             worker = Worker("runner.harness.procs.contestant", wd, worker_env(wd, self.cache_dir),
-                            Limits(self.config.memory_bytes))
+                            Limits(self.config.memory_bytes), read=[self._builds()])
             try:
                 worker.send({"cmd": "warm", **self._settings()})
             except WorkerDied:
@@ -107,6 +107,12 @@ class Contestants:
                 return spare[0]
         return None
 
+    def _builds(self) -> Path:
+        """The build cache, which spares read (and which exists before they start)."""
+        path = (self.cache_dir / "build").resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def close(self) -> None:
         """Stop the spares."""
         for worker, _ in self._spares:
@@ -117,18 +123,17 @@ class Contestants:
         """Start a candidate's process (or take a warm spare) and send its load request without waiting for the
         answer."""
         worker = self._spare() if candidate.format == "fast" else None
-        if worker is not None:
-            local = None
-            if library is not None:  # the spare was started before this library existed: a copy in its directory
-                local = worker.workdir / library.name
-                shutil.copyfile(library, local)
+        if worker is not None and (library is None or library.resolve().is_relative_to(self._builds())):
             msg = {"cmd": "init", **self._settings(), "candidate": candidate.model_dump(),
-                   "library": str(local) if local else None, "init_seed": self.seeds.seed("init"), "extra_write": []}
+                   "library": str(library) if library else None, "init_seed": self.seeds.seed("init"),
+                   "extra_write": []}
             try:
                 worker.send(msg)
             except WorkerDied:
                 pass  # reported by await_load
             return worker
+        if worker is not None:  # a library from elsewhere, which the spare cannot read: it goes back
+            self._spares.insert(0, [worker, True])
         safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in candidate.id)[:60]
         wd = self.workdir / f"cand-{safe_id}-{tag}-{self.seeds.next_number()}"
         wd.mkdir(parents=True, exist_ok=True)
