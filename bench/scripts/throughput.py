@@ -168,6 +168,8 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--problems", default=",".join(PROBLEMS))
     ap.add_argument("--suite", type=Path, default=ROOT / "bench/suites/realworld/fp32")
+    ap.add_argument("--commit", default="", help="the commit of the tree measured (the GPU machine's copy may have a "
+                    "stale .git); default: git rev-parse HEAD")
     ap.add_argument("--backend", default="cuda", help="cpu: a dry run of the script itself (REALWORLD_SUITE_SMALL=1)")
     args = ap.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
@@ -181,7 +183,8 @@ def main() -> None:
     for name in ("runner.harness.contestants", "runner.harness.trials"):  # each load and trial, step by step
         logging.getLogger(name).setLevel(logging.DEBUG)
     os.environ["FUSEBOT_CACHE_DIR"] = str((args.out / "cache").resolve())  # before the harness reads it
-    meta = {**machine(), "suite": str(args.suite), "budget_seconds": args.budget_seconds, "passes": args.passes,
+    meta = {**machine(), **({"commit": args.commit} if args.commit else {})}
+    meta |= {"suite": str(args.suite), "budget_seconds": args.budget_seconds, "passes": args.passes,
             "backend": args.backend}
     rows: list[Row] = []
     for run in range(1, args.passes + 1):
