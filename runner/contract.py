@@ -147,12 +147,34 @@ class TrialResult(_Model):
     reasons: list[str] = Field(default_factory=list)
 
 
+class KernelResources(_Model):
+    """What ptxas reports of one compiled CUDA kernel (`-Xptxas=-v`)."""
+
+    name: str
+    registers: int
+    spill_stores_bytes: int = 0
+    spill_loads_bytes: int = 0
+    stack_bytes: int = 0
+    shared_bytes: int = 0
+    barriers: int = 0
+
+    def text(self) -> str:
+        spills = self.spill_stores_bytes + self.spill_loads_bytes
+        return (f"{self.registers} registers, {spills} B spilled, {self.shared_bytes} B shared, "
+                f"{self.stack_bytes} B stack")
+
+
 class BuildInfo(_Model):
     ok: bool
     seconds: float
     cached: bool = False
     log: str = ""
     compiler: str = ""
+    kernels: list[KernelResources] = Field(default_factory=list)  # CUDA: each kernel's registers, spills, memory
+
+    def kernels_text(self) -> str:
+        """One line for a report or a prompt: what ptxas reported of each kernel ("" where it reported nothing)."""
+        return "; ".join(f"{k.name}: {k.text()}" for k in self.kernels)
 
 
 class Environment(_Model):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from runner.contract import BuildInfo, Candidate
 from runner.errors import MachineError
-from runner.harness import bwrap
+from runner.harness import bwrap, ptxas
 from runner.harness.sandbox import confined_env
 from runner.harness.scrub import scrub
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).resolve().parents[1] / "csrc"
 LIB_NAME = "libcandidate.so"
+RESOURCES_NAME = "kernels.json"  # beside the library in the cache: what ptxas reported of its kernels
 
 
 class CompilerMissing(MachineError):
@@ -82,7 +84,8 @@ def toolchain(backend: str, cuda_arch: str | None = None) -> Toolchain:
     if backend == "cuda":
         arch = cuda_arch or "sm_90"
         num = arch.removeprefix("sm_")
-        flags = (*CUDA_FLAGS, f"-gencode=arch=compute_{num},code={arch}")
+        # (ptxas's report of each kernel's registers, spills and shared memory: runner/harness/ptxas.py)
+        flags = (*CUDA_FLAGS, f"-gencode=arch=compute_{num},code={arch}", ptxas.PTXAS_VERBOSE)
         return Toolchain("nvcc", _version("nvcc"), arch, flags)
     cxx = os.environ.get("CXX", "g++")
     return Toolchain(cxx, _version(cxx), _cpu_model(), CPU_FLAGS)
@@ -167,8 +170,11 @@ def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path
     cache = Path(cache_dir or default_cache_dir())
     key = cache_key(candidate, tc)
     final = cache / key / LIB_NAME
+    resources = final.parent / RESOURCES_NAME
     if final.exists():
-        return BuildOutput(BuildInfo(ok=True, seconds=time.monotonic() - start, cached=True, compiler=tc.compiler), final)
+        kernels = json.loads(resources.read_text()) if resources.exists() else []
+        return BuildOutput(BuildInfo(ok=True, seconds=time.monotonic() - start, cached=True, compiler=tc.compiler,
+                                     kernels=kernels), final)
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"build-{key[:8]}-", dir=cache))
     try:
@@ -188,11 +194,15 @@ def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path
                                          log=scrub(text, job_dirs=[work], limit_chars=8000, keep="head"),
                                          compiler=tc.compiler), None)
         final.parent.mkdir(parents=True, exist_ok=True)
+        kernels = ptxas.parse(text)
+        tmp_resources = final.parent / f".{RESOURCES_NAME}.{os.getpid()}"
+        tmp_resources.write_text(json.dumps([k.model_dump() for k in kernels]))
+        os.replace(tmp_resources, resources)  # before the library: a cache hit finds both
         tmp_final = final.parent / f".{LIB_NAME}.{os.getpid()}"
         shutil.copy(work / LIB_NAME, tmp_final)
         os.replace(tmp_final, final)  # atomic: a concurrent build of the same key lands the same bytes
-        return BuildOutput(BuildInfo(ok=True, seconds=time.monotonic() - start,
-                                     log=scrub(text, job_dirs=[work], limit_chars=4000), compiler=tc.compiler), final)
+        return BuildOutput(BuildInfo(ok=True, seconds=time.monotonic() - start, compiler=tc.compiler, kernels=kernels,
+                                     log=scrub(ptxas.without_info(text), job_dirs=[work], limit_chars=4000)), final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

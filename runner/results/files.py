@@ -123,6 +123,8 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
                 f"{v.roofline.bandwidth_bytes_per_s / 1e9:.1f} GB/s ({v.roofline.bandwidth_source}){pct}.")
     else:
         roof = "Roofline floor: not measured."
+    if v.build and v.build.kernels:
+        roof += f" Compiled (ptxas): {v.build.kernels_text()}."
     passed = sum(1 for tr in v.trials if tr.passed)
     abs_err, rel_err = max_errors(v)
     shapes = sorted({tr.shape_set for tr in v.trials})

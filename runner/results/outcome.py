@@ -182,6 +182,8 @@ def report_markdown(o: Outcome) -> str:
         head += [f"Measured on {e.gpu or e.cpu or e.device} (torch {e.torch}, CUDA {e.cuda or 'n/a'}, "
                  f"fusebot {e.fusebot}); times are medians of n calls, spread as IQR" + (f"; {how}." if how else "."),
                  ""]
+    if v and v.build and v.build.kernels:
+        head += [f"Compiled (ptxas): {v.build.kernels_text()}.", ""]
     cost = f", ${o.cost_usd:.2f}" if o.cost_usd else ""
     head += ["## Search", "",
              f"{o.rounds} round(s), {o.candidates} candidate(s) evaluated, {o.tokens_used} tokens{cost}, "

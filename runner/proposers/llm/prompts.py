@@ -109,7 +109,9 @@ def _attempt_line(a: Attempt, base_ms: float | None, floor_ms: float | None = No
         speed = f", {base_ms / a.median_ms:.2f}x the faster baseline" if base_ms else ""
         spread = f" (IQR {t.iqr_ms:.3g} ms, n={t.n})" if t else ""
         floor = f", {100 * floor_ms / a.median_ms:.0f}% of the roofline floor" if floor_ms else ""
-        return f"{a.median_ms:.4g} ms{spread}{speed}{floor}"
+        build = a.verdict.build if a.verdict else None
+        hw = f"; ptxas: {build.kernels_text()}" if build and build.kernels else ""
+        return f"{a.median_ms:.4g} ms{spread}{speed}{floor}{hw}"
     return "rejected: " + "; ".join(_cut(r, 300) for r in a.reasons) if a.reasons else "rejected"
 
 
