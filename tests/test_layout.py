@@ -3,7 +3,7 @@
 - No import circle: every module imports first in a clean interpreter state (no project module loaded before it).
 - Imports point down. Each package of a tower has a rank; a module may import its own package and packages of a
   lower rank, never one of the same or a higher rank. runner/, from the bottom:
-      errors < contract < harness < search, catalog < results, proposers < pipeline < cli
+      errors, dtypes < contract < harness < search, catalog < results, proposers < pipeline < cli
   (the harness builds, verifies and times; search is the loop and the Proposer interface; catalog is the IR and the
   code generators; results turn verdicts into files; proposers bring ideas from the catalog or an LLM; pipeline is
   the one path from a problem to its result folder; cli are the typer shells.) bot/, from the bottom:
@@ -15,6 +15,8 @@
   runner's worker never loads PyGithub or FastAPI.)
 - No module over 400 lines.
 - No project import inside a function unless its line carries a reason comment (`# ...`).
+- The kernel ABI's dtype codes have one source (runner/dtypes.py): the C header's enum, the harness's torch map, the
+  catalog's generated checks and the drop-in's guard all say the same.
 
 The allow-lists below name what breaks a rule today; each must only shrink. A failure prints the list to edit.
 """
@@ -35,6 +37,7 @@ MAX_LINES = 400
 
 RANKS = {
     "runner.errors": 0,
+    "runner.dtypes": 0,
     "runner.contract": 1,
     "runner.harness": 2,
     "runner.search": 3,
@@ -208,3 +211,22 @@ def test_the_checker_leaves_out_type_checking_imports(tmp_path):
     path = tmp_path / "contract.py"
     path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runner.harness import timing\n")
     assert imports("runner.contract", path) == []
+
+
+def test_the_abi_dtype_codes_have_one_source():
+    import re
+
+    import torch
+
+    from runner.catalog.codegen.head import DTYPE_CODE
+    from runner.dtypes import ABI_DTYPES
+    from runner.harness.dropin_guard import RUNTIME_GUARD
+    from runner.harness.procs.abi import DTYPE_CODES
+
+    header = (ROOT / "runner/csrc/fusebot.h").read_text()
+    enum = re.search(r"enum fb_dtype \{(.*?)\};", header, re.S).group(1)
+    assert {name.lower(): int(code) for name, code in re.findall(r"FB_(\w+) = (\d+)", enum)} == ABI_DTYPES
+    assert {str(t).removeprefix("torch."): code for t, code in DTYPE_CODES.items()} == ABI_DTYPES
+    assert DTYPE_CODE == ABI_DTYPES
+    table = re.search(r"^_DTYPES = (\{.*\})$", RUNTIME_GUARD, re.M).group(1)
+    assert eval(table, {"torch": torch}) == DTYPE_CODES  # noqa: S307 - fusebot's own generated literal

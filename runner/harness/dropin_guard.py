@@ -17,6 +17,8 @@ raises RuntimeError with the kernel's own message (fusebot_last_error()).
 
 from __future__ import annotations
 
+from runner.dtypes import guard_table
+
 RUNTIME_GUARD = r'''
 
 class FallbackWarning(UserWarning):
@@ -24,8 +26,7 @@ class FallbackWarning(UserWarning):
 
 
 STRICT = False  # the harness's timed drop-in: a call the kernel does not take raises instead (what was timed ran it)
-_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3, torch.int32: 4, torch.int64: 5,
-           torch.bool: 6, torch.uint8: 7, torch.int8: 8}
+_DTYPES = @ABI_DTYPES@
 _CODES = {v: k for k, v in _DTYPES.items()}
 _PACK = struct.Struct("<qii8q8q")  # _FbTensor's bytes: one pack per tensor, not a ctypes field write per number
 _SEEN = set()
@@ -346,4 +347,4 @@ def fused(args: list[torch.Tensor], state: list[torch.Tensor], meta: list[int]) 
 def _fused_fake(args, state, meta):
     device = (args or state)[0].device
     return [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, dtype, stride in _specs(meta)]
-'''
+'''.replace("@ABI_DTYPES@", guard_table())  # the ABI's dtype codes (runner/dtypes.py)

@@ -8,9 +8,9 @@ from math import prod
 from runner.catalog import sizes
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.ir import Iota, Program, Red, walk
+from runner.dtypes import ABI_DTYPES
 
-DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "int32": 4, "int64": 5, "bool": 6, "uint8": 7,
-              "int8": 8}
+DTYPE_CODE = ABI_DTYPES
 
 
 # ---- the argument block and its set-up ---------------------------------------------------------------------

@@ -7,20 +7,12 @@ from pathlib import Path
 
 import torch
 
+from runner.dtypes import ABI_DTYPES
+
 MAX_DIMS = 8
 HEADER = Path(__file__).resolve().parents[2] / "csrc" / "fusebot.h"
 
-DTYPE_CODES = {
-    torch.float32: 0,
-    torch.float16: 1,
-    torch.bfloat16: 2,
-    torch.float64: 3,
-    torch.int32: 4,
-    torch.int64: 5,
-    torch.bool: 6,
-    torch.uint8: 7,
-    torch.int8: 8,
-}
+DTYPE_CODES = {getattr(torch, name): code for name, code in ABI_DTYPES.items()}  # (runner/dtypes.py)
 
 
 class FbTensor(ctypes.Structure):
