@@ -1,4 +1,4 @@
-"""`/fusebot ...` commands in pull request comments, from people with write access.
+"""`/fusebot ...` commands in pull request comments, from people with write access (every command once, in COMMANDS).
 
 On any PR: `run`, `run all`, `stop`, `status`, `help`. On fusebot's own PRs, whose body carries the job they came
 from (`<!-- fusebot:job key=<id> -->`): `explain` posts that job's whole search trace; `rerun` starts a new job on
@@ -29,45 +29,63 @@ log = logging.getLogger(__name__)
 router = Router()
 
 PREFIX = "/fusebot"
-BOT_PR_COMMANDS = ("rerun", "benchmark", "explain")
-HELP = """fusebot commands (from people with write access, in a comment on a pull request):
 
-- `/fusebot run`: optimise the marked targets this pull request changes
-- `/fusebot run all`: optimise every marked target at this pull request's head
-- `/fusebot stop`: cancel this pull request's queued and running jobs
-- `/fusebot status`: this pull request's jobs: state, attempts, when queued, started and finished
-- `/fusebot help` (or `/fusebot` alone): this message
 
-On fusebot's own pull requests:
+@dataclass(frozen=True)
+class CommandSpec:
+    """One `/fusebot` command: its words after the prefix, its line in the help, and whether it works only on
+    fusebot's own pull requests (it needs the job they came from)."""
 
-- `/fusebot explain`: post the whole search trace
-- `/fusebot rerun`: search again from the base branch as it is now (this PR is updated)
-- `/fusebot benchmark`: re-measure this PR's kernels as they are on its branch (your edits included); the numbers
-  come as a comment
-"""
+    words: tuple[str, ...]
+    summary: str
+    bot_pr: bool = False
+
+
+# Every command, once: the parser, the help text and the dispatch (`comment_created`) are all read from here, and
+# tests/bot/features/test_handlers.py holds docs/bot.md's commands to it.
+COMMANDS: dict[str, CommandSpec] = {
+    "run": CommandSpec(("run",), "optimise the marked targets this pull request changes"),
+    "run-all": CommandSpec(("run", "all"), "optimise every marked target at this pull request's head"),
+    "stop": CommandSpec(("stop",), "cancel this pull request's queued and running jobs"),
+    "status": CommandSpec(("status",), "this pull request's jobs: state, attempts, when queued, started and finished"),
+    "help": CommandSpec(("help",), "this message"),
+    "explain": CommandSpec(("explain",), "post the whole search trace", bot_pr=True),
+    "rerun": CommandSpec(("rerun",), "search again from the base branch as it is now (this PR is updated)",
+                         bot_pr=True),
+    "benchmark": CommandSpec(("benchmark",), "re-measure this PR's kernels as they are on its branch (your edits "
+                             "included); the numbers come as a comment", bot_pr=True),
+}
+BOT_PR_COMMANDS = tuple(name for name, c in COMMANDS.items() if c.bot_pr)
+
+
+def _help_line(name: str) -> str:
+    c = COMMANDS[name]
+    alone = f" (or `{PREFIX}` alone)" if name == "help" else ""
+    return f"- `{PREFIX} {' '.join(c.words)}`{alone}: {c.summary}"
+
+
+HELP = "\n".join([
+    "fusebot commands (from people with write access, in a comment on a pull request):", "",
+    *(_help_line(n) for n, c in COMMANDS.items() if not c.bot_pr), "",
+    "On fusebot's own pull requests:", "",
+    *(_help_line(n) for n in BOT_PR_COMMANDS), ""])
+
+
 @dataclass(frozen=True)
 class Command:
-    name: str  # run, run-all, stop, status, help, rerun, benchmark, explain, unknown
+    name: str  # a key of COMMANDS, or unknown
     text: str
 
 
 def parse_command(body: str) -> Command | None:
-    """The command in the comment's first `/fusebot` line, or None when there is none."""
+    """The command in the comment's first `/fusebot` line, or None when there is none (`/fusebot` alone: help)."""
     for line in body.splitlines():
         words = line.strip().split()
         if not words or words[0].lower() != PREFIX:
             continue
-        args = [w.lower() for w in words[1:]]
-        text = " ".join(words)
-        if not args:
-            return Command("help", text)
-        if args == ["run"]:
-            return Command("run", text)
-        if args == ["run", "all"]:
-            return Command("run-all", text)
-        if args in (["stop"], ["status"], ["help"], ["rerun"], ["benchmark"], ["explain"]):
-            return Command(args[0], text)
-        return Command("unknown", text)
+        args = tuple(w.lower() for w in words[1:]) or ("help",)
+        name = next((n for n, c in COMMANDS.items() if c.words == args), "unknown")
+        return Command(name, " ".join(words))
     return None
 
 
@@ -98,17 +116,15 @@ def comment_created(ev: Event, ctx: Context) -> None:
         host.post_comment(number, f"Unknown command `{cmd.text}`.\n\n{HELP}")
         return
     acknowledge(host, number, comment_id, "+1")
-    if cmd.name == "help":
-        host.post_comment(number, HELP)
-    elif cmd.name == "status":
-        host.post_comment(number, status_text(ctx.store, repo, number))
-    elif cmd.name in BOT_PR_COMMANDS:
+    if cmd.name in BOT_PR_COMMANDS:
         on_bot_pr(ctx, ev, host, inst, number, cmd.name)
-    elif cmd.name == "stop":
-        n = len(ctx.store.cancel(repo, pr_number=number))
-        host.post_comment(number, f"Cancelled {n} fusebot job(s) on this pull request.")
     else:
-        run(ctx, ev, host, inst, number, cmd)
+        HANDLERS[cmd.name](ctx, ev, host, inst, number, cmd)
+
+
+def stop(ctx: Context, ev: Event, host: Platform, inst: int, number: int, cmd: Command) -> None:
+    n = len(ctx.store.cancel(ev.repo or "", pr_number=number))
+    host.post_comment(number, f"Cancelled {n} fusebot job(s) on this pull request.")
 
 
 def acknowledge(host: Platform, number: int, comment_id: int, content: str) -> None:
@@ -136,6 +152,16 @@ def run(ctx: Context, ev: Event, host: Platform, inst: int, number: int, cmd: Co
     changed = None if cmd.name == "run-all" else host.pull_files(number)
     start_job(ctx, delivery_id=ev.delivery_id, repo=repo, installation_id=inst, sha=pull.head_sha, ref=pull.head_ref,
               pr_number=number, trigger="comment", changed_files=changed)
+
+
+HANDLERS = {  # the commands that work on any PR (BOT_PR_COMMANDS go through on_bot_pr)
+    "run": run,
+    "run-all": run,
+    "stop": stop,
+    "status": lambda ctx, ev, host, inst, number, cmd: host.post_comment(
+        number, status_text(ctx.store, ev.repo or "", number)),
+    "help": lambda ctx, ev, host, inst, number, cmd: host.post_comment(number, HELP),
+}
 
 
 # ---- on fusebot's own pull requests ----------------------------------------------------------------------------

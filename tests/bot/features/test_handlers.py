@@ -4,10 +4,11 @@ against the fake GitHub (every request checked against GitHub's OpenAPI descript
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
-from bot.features.commands import HELP, parse_command
+from bot.features.commands import BOT_PR_COMMANDS, COMMANDS, HANDLERS, HELP, PREFIX, parse_command
 from bot.features.status import STATUS_MARKER
 from tests.bot.helpers import INSTALLATION, MODULE, REPO, comment_payload, example, initial_files, pr_payload
 from tests.fakes.github_server import Pull
@@ -357,3 +358,13 @@ def test_nightly_runs_all_targets_on_the_default_branch_and_takes_the_configs_sc
     [repo] = store.repos()
     assert (repo.cron, repo.timezone) == ("15 1 * * *", "Asia/Tokyo")
     assert repo.next_run_at.hour == 16 and repo.next_run_at.minute == 15  # 01:15 in Tokyo is 16:15 UTC
+
+
+def test_every_command_is_parsed_helped_dispatched_and_documented_from_one_registry():
+    docs = (Path(__file__).resolve().parents[3] / "docs/bot.md").read_text()
+    for name, spec in COMMANDS.items():
+        typed = f"{PREFIX} {' '.join(spec.words)}"
+        assert parse_command(typed.upper() if name == "run-all" else typed).name == name
+        assert f"`{typed}`" in HELP and spec.summary in HELP
+        assert f"`{typed}`" in docs, f"docs/bot.md does not name {typed}"
+    assert set(HANDLERS) | set(BOT_PR_COMMANDS) == set(COMMANDS) and not set(HANDLERS) & set(BOT_PR_COMMANDS)
