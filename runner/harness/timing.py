@@ -77,7 +77,7 @@ def pin(cores: list[int] | None) -> None:
 
 def _lead_for(host_us: float) -> float:
     """The lead for a call whose host work took `host_us`: half as much again, and no longer, since work a call puts
-    on another stream of its own can run during it, untimed (the factor the H100's runs of 2026-11-22 used)."""
+    on another stream of its own can run during it, untimed (the factor measured on the H100)."""
     return min(MAX_LEAD_US, 1.5 * host_us)
 
 

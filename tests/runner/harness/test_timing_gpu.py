@@ -26,7 +26,7 @@ def _cycles(ms: float) -> int:
 
 def test_a_call_that_does_nothing_times_near_zero():
     """The old timer (end event after the device-wide sync) gave 12 us for a call that does nothing on the H100; the
-    start and end events queued behind the lead's spin, 3-10 us (median 9.4 on the H100, 2026-11-22)."""
+    start and end events queued behind the lead's spin, 3-10 us (median 9.4 on the H100)."""
     timer = Timer("cuda", CFG)
     assert timer.measure(lambda: None).median_ms < 0.012
 
