@@ -35,6 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.catalog.rope import Rope
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,9 @@ class Program:
     limit: Expr | None = None
     beyond: float = 0.0
     skip_zero: int | None = None  # input k: where it is 0 an element adds nothing to any sum (skipping.find_guard)
+    # a rotary position embedding found in the captured graph (runner.catalog.rope): the `rope` template's program;
+    # the expression above computes the same values for every other template
+    rope: Rope | None = None
 
     @property
     def outputs(self) -> list[Output]:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from math import prod
 from typing import Any
 
-from runner.catalog import schedule, skipping
+from runner.catalog import rope, schedule, skipping
 from runner.catalog.capture import ARANGE, TRIL, CGraph, CNode
 from runner.catalog.ir import (
     Const,
@@ -351,6 +351,12 @@ class _Lower(RowOps, ViewOps):
             prog.notes.append(f"a causal mask: each row reads only its first elements up to its own index; past them "
                               f"the output is {skip[1]:g} without a read")
         prog.skip_zero = skipping.find_guard(prog)
+        if not prog.is_row and self.heavy is None:
+            prog.rope = rope.find(self.g)
+            if prog.rope is not None:
+                prog.notes.append(f"a rotary embedding ({prog.rope.style}: {prog.rope.rot} of {prog.rope.head} "
+                                  f"features rotated, {len(prog.rope.xs)} output(s)): a vector of x and its partner "
+                                  "per thread, cos and sin read once for every output")
         if prog.skip_zero is not None:
             prog.notes.append("a padding mask: where it is 0 the other inputs are not read")
         if self.heavy is not None and all(i.abi != -1 for i in inputs):

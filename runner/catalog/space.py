@@ -13,6 +13,7 @@ from runner.catalog.codegen.cpu import CpuParams
 from runner.catalog.codegen.cuda import CudaParams, broadcast_view
 from runner.catalog.codegen.cuda.columns import strided_refusal
 from runner.catalog.codegen.cuda.regs import short_row_params
+from runner.catalog.codegen.cuda.rope import widths as rope_widths
 from runner.catalog.ir import Op, Program, walk
 
 SMS = 132  # H100; only the ordering of guesses depends on it
@@ -88,6 +89,18 @@ def _cuda(p: Program) -> list[Strategy]:
     wide = 8 if _halfish(p) else 4
     access = "bfloat162/half2-or-wider" if _halfish(p) else "float4"
     out: list[Strategy] = []
+    if not p.is_row and p.rope is not None and rope_widths(p):
+        r = p.rope
+        vs = rope_widths(p)
+        how = ("x[j] and its partner x[j + rot/2] as two vectors at one offset" if r.style == "half" else
+               "interleaved pairs inside one vector, the repeated cos/sin read half as wide")
+        out.append(Strategy(
+            "cuda-rope",
+            f"A rotary-embedding kernel: one thread per vector of a head's features, {how}; cos and sin loaded once "
+            f"per vector and applied to all {len(r.xs)} output(s) in one launch"
+            + (f"; the {r.head - r.rot} features past the rotated {r.rot} copied as plain vectors"
+               if r.rot < r.head else "") + f" ({vs[0]}-element vectors first).",
+            [CudaParams("rope", vec=v, threads=t) for v in vs[:2] for t in (256, 128, 512)]))
     if not p.is_row:
         # round 1 implements each idea's first two sets: one pass of the grid with two and four vectors in flight per
         # thread first (the one-pass grid beat grid-stride on the H100), then one, then grid-stride over one wave
