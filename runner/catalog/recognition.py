@@ -403,4 +403,11 @@ def recognise_stages(g: CGraph) -> Pattern:
             best = pat.program
     if best is None:
         return Pattern("unsupported", reason="heavy ops only: nothing between them to fuse")
+    whole = rope.find(g)
+    if whole is not None and all(st.kind == "fused" for st in plan.stages) and not whole.one_shape:
+        # a rotary embedding over outputs of different shapes (Llama's query and key-value heads): one program each
+        # for the general templates, and the rope template's one launch for all of them
+        best = replace(best, rope=whole)
+        notes.append(f"a rotary embedding ({whole.style}) of {len(whole.xs)} outputs of different shapes: one rope "
+                     "kernel writes them all")
     return Pattern("graph", program=best, notes=notes, plan=plan)

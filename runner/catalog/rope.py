@@ -43,19 +43,25 @@ class Table:
 @dataclass(frozen=True)
 class Rope:
     style: str  # half | pairs
-    shape: tuple[int, ...]  # every output's shape (F); the last dim is the head dim
+    shapes: tuple[tuple[int, ...], ...]  # per output (its x's shape); the last dim is the head dim, the same for all
     rot: int  # features rotated (the first ones); the others pass through
     xs: tuple[int, ...]  # per output, the ABI position of its x
     cos: Table
     sin: Table
+    tensors: tuple[tuple[int, tuple[int, ...], str], ...] = ()  # every tensor read: (ABI position, shape, dtype)
+    dtype: str = "float32"  # of x and of every output
 
     @property
     def head(self) -> int:
-        return self.shape[-1]
+        return self.shapes[0][-1]
 
     @property
-    def rows(self) -> int:
-        return prod(self.shape[:-1])
+    def one_shape(self) -> bool:
+        """Every output of one shape (one program; a thread then writes the same vector of each)."""
+        return len(set(self.shapes)) == 1
+
+    def rows(self, o: int = 0) -> int:
+        return prod(self.shapes[o][:-1])
 
 
 class _Graph:
@@ -99,11 +105,20 @@ def _find(G: _Graph) -> Rope | None:
     found = [_output(G, G.node(r)) for r in res]
     if not found or any(f is None for f in found):
         return None
-    styles = {(f[0], f[1], f[2], f[4], f[5]) for f in found}  # type: ignore[index]
-    if len(styles) != 1:
+    # one style, one head, one set of tables: outputs may differ only along dims the tables are broadcast along
+    # (Llama's 32 query heads and 8 key-value heads)
+    kinds = {(f[0], f[1][-1], len(f[1]), f[2], f[4], f[5]) for f in found}  # type: ignore[index]
+    if len(kinds) != 1:
         return None
-    style, shape, rot, cos, sin = next(iter(styles))
-    return Rope(style, shape, rot, tuple(f[3] for f in found), cos, sin)  # type: ignore[index]
+    style, _, _, rot, cos, sin = next(iter(kinds))
+    shapes = tuple(f[1] for f in found)  # type: ignore[index]
+    if any(t.strides[d] and s[d] != shapes[0][d] for t in (cos, sin) for s in shapes for d in range(len(t.strides))):
+        return None
+    abis = [*(f[3] for f in found), cos.abi, sin.abi, *(t.index for t in (cos, sin) if t.index is not None)]
+    nodes = {int(n.index): n for n in G.by.values() if n.op in ("input", "param") and n.index is not None}
+    tensors = tuple((a, tuple(nodes[a].shape or ()), nodes[a].dtype or "float32") for a in dict.fromkeys(abis))
+    return Rope(style, shapes, rot, tuple(f[3] for f in found), cos, sin, tensors,  # type: ignore[index]
+                dtype=nodes[found[0][3]].dtype or "float32")  # type: ignore[index]
 
 
 def _output(G: _Graph, n: CNode | None):

@@ -26,7 +26,6 @@ from runner.catalog.codegen.cuda.prelude import PRELUDE
 from runner.catalog.codegen.head import DTYPE_CODE, MATH
 from runner.catalog.ir import Program
 from runner.catalog.rope import Rope, Table
-from runner.catalog.sizes import sizes_line, tensor_shape
 
 ROUND = {"bfloat16": "fb_round_bf16", "float16": "fb_round_fp16"}
 
@@ -46,7 +45,7 @@ def widths(p: Program) -> list[int]:
     r = p.rope
     if r is None:
         return []
-    most = 16 // (2 if p.out_dtype in ROUND else 4)
+    most = 16 // _size(r.dtype)
     out = []
     for v in (8, 4, 2, 1):
         try:
@@ -58,17 +57,18 @@ def widths(p: Program) -> list[int]:
     return out
 
 
-def _inputs(p: Program) -> dict[int, int]:
-    """ABI position -> the first program input that reads it (its pointer is the tensor's base)."""
-    out: dict[int, int] = {}
-    for k, i in enumerate(p.inputs):
-        out.setdefault(i.abi, k)
-    return out
+def _slots(r: Rope) -> dict[int, int]:
+    """ABI position -> its slot in FbRope's `in` (every tensor the embedding reads, in order)."""
+    return {abi: k for k, (abi, _, _) in enumerate(r.tensors)}
 
 
-def _row_offset(r: Rope, t: Table, row: str) -> str:
-    """The table's row offset (elements) from a row number, by the captured sizes (constants)."""
-    dims = r.shape[:-1]
+def _dtype(r: Rope, abi: int) -> str:
+    return next(d for a, _, d in r.tensors if a == abi)
+
+
+def _row_offset(shape: tuple[int, ...], t: Table, row: str) -> str:
+    """The table's row offset (elements) from a row number of an output of this shape (constants: no division)."""
+    dims = shape[:-1]
     terms = []
     for d, st in enumerate(t.strides):
         if not st:
@@ -81,61 +81,59 @@ def _row_offset(r: Rope, t: Table, row: str) -> str:
     return " + ".join(terms) or "0LL"
 
 
-def _kernel(p: Program, r: Rope, V: int, T: int, rnd: str) -> str:
-    ins = _inputs(p)
-    xt = ctype_of(p.out_dtype)
-    ct, st = (ctype_of(p.inputs[ins[t.abi]].dtype) for t in (r.cos, r.sin))
+def _segment(r: Rope, outs: list[int], V: int, rnd: str) -> list[str]:
+    """The work of one thread on row `row`, vector `u`, for the outputs `outs` (all of one shape)."""
+    slot = _slots(r)
+    xt, ct, st = ctype_of(r.dtype), ctype_of(_dtype(r, r.cos.abi)), ctype_of(_dtype(r, r.sin.abi))
+    shape = r.shapes[outs[0]]
     UR, UP = units(r, V)
-    U = UR + UP
     D, h = r.head, r.rot // 2
-    lines = [f"const unsigned tid = blockIdx.x * {T}u + threadIdx.x;",
-             f"if (tid >= {r.rows * U}u) return;",
-             f"const unsigned row = tid / {U}u, u = tid - row * {U}u;",
-             f"const long long base = (long long)row * {D}LL;"]
+
+    def out_ptr(o: int) -> str:
+        return f"(({xt}*)a.out[{o}])"
+
+    def x_ptr(o: int) -> str:
+        return f"((const {xt}*)a.in[{slot[r.xs[o]]}])"
+
+    lines = [f"const long long base = (long long)row * {D}LL;"]
     if UP:
         lines.append(f"if (u >= {UR}u) {{  // the features past the rotated ones: a copy")
         lines.append(f"  const long long at = base + {r.rot} + (long long)(u - {UR}u) * {V};")
-        for o, x in enumerate(r.xs):
-            out = "a.out" if o == 0 else f"a.more[{o - 1}]"
-            lines.append(f"  fb_stv<{xt}, {V}>(({xt}*){out} + at, fb_ldv<{xt}, {V}>((const {xt}*)a.in[{ins[x]}] + at));")
-        lines.append("  return;")
-        lines.append("}")
+        lines += [f"  fb_stv<{xt}, {V}>({out_ptr(o)} + at, fb_ldv<{xt}, {V}>({x_ptr(o)} + at));" for o in outs]
+        lines += ["  return;", "}"]
     lines.append(f"const int j = (int)u * {V};")
-    W = V // 2 if r.style == "pairs" else V
-
     gathered: dict[tuple, str] = {}  # one load of a row's index for every table it gathers
 
     def table(name: str, t: Table, ty: str, col: str) -> list[str]:
-        ptr = f"(const {ty}*)a.in[{ins[t.abi]}]"
+        ptr = f"(const {ty}*)a.in[{slot[t.abi]}]"
         pre = []
         if t.index is not None:
             key = (t.index, t.strides, t.width)
             if key not in gathered:
-                it = ctype_of(p.inputs[ins[t.index]].dtype)
+                it = ctype_of(_dtype(r, t.index))
                 gathered[key] = f"trow{len(gathered)}"
-                pre = [f"const long long {gathered[key]} = (long long)fb_ld1((const {it}*)a.in[{ins[t.index]}] + "
-                       f"{_row_offset(r, t, 'row')}) * {t.width}LL;"]
+                pre = [f"const long long {gathered[key]} = (long long)fb_ld1((const {it}*)a.in[{slot[t.index]}] + "
+                       f"{_row_offset(shape, t, 'row')}) * {t.width}LL;"]
             off = gathered[key]
         else:
-            off = _row_offset(r, t, "row")
+            off = _row_offset(shape, t, "row")
         n = V // 2 if t.interleave else V
         at = f"({col}) / 2" if t.interleave else f"({col})"
-        out = [*pre, f"float {name}[{V}];",
-               f"{{ const FbVec<{ty}, {n}> w = fb_ldv<{ty}, {n}>({ptr} + {off} + {t.col} + {at});",
-               f"#pragma unroll\n  for (int l = 0; l < {V}; ++l) {name}[l] = fb_f(w.v[{'l / 2' if t.interleave else 'l'}]); }}"]
-        return out
+        return [*pre, f"float {name}[{V}];",
+                f"{{ const FbVec<{ty}, {n}> w = fb_ldv<{ty}, {n}>({ptr} + {off} + {t.col} + {at});",
+                "#pragma unroll",
+                f"  for (int l = 0; l < {V}; ++l) {name}[l] = fb_f(w.v[{'l / 2' if t.interleave else 'l'}]); }}"]
 
     if r.style == "half":
         if r.cos.interleave or r.sin.interleave:
             raise NotExpressible("a rotate_half embedding with tables repeated element by element")
         lines += table("c0", r.cos, ct, "j") + table("c1", r.cos, ct, f"j + {h}")
         lines += table("s0", r.sin, st, "j") + table("s1", r.sin, st, f"j + {h}")
-        for o, x in enumerate(r.xs):
-            out = "a.out" if o == 0 else f"a.more[{o - 1}]"
+        for o in outs:
             lines += [
                 "{",
-                f"  const FbVec<{xt}, {V}> x0 = fb_ldv<{xt}, {V}>((const {xt}*)a.in[{ins[x]}] + base + j);",
-                f"  const FbVec<{xt}, {V}> x1 = fb_ldv<{xt}, {V}>((const {xt}*)a.in[{ins[x]}] + base + j + {h});",
+                f"  const FbVec<{xt}, {V}> x0 = fb_ldv<{xt}, {V}>({x_ptr(o)} + base + j);",
+                f"  const FbVec<{xt}, {V}> x1 = fb_ldv<{xt}, {V}>({x_ptr(o)} + base + j + {h});",
                 f"  FbVec<{xt}, {V}> y0, y1;",
                 "#pragma unroll",
                 f"  for (int l = 0; l < {V}; ++l) {{",
@@ -143,18 +141,15 @@ def _kernel(p: Program, r: Rope, V: int, T: int, rnd: str) -> str:
                 f"    y0.v[l] = fb_to<{xt}>({rnd}({rnd}(a0 * c0[l]) + {rnd}(-a1 * s0[l])));",
                 f"    y1.v[l] = fb_to<{xt}>({rnd}({rnd}(a1 * c1[l]) + {rnd}(a0 * s1[l])));",
                 "  }",
-                f"  fb_stv<{xt}, {V}>(({xt}*){out} + base + j, y0);",
-                f"  fb_stv<{xt}, {V}>(({xt}*){out} + base + j + {h}, y1);",
+                f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j, y0);",
+                f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j + {h}, y1);",
                 "}"]
     else:
-        if W < 1:
-            raise NotExpressible("pairs need an even vector width")
         lines += table("c", r.cos, ct, "j") + table("s", r.sin, st, "j")
-        for o, x in enumerate(r.xs):
-            out = "a.out" if o == 0 else f"a.more[{o - 1}]"
+        for o in outs:
             lines += [
                 "{",
-                f"  const FbVec<{xt}, {V}> x = fb_ldv<{xt}, {V}>((const {xt}*)a.in[{ins[x]}] + base + j);",
+                f"  const FbVec<{xt}, {V}> x = fb_ldv<{xt}, {V}>({x_ptr(o)} + base + j);",
                 f"  FbVec<{xt}, {V}> y;",
                 "#pragma unroll",
                 f"  for (int l = 0; l < {V}; l += 2) {{",
@@ -162,74 +157,96 @@ def _kernel(p: Program, r: Rope, V: int, T: int, rnd: str) -> str:
                 f"    y.v[l] = fb_to<{xt}>({rnd}({rnd}(e * c[l]) + {rnd}(-d * s[l])));",
                 f"    y.v[l + 1] = fb_to<{xt}>({rnd}({rnd}(d * c[l + 1]) + {rnd}(e * s[l + 1])));",
                 "  }",
-                f"  fb_stv<{xt}, {V}>(({xt}*){out} + base + j, y);",
+                f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j, y);",
                 "}"]
-    body = "\n".join("  " + x for x in "\n".join(lines).split("\n"))
-    return f"\n__global__ void __launch_bounds__({T}) fb_rope_v{V}(FbRope a) {{\n{body}\n}}\n"
+    return lines
 
 
-def _setup(p: Program, r: Rope, abi_offset: int) -> tuple[str, str]:
-    """The sizes line and fb_setup: every tensor the kernel reads has its captured shape and dtype, contiguous."""
-    ins = _inputs(p)
-    checks = []
-    for abi, k in sorted(ins.items()):
-        inp = p.inputs[k]
-        S = tensor_shape(inp)
+def _groups(r: Rope) -> list[list[int]]:
+    """Outputs written by the same threads: all of them where they have one shape (cos and sin loaded once for
+    all), else one segment of the grid each (Llama's query heads, then its key-value heads)."""
+    return [list(range(len(r.xs)))] if r.one_shape else [[o] for o in range(len(r.xs))]
+
+
+def _threads(r: Rope, V: int) -> int:
+    return sum(r.rows(g[0]) * sum(units(r, V)) for g in _groups(r))
+
+
+def _kernel(r: Rope, V: int, T: int, rnd: str) -> str:
+    U = sum(units(r, V))
+    lines = [f"const unsigned tid = blockIdx.x * {T}u + threadIdx.x;", f"if (tid >= {_threads(r, V)}u) return;"]
+    start = 0
+    groups = _groups(r)
+    for n, g in enumerate(groups):
+        end = start + r.rows(g[0]) * U
+        body = [f"const unsigned t = tid - {start}u, row = t / {U}u, u = t - row * {U}u;", *_segment(r, g, V, rnd)]
+        if len(groups) == 1:
+            lines += body
+        else:
+            lines += [f"if (tid < {end}u) {{" if n == 0 else f"}} else if (tid < {end}u) {{" if n < len(groups) - 1
+                      else "} else {", *("  " + x for x in body)]
+        start = end
+    if len(groups) > 1:
+        lines.append("}")
+    text = "\n".join("  " + x for x in "\n".join(lines).split("\n"))
+    return f"\n__global__ void __launch_bounds__({T}) fb_rope_v{V}(FbRope a) {{\n{text}\n}}\n"
+
+
+def _setup(r: Rope, abi_offset: int) -> tuple[str, str]:
+    """The sizes line and fb_setup: every tensor the kernel reads has its captured shape and dtype, contiguous; each
+    output its x's size and dtype."""
+    sizes, checks = [], []
+    for k, (abi, S, dtype) in enumerate(r.tensors):
         pos = abi + abi_offset
+        sizes.append((pos, f"in{pos}={','.join(str(x) for x in S) or 'scalar'}"))
         dims = "".join(f" || t.shape[{j}] != {s}" for j, s in enumerate(S))
         checks += [f"  if (n_in <= {pos}) return fb_fail(\"too few inputs\");",
                    f"  {{ const fb_tensor& t = in[{pos}]; long long want = 1;",
-                   f"    if (t.dtype != {DTYPE_CODE.get(inp.dtype, -1)}) return fb_fail(\"input {pos}: expected "
-                   f"{inp.dtype}\");",
+                   f"    if (t.dtype != {DTYPE_CODE.get(dtype, -1)}) return fb_fail(\"input {pos}: expected {dtype}\");",
                    f"    if (t.ndim != {len(S)}{dims}) return fb_fail(\"input {pos}: size differs from the captured one"
                    "\");",
                    "    for (int d = t.ndim - 1; d >= 0; --d) { if (t.shape[d] != 1 && t.strides[d] != want) "
                    f"return fb_fail(\"input {pos} is not contiguous\"); want *= t.shape[d]; }}",
                    f"    a.in[{k}] = t.data; }}"]
-    n = prod(r.shape)
-    for j, o in enumerate(p.outputs):
-        checks += [f"  {{ long long n = 1; for (int d = 0; d < out[{j}].ndim; ++d) n *= out[{j}].shape[d];",
-                   f"    if (n != {n}LL) return fb_fail(\"output {j}: size differs from the program's\"); }}",
-                   f"  if (out[{j}].dtype != {DTYPE_CODE.get(o.dtype, -1)}) return fb_fail(\"output {j}: dtype\");",
-                   f"  a.{'out' if j == 0 else f'more[{j - 1}]'} = out[{j}].data;"]
+    for o, shape in enumerate(r.shapes):
+        checks += [f"  {{ long long n = 1; for (int d = 0; d < out[{o}].ndim; ++d) n *= out[{o}].shape[d];",
+                   f"    if (n != {prod(shape)}LL) return fb_fail(\"output {o}: size differs from its input's\"); }}",
+                   f"  if (out[{o}].dtype != {DTYPE_CODE.get(r.dtype, -1)}) return fb_fail(\"output {o}: dtype\");",
+                   f"  a.out[{o}] = out[{o}].data;"]
     setup = "\n".join([
         "static char fb_err[512];",
         "FB_EXPORT const char* fusebot_last_error(void) { return fb_err; }",
         "static int fb_fail(const char* msg) { snprintf(fb_err, sizeof fb_err, \"%s\", msg); return 1; }",
-        f"struct FbRope {{ const void* in[{max(len(p.inputs), 1)}]; void* out; void* more[{max(len(p.more), 1)}]; }};",
+        f"struct FbRope {{ const void* in[{len(r.tensors)}]; void* out[{len(r.xs)}]; }};",
         "static int fb_setup(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, FbRope* ap) {",
         "  FbRope& a = *ap;",
-        f"  if (n_out != {len(p.outputs)}) return fb_fail(\"expected {len(p.outputs)} outputs\");",
+        f"  if (n_out != {len(r.xs)}) return fb_fail(\"expected {len(r.xs)} outputs\");",
         *checks, "  return 0;", "}"])
-    return sizes_line(p, abi_offset, "rope"), setup
+    return "// fusebot-sizes: " + " ".join(x for _, x in sorted(sizes)), setup
 
 
 def render_rope(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
     r = p.rope
     if r is None or p.is_row:
         raise NotExpressible("rope is for the rotary embeddings runner.catalog.rope recognises")
-    if len(r.xs) != len(p.outputs) or any(o.dtype != p.out_dtype for o in p.outputs):
-        raise NotExpressible("a rotary embedding whose outputs differ in dtype")
+    if p.out_dtype != r.dtype:
+        raise NotExpressible("a rotary embedding whose output dtype is not its input's")
     V, T = params.vec, params.threads
     low = 2 if r.style == "pairs" else 1
     if low > V:
         raise NotExpressible("pairs need an even vector width")
     units(r, V)
-    if r.rows * sum(units(r, low)) >= 1 << 31:
+    if _threads(r, low) >= 1 << 31:
         raise NotExpressible("2^31 vectors or more: the template's thread ids are 32-bit")
-    rnd = ROUND.get(p.out_dtype, "")
-    line, setup = _setup(p, r, abi_offset)
-    ws = sorted({low, V})
-    kernels = "".join(_kernel(p, r, v, T, rnd) for v in ws)
+    rnd = ROUND.get(r.dtype, "")
+    line, setup = _setup(r, abi_offset)
+    kernels = "".join(_kernel(r, v, T, rnd) for v in sorted({low, V}))
 
     def launch(v: int) -> str:
-        n = r.rows * sum(units(r, v))
-        return f"fb_rope_v{v}<<<{(n + T - 1) // T}, {T}, 0, s>>>(a);"
+        return f"fb_rope_v{v}<<<{(_threads(r, v) + T - 1) // T}, {T}, 0, s>>>(a);"
 
-    ptrs = [f"fb_aligned(a.in[{k}], {V} * {_size(p.inputs[k].dtype)})" for k in sorted(set(_inputs(p).values()))
-            if p.inputs[k].dtype != "int64"]
-    ptrs += [f"fb_aligned({'a.out' if j == 0 else f'a.more[{j - 1}]'}, {V} * {_size(p.out_dtype)})"
-             for j in range(len(p.outputs))]
+    ptrs = [f"fb_aligned(a.in[{k}], {V * _size(d)})" for k, (_, _, d) in enumerate(r.tensors) if d != "int64"]
+    ptrs += [f"fb_aligned(a.out[{o}], {V * _size(r.dtype)})" for o in range(len(r.xs))]
     body = launch(V) if low == V else \
         f"if ({' && '.join(ptrs)}) {{\n    {launch(V)}\n  }} else {{\n    {launch(low)}\n  }}"
     fwd = f"""

@@ -21,6 +21,8 @@ from runner.catalog.ir import Input, Load, Op, Program
 from runner.catalog.recognition import recognise
 from runner.catalog.space import strategies
 from runner.harness.procs.abi import KernelLibrary
+from runner.proposers.catalog import CatalogProposer
+from runner.search.types import ProblemContext
 from tests.runner import cuda_emulation
 from tests.runner.catalog.codegen.ptx import compile_ptx, divisions_by_source, unit_of
 
@@ -49,18 +51,36 @@ def programs():
     for name, g in zip(NAMES, graphs, strict=True):
         pat = recognise(g)
         progs = [st.pattern.program for st in pat.plan.stages if st.kind == "fused"] if pat.plan else [pat.program]
-        out[name] = (progs, mods[name])
+        out[name] = (progs, mods[name], pat)
     return out
 
 
 def test_every_rotary_embedding_of_the_suite_is_recognised_from_its_graph(programs):
-    for name, (progs, _) in programs.items():
+    for name, (progs, _, pat) in programs.items():
         style, rot, head, n_out = ROPES[name.split("/")[1]]
         for p in progs:
             assert p.rope is not None, name
             assert (p.rope.style, p.rope.rot, p.rope.head, len(p.rope.xs)) == (style, rot, head, n_out), name
             first = strategies(p, "cuda")[0]
             assert first.key == "cuda-rope" and first.params[0].layout == "rope", name
+        if pat.family == "graph":  # q and k of different head counts: one program each, and one rope for both
+            whole = pat.program.rope
+            assert whole is not None and len(whole.xs) == 2 and not whole.one_shape, name
+            assert strategies(pat.program, "cuda")[0].key == "cuda-rope"
+
+
+def test_q_and_k_of_different_head_counts_are_one_fast_candidate(programs):
+    """Llama's graph (32 query and 8 key-value heads: two programs for the general templates) gets a single kernel
+    from its rope parameter sets, and a program per stage from the others."""
+    prop = CatalogProposer()
+    for name in ("fp32/llama_rope", "bf16/llama_rope"):
+        pat = programs[name][2]
+        ctx = ProblemContext(name="llama_rope", reference_source=(SUITE / f"{name}.py").read_text(), backend="cuda")
+        one = prop.candidate(ctx, pat, strategies(pat.program, "cuda")[0].params[0])
+        assert one.format == "fast" and list(one.sources) == ["kernel.cu"]
+        assert one.sources["kernel.cu"].count("fb_stv<") >= 4  # both outputs' stores in one kernel
+        other = prop.candidate(ctx, pat, strategies(pat.program, "cuda")[1].params[0])
+        assert other.format == "kernelbench"
 
 
 def test_a_graph_without_a_rotary_embedding_has_none_and_the_template_refuses_it():
@@ -82,16 +102,18 @@ def _params(p) -> list[cuda.CudaParams]:
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 def test_the_rope_kernels_match_the_module_on_an_emulated_gpu(programs, tmp_path):
     srcs, plan = {}, {}
-    for name, (progs, _) in programs.items():
-        for j, p in enumerate(progs):
+    for name, (progs, _, pat) in programs.items():
+        whole = [(-1, pat.program)] if pat.family == "graph" else []  # (every output in one kernel)
+        for j, p in [*enumerate(progs), *whole]:
             for q in _params(p):
                 key = f"{name.replace('/', '_')}_{j}_v{q.vec}"
                 srcs[key] = cuda.render(p, q)
-                plan[key] = (name, j, len(progs), q.vec)
+                plan[key] = (name, j, len(progs) if j >= 0 else 1, q.vec)
+    assert sum(j < 0 for _, j, _, _ in plan.values()) == 4
     libs = cuda_emulation.build(srcs, tmp_path)
     for key, path in libs.items():
         name, j, stages, vec = plan[key]
-        progs, mod = programs[name]
+        progs, mod, _ = programs[name]
         torch.manual_seed(0)
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("REALWORLD_SUITE_SMALL", "1")
@@ -122,8 +144,8 @@ def test_the_rope_kernels_read_vectors_and_never_divide_64_bit_integers(programs
     multiplications by constants), and the widest kernel reads x, cos and sin only as 8- or 16-byte vectors (the
     gathered table's int64 index is one 8-byte load): no 2-byte scalar load of a bf16 element."""
     srcs, wide = [], []
-    for name, (progs, _) in programs.items():
-        for p in progs:
+    for name, (progs, _, pat) in programs.items():
+        for p in progs + ([pat.program] if pat.family == "graph" else []):
             q = _params(p)[0]
             srcs.append(cuda.render(p, q))
             wide.append((name, q.vec, p))
