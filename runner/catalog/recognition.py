@@ -347,7 +347,7 @@ class _Lower(RowOps, ViewOps):
         check_program(prog, self)
         skip = skipping.find(prog)
         if skip is not None:
-            prog.limit, prog.beyond = skip
+            prog.limit, prog.beyond, prog.kept = skip
             prog.notes.append(f"a causal mask: each row reads only its first elements up to its own index; past them "
                               f"the output is {skip[1]:g} without a read")
         prog.skip_zero = skipping.find_guard(prog)
