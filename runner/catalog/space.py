@@ -13,6 +13,7 @@ from runner.catalog.codegen.cpu import CpuParams
 from runner.catalog.codegen.cuda import CudaParams, broadcast_view
 from runner.catalog.codegen.cuda.columns import strided_refusal
 from runner.catalog.codegen.cuda.regs import short_row_params
+from runner.catalog.codegen.cuda.rope import heads_fit as rope_heads_fit
 from runner.catalog.codegen.cuda.rope import widths as rope_widths
 from runner.catalog.ir import Op, Program, walk
 
@@ -101,6 +102,13 @@ def _cuda(p: Program) -> list[Strategy]:
             + (f"; the {r.head - r.rot} features past the rotated {r.rot} copied as plain vectors"
                if r.rot < r.head else "") + f" ({vs[0]}-element vectors first).",
             [CudaParams("rope", vec=v, threads=t) for v in vs[:2] for t in (256, 128, 512)]))
+        hs = [h for h in (4, 8, 2) if rope_heads_fit(r, h)]
+        if hs:
+            out.append(Strategy(
+                "cuda-rope-heads",
+                f"The rotary-embedding kernel with {hs[0]} heads of one token per thread: cos and sin loaded once for "
+                "all of them (from L2 once per token instead of once per head), the heads' vectors loaded back to "
+                "back.", [CudaParams("rope", vec=vs[0], threads=t, unroll=h) for h in hs for t in (256, 128)]))
     if not p.is_row:
         # round 1 implements each idea's first two sets: one pass of the grid with two and four vectors in flight per
         # thread first (the one-pass grid beat grid-stride on the H100), then one, then grid-stride over one wave

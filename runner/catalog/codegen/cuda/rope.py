@@ -66,6 +66,31 @@ def _dtype(r: Rope, abi: int) -> str:
     return next(d for a, _, d in r.tensors if a == abi)
 
 
+def head_dim(r: Rope) -> int | None:
+    """The row dim both tables are broadcast along (the heads: q and k of one token share cos and sin), where every
+    output spans it; None without one."""
+    dims = [d for d in range(len(r.cos.strides)) if not r.cos.strides[d] and not r.sin.strides[d]
+            and all(s[d] > 1 for s in r.shapes)]
+    return dims[0] if len(dims) == 1 else None
+
+
+def heads_per_thread(r: Rope, H: int) -> None:
+    """NotExpressible where a thread cannot take H heads of each row (H must divide every output's head count)."""
+    if H == 1:
+        return
+    d = head_dim(r)
+    if d is None or any(s[d] % H for s in r.shapes):
+        raise NotExpressible(f"{H} heads a thread: the tables do not broadcast along one dim of a multiple of {H}")
+
+
+def heads_fit(r: Rope, H: int) -> bool:
+    try:
+        heads_per_thread(r, H)
+        return True
+    except NotExpressible:
+        return False
+
+
 def _row_offset(shape: tuple[int, ...], t: Table, row: str) -> str:
     """The table's row offset (elements) from a row number of an output of this shape (constants: no division)."""
     dims = shape[:-1]
@@ -81,8 +106,9 @@ def _row_offset(shape: tuple[int, ...], t: Table, row: str) -> str:
     return " + ".join(terms) or "0LL"
 
 
-def _segment(r: Rope, outs: list[int], V: int, rnd: str) -> list[str]:
-    """The work of one thread on row `row`, vector `u`, for the outputs `outs` (all of one shape)."""
+def _segment(r: Rope, outs: list[int], V: int, rnd: str, H: int = 1) -> list[str]:
+    """The work of one thread on row `row` (and the H - 1 rows of the next heads of its token, `step` rows apart:
+    cos and sin loaded once for all), vector `u`, for the outputs `outs` (all of one shape)."""
     slot = _slots(r)
     xt, ct, st = ctype_of(r.dtype), ctype_of(_dtype(r, r.cos.abi)), ctype_of(_dtype(r, r.sin.abi))
     shape = r.shapes[outs[0]]
@@ -95,11 +121,23 @@ def _segment(r: Rope, outs: list[int], V: int, rnd: str) -> list[str]:
     def x_ptr(o: int) -> str:
         return f"((const {xt}*)a.in[{slot[r.xs[o]]}])"
 
-    lines = [f"const long long base = (long long)row * {D}LL;"]
+    d = head_dim(r)
+    step = prod(shape[d + 1:-1]) if H > 1 and d is not None else 0
+
+    def heads(body: list[str]) -> list[str]:
+        """body for each of the thread's heads (its `base`: the head's row start)."""
+        if H == 1:
+            return [f"{{ const long long base = (long long)row * {D}LL;", *("  " + x for x in body), "}"]
+        return ["#pragma unroll", f"for (int k = 0; k < {H}; ++k) {{",
+                f"  const long long base = (long long)(row + (unsigned)k * {step}u) * {D}LL;",
+                *("  " + x for x in body), "}"]
+
+    lines = []
     if UP:
         lines.append(f"if (u >= {UR}u) {{  // the features past the rotated ones: a copy")
-        lines.append(f"  const long long at = base + {r.rot} + (long long)(u - {UR}u) * {V};")
-        lines += [f"  fb_stv<{xt}, {V}>({out_ptr(o)} + at, fb_ldv<{xt}, {V}>({x_ptr(o)} + at));" for o in outs]
+        lines += ["  " + x for x in heads(
+            [f"const long long at = base + {r.rot} + (long long)(u - {UR}u) * {V};",
+             *(f"fb_stv<{xt}, {V}>({out_ptr(o)} + at, fb_ldv<{xt}, {V}>({x_ptr(o)} + at));" for o in outs)])]
         lines += ["  return;", "}"]
     lines.append(f"const int j = (int)u * {V};")
     gathered: dict[tuple, str] = {}  # one load of a row's index for every table it gathers
@@ -130,8 +168,7 @@ def _segment(r: Rope, outs: list[int], V: int, rnd: str) -> list[str]:
         lines += table("c0", r.cos, ct, "j") + table("c1", r.cos, ct, f"j + {h}")
         lines += table("s0", r.sin, st, "j") + table("s1", r.sin, st, f"j + {h}")
         for o in outs:
-            lines += [
-                "{",
+            lines += heads([
                 f"  const FbVec<{xt}, {V}> x0 = fb_ldv<{xt}, {V}>({x_ptr(o)} + base + j);",
                 f"  const FbVec<{xt}, {V}> x1 = fb_ldv<{xt}, {V}>({x_ptr(o)} + base + j + {h});",
                 f"  FbVec<{xt}, {V}> y0, y1;",
@@ -142,13 +179,11 @@ def _segment(r: Rope, outs: list[int], V: int, rnd: str) -> list[str]:
                 f"    y1.v[l] = fb_to<{xt}>({rnd}({rnd}(a1 * c1[l]) + {rnd}(a0 * s1[l])));",
                 "  }",
                 f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j, y0);",
-                f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j + {h}, y1);",
-                "}"]
+                f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j + {h}, y1);"])
     else:
         lines += table("c", r.cos, ct, "j") + table("s", r.sin, st, "j")
         for o in outs:
-            lines += [
-                "{",
+            lines += heads([
                 f"  const FbVec<{xt}, {V}> x = fb_ldv<{xt}, {V}>({x_ptr(o)} + base + j);",
                 f"  FbVec<{xt}, {V}> y;",
                 "#pragma unroll",
@@ -157,8 +192,7 @@ def _segment(r: Rope, outs: list[int], V: int, rnd: str) -> list[str]:
                 f"    y.v[l] = fb_to<{xt}>({rnd}({rnd}(e * c[l]) + {rnd}(-d * s[l])));",
                 f"    y.v[l + 1] = fb_to<{xt}>({rnd}({rnd}(d * c[l + 1]) + {rnd}(e * s[l + 1])));",
                 "  }",
-                f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j, y);",
-                "}"]
+                f"  fb_stv<{xt}, {V}>({out_ptr(o)} + base + j, y);"])
     return lines
 
 
@@ -168,18 +202,31 @@ def _groups(r: Rope) -> list[list[int]]:
     return [list(range(len(r.xs)))] if r.one_shape else [[o] for o in range(len(r.xs))]
 
 
-def _threads(r: Rope, V: int) -> int:
-    return sum(r.rows(g[0]) * sum(units(r, V)) for g in _groups(r))
+def _threads(r: Rope, V: int, H: int = 1) -> int:
+    return sum(r.rows(g[0]) // H * sum(units(r, V)) for g in _groups(r))
 
 
-def _kernel(r: Rope, V: int, T: int, rnd: str) -> str:
+def _first_row(r: Rope, o: int, H: int) -> str:
+    """The row of a thread's first head from its number `rr` among the rows / H (constants: no division)."""
+    if H == 1:
+        return "rr"
+    shape = r.shapes[o]
+    d = head_dim(r)
+    assert d is not None
+    inner, heads = prod(shape[d + 1:-1]), shape[d]
+    return (f"(rr / {inner * heads // H}u) * {inner * heads}u + ((rr / {inner}u) % {heads // H}u) * {H * inner}u + "
+            f"rr % {inner}u")
+
+
+def _kernel(r: Rope, V: int, T: int, rnd: str, H: int = 1) -> str:
     U = sum(units(r, V))
-    lines = [f"const unsigned tid = blockIdx.x * {T}u + threadIdx.x;", f"if (tid >= {_threads(r, V)}u) return;"]
+    lines = [f"const unsigned tid = blockIdx.x * {T}u + threadIdx.x;", f"if (tid >= {_threads(r, V, H)}u) return;"]
     start = 0
     groups = _groups(r)
     for n, g in enumerate(groups):
-        end = start + r.rows(g[0]) * U
-        body = [f"const unsigned t = tid - {start}u, row = t / {U}u, u = t - row * {U}u;", *_segment(r, g, V, rnd)]
+        end = start + r.rows(g[0]) // H * U
+        body = [f"const unsigned t = tid - {start}u, rr = t / {U}u, u = t - rr * {U}u;",
+                f"const unsigned row = {_first_row(r, g[0], H)};", *_segment(r, g, V, rnd, H)]
         if len(groups) == 1:
             lines += body
         else:
@@ -236,14 +283,16 @@ def render_rope(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
     if low > V:
         raise NotExpressible("pairs need an even vector width")
     units(r, V)
+    H = params.unroll  # heads a thread (their rows share cos and sin)
+    heads_per_thread(r, H)
     if _threads(r, low) >= 1 << 31:
         raise NotExpressible("2^31 vectors or more: the template's thread ids are 32-bit")
     rnd = ROUND.get(r.dtype, "")
     line, setup = _setup(r, abi_offset)
-    kernels = "".join(_kernel(r, v, T, rnd) for v in sorted({low, V}))
+    kernels = "".join(_kernel(r, v, T, rnd, H) for v in sorted({low, V}))
 
     def launch(v: int) -> str:
-        return f"fb_rope_v{v}<<<{(_threads(r, v) + T - 1) // T}, {T}, 0, s>>>(a);"
+        return f"fb_rope_v{v}<<<{(_threads(r, v, H) + T - 1) // T}, {T}, 0, s>>>(a);"
 
     ptrs = [f"fb_aligned(a.in[{k}], {V * _size(d)})" for k, (_, _, d) in enumerate(r.tensors) if d != "int64"]
     ptrs += [f"fb_aligned(a.out[{o}], {V * _size(r.dtype)})" for o in range(len(r.xs))]

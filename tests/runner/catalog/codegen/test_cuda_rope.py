@@ -79,7 +79,8 @@ def test_q_and_k_of_different_head_counts_are_one_fast_candidate(programs):
         one = prop.candidate(ctx, pat, strategies(pat.program, "cuda")[0].params[0])
         assert one.format == "fast" and list(one.sources) == ["kernel.cu"]
         assert one.sources["kernel.cu"].count("fb_stv<") >= 4  # both outputs' stores in one kernel
-        other = prop.candidate(ctx, pat, strategies(pat.program, "cuda")[1].params[0])
+        general = next(st for st in strategies(pat.program, "cuda") if not st.key.startswith("cuda-rope"))
+        other = prop.candidate(ctx, pat, general.params[0])
         assert other.format == "kernelbench"
 
 
@@ -94,9 +95,18 @@ def test_a_graph_without_a_rotary_embedding_has_none_and_the_template_refuses_it
 
 
 def _params(p) -> list[cuda.CudaParams]:
-    """The widest width and the narrow fall-back's, on 64-thread blocks (several blocks on the emulated GPU)."""
+    """The widest width and the narrow fall-back's, on 64-thread blocks (several blocks on the emulated GPU), and
+    every heads-per-thread set the catalog proposes."""
     vs = [v for v in (8, 4, 2, 1) if v in {q.vec for q in strategies(p, "cuda")[0].params}]
-    return [cuda.CudaParams("rope", vec=v, threads=64) for v in (vs[0], vs[-1])]
+    heads = [q for st in strategies(p, "cuda") if st.key == "cuda-rope-heads" for q in st.params if q.threads == 128]
+    return [cuda.CudaParams("rope", vec=v, threads=64) for v in (vs[0], vs[-1])] + heads
+
+
+def test_heads_per_thread_must_divide_every_outputs_head_count(programs):
+    llama = programs["fp32/llama_rope"][2].program  # 4 query heads, 2 key-value heads at CI sizes
+    assert [q.unroll for st in strategies(llama, "cuda") if st.key == "cuda-rope-heads" for q in st.params] == [2, 2]
+    with pytest.raises(NotExpressible):
+        cuda.render(llama, cuda.CudaParams("rope", vec=4, threads=128, unroll=4))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -106,10 +116,10 @@ def test_the_rope_kernels_match_the_module_on_an_emulated_gpu(programs, tmp_path
         whole = [(-1, pat.program)] if pat.family == "graph" else []  # (every output in one kernel)
         for j, p in [*enumerate(progs), *whole]:
             for q in _params(p):
-                key = f"{name.replace('/', '_')}_{j}_v{q.vec}"
+                key = f"{name.replace('/', '_')}_{j}_v{q.vec}_h{q.unroll}"
                 srcs[key] = cuda.render(p, q)
                 plan[key] = (name, j, len(progs) if j >= 0 else 1, q.vec)
-    assert sum(j < 0 for _, j, _, _ in plan.values()) == 4
+    assert sum(j < 0 for _, j, _, _ in plan.values()) == 6  # (per dtype: two widths, and two heads a thread)
     libs = cuda_emulation.build(srcs, tmp_path)
     for key, path in libs.items():
         name, j, stages, vec = plan[key]
