@@ -129,18 +129,26 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
 
     skip = p.limit is not None  # a causal mask: nothing at or past the row's limit is read (runner.catalog.skipping)
 
-    def walk(body: str, beyond: str = "") -> str:
-        """`body` at each of the thread's vector positions r0 of its row: those that start before the row's limit
-        where there is one (`beyond` at the others)."""
+    def walk(body: str, beyond: str = "", edge: str = "") -> str:
+        """`body` at each of the thread's vector positions r0 of its row: where there is a limit, those wholly before
+        it (`edge`, the body that stops at the limit, for the one vector across it; `beyond` past it)."""
+        if skip and edge:
+            inside = f"""if (live && r0 + {v} <= lim) {{
+        {body}
+      }} else if (live && r0 < lim) {{
+        {edge}
+      }}"""
+        else:
+            inside = f"""if (live && {"r0 < lim" if skip else f"r0 < {R}LL"}) {{
+        {body}
+      }}"""
         other = f""" else if (live && r0 < {R}LL) {{
         {beyond}
       }}""" if skip and beyond else ""
         return f"""{unroll}
     for (int q = 0; q < {K}; ++q) {{
       {pos}
-      if (live && {"r0 < lim" if skip else f"r0 < {R}LL"}) {{
-        {body}
-      }}{other}
+      {inside}{other}
     }}"""
 
     fills = " ".join(f"x{k}[q] = fb_ldv<{ctype_of(p.inputs[k].dtype)}, {v}>((const {ctype_of(p.inputs[k].dtype)}*)"
@@ -165,13 +173,14 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
         decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
         red = "\n    ".join(f"fb_group_reduce<{G}>({x.name});" if G <= 32 else f"fb_block_reduce<{x.kind}, {T}>({x.name});"
                              for x in accs)
-        parts.append(f"""    {decl}
-{walk(f'''{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
+        lanes = [f'''{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long r = r0 + j, flat = o * {R}LL + r; (void)flat;
-          {stop}{body}
-        }}''')}
+          {b}{body}
+        }}''' for b in ("", stop)]
+        parts.append(f"""    {decl}
+{walk(lanes[0], edge=lanes[1] if skip else "")}
     {red}
     {value_decls(plan, pno)}""")
     loads.used.clear()
