@@ -35,6 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.catalog.rope import Rope
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,11 @@ class Program:
     # A template may ignore both (the full computation gives the same values); None when nothing is provably skipped
     limit: Expr | None = None
     beyond: float = 0.0
+    kept: tuple[Expr, Expr] | None = None  # with a limit: the mask's `where` and the branch it takes before the limit
     skip_zero: int | None = None  # input k: where it is 0 an element adds nothing to any sum (skipping.find_guard)
+    # a rotary position embedding found in the captured graph (runner.catalog.rope): the `rope` template's program;
+    # the expression above computes the same values for every other template
+    rope: Rope | None = None
 
     @property
     def outputs(self) -> list[Output]:
@@ -390,11 +398,24 @@ def _fold(name: str, v: list[float], attrs: tuple[float, ...]) -> float | None:
              "where": lambda: v[1] if v[0] != 0 else v[2], "eq": lambda: float(v[0] == v[1]),
              "ne": lambda: float(v[0] != v[1]), "lt": lambda: float(v[0] < v[1]), "le": lambda: float(v[0] <= v[1]),
              "gt": lambda: float(v[0] > v[1]), "ge": lambda: float(v[0] >= v[1]), "not": lambda: float(v[0] == 0),
-             # rounding keeps 0 and the infinities (all a fold needs to prove a skipped element's value)
-             "round_bf16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) else None,
-             "round_fp16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) else None}
+             # rounding keeps 0, the infinities and any value the type holds exactly (finfo.min of a bf16 mask)
+             "round_bf16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) or _holds(v[0], "bf16") else None,
+             "round_fp16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) or _holds(v[0], "fp16") else None}
     fn = table.get(name)
     try:
         return fn() if fn else None
     except (ValueError, OverflowError, ZeroDivisionError):
         return None
+
+
+def _holds(x: float, kind: str) -> bool:
+    """Is x exactly a bf16 (an fp32 whose low 16 bits are 0) or an fp16 value?"""
+    import struct
+
+    try:
+        if kind == "bf16":
+            f = struct.unpack("<f", struct.pack("<f", x))[0]
+            return f == x and struct.unpack("<I", struct.pack("<f", x))[0] & 0xFFFF == 0
+        return struct.unpack("<e", struct.pack("<e", x))[0] == x
+    except (OverflowError, struct.error):
+        return False

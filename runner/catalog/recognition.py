@@ -19,7 +19,7 @@ from dataclasses import replace
 from math import prod
 from typing import Any
 
-from runner.catalog import schedule, skipping
+from runner.catalog import rope, schedule, skipping
 from runner.catalog.capture import ARANGE, TRIL, CGraph, CNode
 from runner.catalog.ir import (
     Const,
@@ -347,10 +347,16 @@ class _Lower(RowOps, ViewOps):
         check_program(prog, self)
         skip = skipping.find(prog)
         if skip is not None:
-            prog.limit, prog.beyond = skip
+            prog.limit, prog.beyond, prog.kept = skip
             prog.notes.append(f"a causal mask: each row reads only its first elements up to its own index; past them "
                               f"the output is {skip[1]:g} without a read")
         prog.skip_zero = skipping.find_guard(prog)
+        if not prog.is_row and self.heavy is None:
+            prog.rope = rope.find(self.g)
+            if prog.rope is not None:
+                prog.notes.append(f"a rotary embedding ({prog.rope.style}: {prog.rope.rot} of {prog.rope.head} "
+                                  f"features rotated, {len(prog.rope.xs)} output(s)): a vector of x and its partner "
+                                  "per thread, cos and sin read once for every output")
         if prog.skip_zero is not None:
             prog.notes.append("a padding mask: where it is 0 the other inputs are not read")
         if self.heavy is not None and all(i.abi != -1 for i in inputs):
@@ -397,4 +403,11 @@ def recognise_stages(g: CGraph) -> Pattern:
             best = pat.program
     if best is None:
         return Pattern("unsupported", reason="heavy ops only: nothing between them to fuse")
+    whole = rope.find(g)
+    if whole is not None and all(st.kind == "fused" for st in plan.stages) and not whole.one_shape:
+        # a rotary embedding over outputs of different shapes (Llama's query and key-value heads): one program each
+        # for the general templates, and the rope template's one launch for all of them
+        best = replace(best, rope=whole)
+        notes.append(f"a rotary embedding ({whole.style}) of {len(whole.xs)} outputs of different shapes: one rope "
+                     "kernel writes them all")
     return Pattern("graph", program=best, notes=notes, plan=plan)

@@ -15,7 +15,8 @@ for any size along them (`free_dims`):
   tensor's stride along j (GPT-J's interleaved pairs: batch, sequence and heads follow, the head dim is fixed).
 
 An F dim is free when some input's tensor follows it and every input that spans it (size != 1 in its view) does;
-a layout may fix more (`regs`, `cluster` and `grid` hold a row of the captured length: the reduced dims).
+a layout may fix more (`regs`, `cluster` and `grid` hold a row of the captured length: the reduced dims; `rope` every
+dim).
 
 `sizes_line` writes the result as the generated source's machine-readable line, per ABI input position:
 
@@ -35,6 +36,7 @@ from math import prod
 from runner.catalog.ir import Input, Program
 
 ROW_ON_CHIP = ("regs", "cluster", "grid")  # layouts specialised on the row length R
+ALL_FIXED = ("rope",)  # layouts specialised on every size (runner.catalog.codegen.cuda.rope)
 
 
 def tensor_shape(inp: Input) -> tuple[int, ...]:
@@ -134,6 +136,8 @@ def free_f_dims(p: Program, layout: str = "") -> set[int]:
         spans = [k for k in range(len(p.inputs)) if p.padded(k)[d] != 1 or d in maps[k]]
         if spans and all(d in maps[k] for k in spans):
             out.add(d)
+    if layout in ALL_FIXED:
+        return set()
     if layout in ROW_ON_CHIP and p.axes:
         out -= set(range(p.axes[0], p.axes[-1] + 1))
     return out

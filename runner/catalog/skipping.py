@@ -7,8 +7,16 @@ A row program over [..., T_row, T_col] reduced along its last dim whose value X 
 with A a per-row expression (the row's own index, offset by a slice: a causal mask from a checked buffer or built
 with arange) and M very negative (-inf, or finfo.min where the row keeps at least one element): row i then reads
 only its first A + 1 elements. Provable, not assumed: with X replaced by M, every reduction's argument must fold to
-that reduction's identity (-inf for max and log-sum-exp, 0 for a sum) and every output to one constant (0 for
-softmax), by the IR's own constant folding. Past the limit a template writes that constant without reading.
+that reduction's identity (-inf for max and log-sum-exp, 0 for a sum; for max and log-sum-exp also a finite M <=
+-1e30 where the limit is >= 1 on every row, `_keeps_one`: the row's max is then one of its kept, finite scores and
+exp(M - max) is exactly 0) and every output to one constant (0 for softmax), by the IR's own constant folding. Past
+the limit a template writes that constant without reading.
+
+What qualifies: the mask's condition must be the column index against a per-row bound built from the row's own
+coordinates (`col <= row + offset`): an Iota, i.e. arange in the forward, or a registered boolean buffer whose
+lower-triangular structure the capture checked (runner.catalog.capture TRIL: GPT-2's `bias[:, :, k - q : k, :k]`).
+A mask read from an input tensor (a padding mask, an arbitrary attention mask) never qualifies for skipping: its
+values are not known when the kernel is generated.
 
 A padding mask (`find_guard`): a row program whose output is per row and whose reductions are all sums, with an
 input G (the mask) that varies along the reduced dims but not the inner ones, such that with G = 0 every sum's
@@ -57,8 +65,9 @@ def _col_limit(cond: Expr, masked_when_true: bool) -> Expr | None:
     return bound if name == "ge" else None
 
 
-def find(p: Program) -> tuple[Expr, float] | None:
-    """(limit, value past it) where a causal mask provably lets each row stop early; None otherwise."""
+def find(p: Program) -> tuple[Expr, float, tuple[Expr, Expr]] | None:
+    """(limit, value past it, (the mask's `where`, its kept branch)) where a causal mask provably lets each row stop
+    early; None otherwise. Before the limit the `where` is its kept branch: exactly those positions are unmasked."""
     if not p.is_row or p.axes != (p.ndim - 1,) or p.more or p.has_totals or p.level(p.out) != "full":
         return None
     for w in walk(p.out):
@@ -71,14 +80,38 @@ def find(p: Program) -> tuple[Expr, float] | None:
             limit = _col_limit(cond, masked_when_true)
             if limit is None:
                 continue
-            beyond = _proves(p, w, m)
+            beyond = _proves(p, w, m, _keeps_one(limit))
             if beyond is not None:
-                return limit, beyond
+                return limit, beyond, (w, no if masked_when_true else yes)
     return None
 
 
-def _proves(p: Program, masked: Expr, m: Const) -> float | None:
-    """The output's value where `masked` is m, if every reduction then sees its identity; else None."""
+def _keeps_one(limit: Expr) -> bool:
+    """Is the limit at least 1 on every row: a sum of the row's coordinates (Iotas, each >= 0) times non-negative
+    constants, plus constants, that is >= 1 where every coordinate is 0 (a causal mask keeps its first column)?"""
+    def ok(e: Expr) -> bool:
+        if isinstance(e, Iota | Const):
+            return True
+        if isinstance(e, Op) and e.name == "add":
+            return all(ok(a) for a in e.args)
+        if isinstance(e, Op) and e.name == "mul":
+            consts = [a for a in e.args if isinstance(a, Const)]
+            return len(consts) == 1 and consts[0].value >= 0 and all(ok(a) for a in e.args)
+        return False
+
+    def at_zero(e: Expr) -> Expr:
+        return Const(0.0) if isinstance(e, Iota) else rebuild(e, at_zero) if not isinstance(e, Op) else \
+            op(e.name, *(at_zero(a) for a in e.args), attrs=e.attrs)
+
+    lowest = at_zero(limit)
+    return ok(limit) and isinstance(lowest, Const) and lowest.value >= 1
+
+
+def _proves(p: Program, masked: Expr, m: Const, keeps_one: bool = False) -> float | None:
+    """The output's value where `masked` is m, if every reduction then sees its identity; else None. With
+    `keeps_one` (every row keeps an element), a finite m at most NEGATIVE (finfo.min, as GPT-2's and transformers'
+    eager attention mask) counts as the identity of max and log-sum-exp: the row's max is then an element it keeps,
+    and exp(m - max) is exactly 0 in fp32 and fp64 alike, as the reference computes it."""
     row_value = Const(1.2345)  # any finite per-row value: the output must not depend on it
 
     def at_mask(e: Expr) -> Expr:
@@ -95,7 +128,8 @@ def _proves(p: Program, masked: Expr, m: Const) -> float | None:
             return None
         ident = IDENTITY.get(r.kind)
         folded = at_mask(r.arg)
-        if ident is None or folded != Const(ident):
+        negative = keeps_one and r.kind in ("max", "lse") and isinstance(folded, Const) and folded.value <= NEGATIVE
+        if ident is None or (folded != Const(ident) and not negative):
             return None
     out = at_mask(p.out)
     return out.value if isinstance(out, Const) else None
@@ -135,3 +169,16 @@ def find_guard(p: Program) -> int | None:
         if all(Load(k) in walk(r.arg) and _at_zero(r.arg, k) == Const(0.0) for r in reds):
             return k
     return None
+
+
+def inside(p: Program, e: Expr) -> Expr:
+    """e as it is before the row's limit: the mask's `where` replaced by its kept branch (a template that stops at the
+    limit need not test the mask per element)."""
+    if p.kept is None:
+        return e
+    w, branch = p.kept
+
+    def sub(x: Expr) -> Expr:
+        return branch if x == w else rebuild(x, sub)
+
+    return sub(e)

@@ -13,6 +13,8 @@ from runner.catalog.codegen.cpu import CpuParams
 from runner.catalog.codegen.cuda import CudaParams, broadcast_view
 from runner.catalog.codegen.cuda.columns import strided_refusal
 from runner.catalog.codegen.cuda.regs import short_row_params
+from runner.catalog.codegen.cuda.rope import heads_fit as rope_heads_fit
+from runner.catalog.codegen.cuda.rope import widths as rope_widths
 from runner.catalog.ir import Op, Program, walk
 
 SMS = 132  # H100; only the ordering of guesses depends on it
@@ -88,6 +90,25 @@ def _cuda(p: Program) -> list[Strategy]:
     wide = 8 if _halfish(p) else 4
     access = "bfloat162/half2-or-wider" if _halfish(p) else "float4"
     out: list[Strategy] = []
+    if not p.is_row and p.rope is not None and rope_widths(p):
+        r = p.rope
+        vs = rope_widths(p)
+        how = ("x[j] and its partner x[j + rot/2] as two vectors at one offset" if r.style == "half" else
+               "interleaved pairs inside one vector, the repeated cos/sin read half as wide")
+        out.append(Strategy(
+            "cuda-rope",
+            f"A rotary-embedding kernel: one thread per vector of a head's features, {how}; cos and sin loaded once "
+            f"per vector and applied to all {len(r.xs)} output(s) in one launch"
+            + (f"; the {r.head - r.rot} features past the rotated {r.rot} copied as plain vectors"
+               if r.rot < r.head else "") + f" ({vs[0]}-element vectors first).",
+            [CudaParams("rope", vec=v, threads=t) for v in vs[:2] for t in (256, 128, 512)]))
+        hs = [h for h in (4, 8, 2) if rope_heads_fit(r, h)]
+        if hs:
+            out.append(Strategy(
+                "cuda-rope-heads",
+                f"The rotary-embedding kernel with {hs[0]} heads of one token per thread: cos and sin loaded once for "
+                "all of them (from L2 once per token instead of once per head), the heads' vectors loaded back to "
+                "back.", [CudaParams("rope", vec=vs[0], threads=t, unroll=h) for h in hs for t in (256, 128)]))
     if not p.is_row:
         # round 1 implements each idea's first two sets: one pass of the grid with two and four vectors in flight per
         # thread first (the one-pass grid beat grid-stride on the H100), then one, then grid-stride over one wave

@@ -307,6 +307,9 @@ class CatalogProposer:
         if isinstance(p, cpu.CpuParams) != (ctx.backend == "cpu"):
             raise NotExpressible("parameters of the other backend")
         label = p.label()
+        if pat.family == "graph" and _whole_rope(pat, p):  # every output by one rope kernel (runner.catalog.rope)
+            src = mod.render(pat.program, p)
+            return Candidate(id=label, format="fast", backend=ctx.backend, sources={"kernel.cu": src})
         if pat.family == "graph":
             kernels = {}
             for j, st in enumerate(pat.plan.stages):
@@ -329,6 +332,14 @@ class CatalogProposer:
         src = mod.render(pat.program, p)
         name = "kernel.cpp" if ctx.backend == "cpu" else "kernel.cu"
         return Candidate(id=label, format="fast", backend=ctx.backend, sources={name: src})
+
+
+def _whole_rope(pat: Pattern, p) -> bool:
+    """A rope parameter set for a graph whose outputs are all one rotary embedding's (the module's outputs as they
+    are, no view after the kernel)."""
+    r = pat.program.rope if pat.program is not None else None
+    return isinstance(p, cuda.CudaParams) and p.layout == "rope" and r is not None and pat.plan is not None \
+        and len(r.xs) == len(pat.plan.outputs) and all(not o.get("views") for o in pat.plan.outputs)
 
 
 def skips_work(ctx: ProblemContext) -> bool:

@@ -6,6 +6,7 @@
 - regs.py: `regs`, short rows held in registers, a group of 2-32 lanes (or the block) per row, several rows a block;
 - columns.py: `columns` (a reduced middle dim, threads across the contiguous inner dim) and `strided` (the same where
   the inner dim is not whole vectors);
+- rope.py: `rope`, a rotary position embedding (runner.catalog.rope) over all its outputs in one launch;
 - split.py: `split`, few long rows, several blocks per row, partials through a workspace;
 - cluster.py: `cluster`, a row held on chip across a thread-block cluster (sm_90), partials through distributed
   shared memory; grid.py: `grid`, the same on a group of co-resident blocks of one cooperative grid; both build on
@@ -20,7 +21,7 @@ comes from the call's tensors except those the source fixes in its third line, `
 from __future__ import annotations
 
 from runner.catalog.codegen.common import NotExpressible, signature
-from runner.catalog.codegen.cuda import cluster, columns, flat, grid, regs, rows, split
+from runner.catalog.codegen.cuda import cluster, columns, flat, grid, regs, rope, rows, split
 from runner.catalog.codegen.cuda.common import UNIT_RUNS, ctype_of, rowblock_inputs, workspace_code
 from runner.catalog.codegen.cuda.flat import broadcast_view
 from runner.catalog.codegen.cuda.params import CudaParams
@@ -50,6 +51,8 @@ def render(p: Program, params: CudaParams, abi_offset: int = 0) -> str:
         ctype_of(inp.dtype)
     if params.vec not in (1, 2, 4, 8) or params.threads % 32 or not 32 <= params.threads <= 1024:
         raise NotExpressible(f"vector width {params.vec} / {params.threads} threads")
+    if params.layout == "rope":  # its own argument block and set-up (every size the captured one)
+        return rope.render_rope(p, params, abi_offset)
     head = [f"// fusebot catalog: {params.label()}", f"// {signature(p)}", sizes_line(p, abi_offset, params.layout),
             PRELUDE]
     if params.fast_math:

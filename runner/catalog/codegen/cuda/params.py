@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CudaParams:
-    layout: str = "rows"  # flat | bcast | rows | regs | columns | strided | split | cluster | grid
+    layout: str = "rows"  # flat | bcast | rows | regs | columns | strided | split | cluster | grid | rope
     vec: int = 4  # elements per vector access (1 = scalar)
     threads: int = 256  # threads per block
     group: int = 0  # rows: threads per row (32 = a warp, 0 = the whole block); regs: 2-32 or 0 (the block)
@@ -43,6 +43,6 @@ class CudaParams:
         elif self.layout == "grid":
             base += f"-s{self.slices}-{self.mode}" + ("-b1" if self.buffers == 1 else "")
             base += f"-k{self.chunks}" if self.chunks > 1 else ""
-        else:
+        elif self.layout != "rope":
             base += f"-{self.grid}"
         return base + (f"-u{self.unroll}" if self.unroll != 1 else "") + ("-fast" if self.fast_math else "")

@@ -12,7 +12,10 @@ does not align to V elements.
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, red_kinds, row_result
+from dataclasses import replace
+
+from runner.catalog import skipping
+from runner.catalog.codegen.common import NotExpressible, float_literal, full_output, plan_passes, red_kinds, row_result
 from runner.catalog.codegen.cuda.common import (
     Loads,
     More,
@@ -94,7 +97,8 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
     V, T = params.vec, params.threads
     G = params.group or T
     R = row_length(p)
-    plan = plan_passes(p, params.mode)
+    # with a causal mask's limit the kernel stops there: before it the mask keeps every element, so it is not tested
+    plan = plan_passes(replace(p, out=skipping.inside(p, p.out)) if p.limit is not None else p, params.mode)
     tot = Totals(p, plan)
     held = vec_inputs(p, ("full",))
     vec_in = vec_inputs(p, ("rowvec", "rowper"))
@@ -123,14 +127,28 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     loads = RegLoads(p, held, vec_in)
     pos = f"const long long r0 = ((long long)q * {G} + lane) * {v};"
 
-    def walk(body: str) -> str:
-        """`body` at each of the thread's vector positions r0 of its row."""
+    skip = p.limit is not None  # a causal mask: nothing at or past the row's limit is read (runner.catalog.skipping)
+
+    def walk(body: str, beyond: str = "", edge: str = "") -> str:
+        """`body` at each of the thread's vector positions r0 of its row: where there is a limit, those wholly before
+        it (`edge`, the body that stops at the limit, for the one vector across it; `beyond` past it)."""
+        if skip and edge:
+            inside = f"""if (live && r0 + {v} <= lim) {{
+        {body}
+      }} else if (live && r0 < lim) {{
+        {edge}
+      }}"""
+        else:
+            inside = f"""if (live && {"r0 < lim" if skip else f"r0 < {R}LL"}) {{
+        {body}
+      }}"""
+        other = f""" else if (live && r0 < {R}LL) {{
+        {beyond}
+      }}""" if skip and beyond else ""
         return f"""{unroll}
     for (int q = 0; q < {K}; ++q) {{
       {pos}
-      if (live && r0 < {R}LL) {{
-        {body}
-      }}
+      {inside}{other}
     }}"""
 
     fills = " ".join(f"x{k}[q] = fb_ldv<{ctype_of(p.inputs[k].dtype)}, {v}>((const {ctype_of(p.inputs[k].dtype)}*)"
@@ -140,6 +158,8 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     # a costly value a pass computes per element and a later pass (or the output) needs again (softmax's exp(x - m)):
     # kept in registers where the loops unroll fully, so each element's is computed once
     keep = Kept(plan, K * v) if held else None
+    # past the limit every reduction's argument is its identity (skipping.find proved it): not added
+    stop = "if (r >= lim) break;\n          " if skip else ""
     for pno in range(1, plan.passes + 1):
         accs = [x for x in plan.accs if x.pass_no == pno]
         loads.used.clear()
@@ -153,13 +173,14 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
         decl = " ".join(f"{x.kind} {x.name}; {x.name}.init();" for x in accs)
         red = "\n    ".join(f"fb_group_reduce<{G}>({x.name});" if G <= 32 else f"fb_block_reduce<{x.kind}, {T}>({x.name});"
                              for x in accs)
-        parts.append(f"""    {decl}
-{walk(f'''{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
+        lanes = [f'''{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long r = r0 + j, flat = o * {R}LL + r; (void)flat;
-          {body}
-        }}''')}
+          {b}{body}
+        }}''' for b in ("", stop)]
+        parts.append(f"""    {decl}
+{walk(lanes[0], edge=lanes[1] if skip else "")}
     {red}
     {value_decls(plan, pno)}""")
     loads.used.clear()
@@ -172,15 +193,27 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
         res = em(plan.out)
         more.values(em, plan.more)
         lines = "\n          ".join(em.lines)
+        value = f"fb_to<{out_t}>({res})"
+        const = f"fb_to<{out_t}>({float_literal(p.beyond)})"
+        if skip:  # (a vector across the limit: the constant past it; a vector wholly past it: no read, no exp)
+            lines = f"if (r < lim) {{\n            {lines}\n            ov.v[j] = {value};\n          }} else " \
+                    f"ov.v[j] = {const};" if em.lines else lines
+            value = f"r < lim ? {value} : {const}" if not em.lines else ""
+        past = f"""FbVec<{out_t}, {v}> ov;
+#pragma unroll
+        for (int j = 0; j < {v}; ++j) ov.v[j] = {const};
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * {R}LL + r0, ov);"""
+        set_out = f"ov.v[j] = {value};" if value else ""
         out = walk(f"""{loads.vector_decls("(o * a.R + r0)", v) if vec_in else ""}
         FbVec<{out_t}, {v}> ov;{spaced(more.decls(v))}
 #pragma unroll
         for (int j = 0; j < {v}; ++j) {{
           const long long r = r0 + j, flat = o * {R}LL + r; (void)flat;
           {lines}
-          ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}
+          {set_out}{spaced(more.sets())}
         }}
-        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * {R}LL + r0, ov);{spaced(more.stores(v, f"o * {R}LL + r0"))}""")
+        fb_stv<{out_t}, {v}>(({out_t}*)a.out + o * {R}LL + r0, ov);{spaced(more.stores(v, f"o * {R}LL + r0"))}""",
+                   past if skip else "")
     else:
         em = emitter(Loads(p, set()))
         tot = Totals(p, plan)
@@ -196,6 +229,16 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
       {lines}
     }}"""
     passes = "\n".join(([f"    {keep.decls(K, v)}"] if keep and keep.decls(K, v) else []) + parts)
+    if skip:  # the row's limit, from its own coordinates (a causal mask: the row's index plus the slice's offset)
+        le = emitter(Loads(p, set()))
+        le.prefix = "l"
+        code = le(p.limit)
+        found = "\n      ".join(le.lines)
+        passes = f"""    long long lim;
+    {{ const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
+      {found}
+      lim = (long long)({code}); lim = lim < 0 ? 0 : (lim > {R}LL ? {R}LL : lim); }}
+{passes}"""
     return f"""
 // {G} threads a row, {T // G} rows a block; thread `lane` of a group holds the row's vectors at ((q * {G} + lane) * {v})
 __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).param()}) {{
