@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -69,6 +70,9 @@ def measure(path: Path, backend: str, strategies: int, compile_baseline: bool) -
 
 
 def commit() -> str:
+    """FUSEBOT_COMMIT where set (the GPU machine's copy of the tree may carry a stale .git), else HEAD."""
+    if os.environ.get("FUSEBOT_COMMIT"):
+        return os.environ["FUSEBOT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
     except OSError:
