@@ -16,6 +16,7 @@ import psutil
 from runner.contract import Baselines, Roofline, Timing, Verdict
 from runner.harness import clocked
 from runner.harness.checks import degenerate_reason
+from runner.harness.config import HarnessConfig
 from runner.harness.contestants import Contestants, died_label, tail
 from runner.harness.procs.process import Worker, WorkerDied
 from runner.harness.reference import Reference
@@ -71,11 +72,21 @@ def measure(contestants: Contestants, worker: Worker, ref: Reference) -> tuple[T
     return cross_check(contestants, worker, ref, timing, seed)
 
 
+def _process_cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid`, all its threads (live and exited), in nanoseconds' resolution: its CPU-time clock
+    (clock_getcpuclockid's clock id, (~pid << 3) | CPUCLOCK_SCHED). /proc's accounting, psutil's, is in 10 ms ticks,
+    too coarse for a batch of a few hundred short calls."""
+    try:
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:
+        return sum(psutil.Process(pid).cpu_times()[:2])
+
+
 def _cpu_seconds(worker: Worker | None) -> float:
     """CPU time (user + system) of the worker's process tree so far, by the kernel's accounting."""
     try:
         top = psutil.Process(worker.proc.pid)
-        return sum(sum(q.cpu_times()[:2]) for q in [top, *top.children(recursive=True)])
+        return sum(_process_cpu_seconds(q.pid) for q in [top, *top.children(recursive=True)])
     except (psutil.Error, AttributeError):
         return 0.0
 
@@ -95,18 +106,35 @@ def _timed(ask, worker: Worker | None) -> tuple[dict, float, float]:
     return reply, (time.perf_counter() - t0) * 1e3, (_cpu_seconds(worker) - c0) * 1e3
 
 
+# Calls of the judge's steps the parent times first, to learn what a batch's steps cost a call
+PROBE_CALLS = 4
+
+
+def batch_calls(median_ms: float, step_ms: float, config: HarnessConfig, cuda: bool) -> int:
+    """Calls in each parent-clocked batch: as many as fill the check's span (`wall_check_ms` on CUDA, `cpu_check_ms`
+    on the CPU) at what a call of the batch costs the parent, the timed time plus its steps (fresh inputs and a
+    fingerprint: 0.1-16 ms a call on the CPU, above the call itself for an elementwise kernel), at least 3 and at most
+    the cap (`batch_calls_cuda`, `batch_calls_cpu`). Sized from the timed time alone, a 10 us kernel got 20000 calls
+    of 0.1-100 ms each, six batches a measurement."""
+    span_ms = config.wall_check_ms if cuda else config.cpu_check_ms
+    cap = config.batch_calls_cuda if cuda else config.batch_calls_cpu
+    return max(3, min(cap, math.ceil(span_ms / max(median_ms + step_ms, 1e-3))))
+
+
 def cross_check(contestants: Contestants, worker: Worker, ref: Reference, timing: Timing,
                 seed: int) -> tuple[Timing | None, list[str]]:
     """The time that counts (runner.harness.clocked): the parent times three batches of back-to-back calls in the
     candidate's process (each output fingerprinted), and the same steps without the calls in the judge's; then it
     draws one call of each batch, whose fingerprints the judge checks against the oracle on that call's inputs."""
     cuda = contestants.device == "cuda"
-    span_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
-    calls = max(3, min(1000 if cuda else 20000, math.ceil(span_ms / max(timing.median_ms, 1e-3))))
     timeout_s = contestants.config.time_timeout_s
     specs, _ = ref.out_specs[0]
     full, steps, checks = [], [], []
     try:
+        probe = {"cmd": "steps", "seed": seed, "calls": PROBE_CALLS, "out_specs": specs,
+                 "weights_seed": secrets.randbelow(1 << 62)}
+        _, probe_ms, _ = _timed(lambda: ref.ask(probe, timeout_s, "steps"), None)
+        calls = batch_calls(timing.median_ms, probe_ms / PROBE_CALLS, contestants.config, cuda)
         for _ in range(3):
             first, weights_seed = 1 + secrets.randbelow(1 << 40), secrets.randbelow(1 << 62)
             msg = {"cmd": "batch", "calls": calls, "first": first, "weights_seed": weights_seed}

@@ -89,12 +89,23 @@ def test_fast_hack_is_rejected_with_its_reason(cpu_evaluator, name):
     assert named(v.reasons), v.reasons
 
 
-def test_a_process_that_scales_its_reported_times_is_held_to_the_parents_clock(cpu_evaluator):
+def test_a_process_that_scales_its_reported_times_is_held_to_the_parents_clock(cpu_evaluator, monkeypatch):
     """Its calls run (every back-to-back call's outputs are fingerprinted and drawn from afterwards), so its time is
-    the parent's clock's bound at best: a time under it is raised to it, or named an escape."""
+    the parent's clock's bound at best: a time under it is raised to it, or named an escape. It reports 0.11 of its
+    times, about 0.28 of the honest candidate's bound: the time that counts is at least half that bound. Each batch
+    makes at most `batch_calls_cpu` calls (sized from its reported time alone it made 20000)."""
+    from runner.harness import measure
+
+    sizes = []
+    real = measure.batch_calls
+    monkeypatch.setattr(measure, "batch_calls", lambda *a: sizes.append(real(*a)) or sizes[-1])
+    honest = cpu_evaluator.evaluate(cand("honest-kb", HONEST_KB))
     v = cpu_evaluator.evaluate(cand("forged-time", FORGED_TIME_KB))
+    assert honest.accepted and honest.timing.parent_ms > 0, honest.reasons
+    assert sizes and max(sizes) <= cpu_evaluator.config.batch_calls_cpu, sizes
     if v.accepted:
         assert v.timing.parent_ms is not None and v.timing.median_ms >= v.timing.parent_ms > 0, v.timing
+        assert v.timing.median_ms >= 0.5 * honest.timing.parent_ms, (v.timing, honest.timing)
     else:
         assert all(r.startswith("timer-escape") for r in v.reasons), v.reasons
 

@@ -6,6 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from runner.harness.clocked import Batches, bounded, decide, parent_bound_ms
+from runner.harness.config import HarnessConfig
+from runner.harness.measure import batch_calls
 from runner.harness.timing import summarize
 
 
@@ -107,3 +109,14 @@ def test_a_first_time_under_the_floor_not_held_in_a_fresh_process(monkeypatch, d
         assert any(w.startswith("below-floor") and "did not hold in a fresh process" in w for w in v.warnings)
     else:
         assert v.reasons and v.reasons[0].startswith("below-floor") and v.timing is None
+
+
+def test_a_batch_is_sized_by_what_a_call_costs_the_parent_not_by_the_timed_time_alone():
+    """A 10 us kernel whose steps (fresh inputs, fingerprint) cost 0.15 ms a call gets the cap, not 20000 calls;
+    a 2 ms kernel over 4M elements whose steps cost 20 ms gets enough calls to fill the span, and never under 3."""
+    cfg = HarnessConfig(cpu_check_ms=400, wall_check_ms=100, batch_calls_cpu=256, batch_calls_cuda=1000)
+    assert batch_calls(0.01, 0.15, cfg, cuda=False) == 256
+    assert batch_calls(2.0, 20.0, cfg, cuda=False) == 19  # 19 x 22 ms: about the 400 ms span
+    assert batch_calls(500.0, 50.0, cfg, cuda=False) == 3
+    assert batch_calls(0.01, 0.04, cfg, cuda=True) == 1000
+    assert batch_calls(1.0, 0.25, cfg, cuda=True) == 80
