@@ -83,6 +83,10 @@ class ProblemSpec(_Model):
     atol: float | None = None
     rtol: float | None = None
     randn_trials: bool = True  # also draw floating inputs from scaled randn, beside the factory's own distribution
+    # two trials whose floating inputs carry edge values (runner.harness.problem.with_edge_values): large magnitudes,
+    # signed zeros, subnormals and piecewise boundaries; then +-inf and NaN too. Off for a module whose reference is
+    # not defined there (one that raises on them is skipped without it)
+    edge_trials: bool = True
 
 
 class Candidate(_Model):

@@ -150,7 +150,7 @@ class Evaluator:
         return trial_plan(self.seeds, tag, trials=self.config.trials,
                           shape_sets=self.reference.info.get("shape_sets", 1),
                           large=roofline is not None and roofline.bytes_moved > self.config.large_io_bytes,
-                          randn_trials=self.problem.randn_trials)
+                          randn_trials=self.problem.randn_trials, edge_trials=self.problem.edge_trials)
 
     def evaluate_many(self, candidates: list[Candidate]) -> list[Verdict]:
         """Build every candidate in parallel, start and load every candidate's process in parallel, and only when

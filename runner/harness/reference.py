@@ -142,6 +142,9 @@ class Reference:
     def prepare(self, trial: dict) -> dict:
         """The reference's outputs for one trial, kept in the judge; its specs and fingerprint come back."""
         prep = self.ask({"cmd": "prepare", **trial}, self.config.trial_timeout_s, "reference")
+        if prep.get("skip"):
+            self.tolerance_notes.add(f"no edge-value trial: {prep['skip']}")
+            return prep
         self.out_specs.setdefault(trial["shape_set"], (prep["outputs"], prep["structure"]))
         self.tolerance_notes.update(prep.get("tolerance_notes", []))
         return prep

@@ -21,7 +21,7 @@ static PyObject* scale_relu(PyObject* self, PyObject* args) {
     for (long long r = 0; r < rows; ++r)
         for (long long c = 0; c < cols; ++c) {
             float v = x[r * cols + c] * (float)scale + b[c];
-            y[r * cols + c] = v > 0.0f ? v : 0.0f;
+            y[r * cols + c] = v < 0.0f ? 0.0f : v;
         }
     Py_RETURN_NONE;
 }
@@ -279,7 +279,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 _LOOP = """for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       float v = x[r * cols + c] * 2.0f + bias[c];
-      y[r * cols + c] = v > 0.0f ? v : 0.0f;
+      y[r * cols + c] = v < 0.0f ? 0.0f : v;
     }"""
 
 
@@ -294,8 +294,8 @@ FAST_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
     "partial_computation": (fast("rows = rows / 2;\n  " + _LOOP), "uninitialized-output"),
     # adds into whatever the output held: NaN where the poisoned block came back, stale values where malloc handed
     # back another one (a mismatch, or two runs that differ)
-    "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;",
-                                               "y[r * cols + c] += v > 0.0f ? v : 0.0f;")),
+    "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v < 0.0f ? 0.0f : v;",
+                                               "y[r * cols + c] += v < 0.0f ? 0.0f : v;")),
                             ("uninitialized-output", "mismatch", "nondeterministic")),
     "build_error": (fast("this is not C++;"), "build"),
     "segfault": (fast("*(volatile int*)0 = 1;\n  " + _LOOP), "crash"),
@@ -367,9 +367,9 @@ DOWNGRADED_FP16 = half_kernel("float16", "coarse(v)")
 
 # scale_relu (fp32) computed in bf16 inside: the output is fp32, its values carry bf16's 8 bits
 FAST_HACKS["bf16_inside_fp32"] = (fast(_LOOP.replace(
-    "y[r * cols + c] = v > 0.0f ? v : 0.0f;",
+    "y[r * cols + c] = v < 0.0f ? 0.0f : v;",
     "uint32_t u; memcpy(&u, &v, 4); u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; memcpy(&v, &u, 4);\n"
-    "      y[r * cols + c] = v > 0.0f ? v : 0.0f;")), "mismatch")
+    "      y[r * cols + c] = v < 0.0f ? 0.0f : v;")), "mismatch")
 
 # ---- a candidate's fault is a verdict (`crash`, or `runtime` where its call raised), never a broken machine ------
 
@@ -421,3 +421,31 @@ HONEST_OPENMP = fast("#pragma omp parallel for num_threads(4)\n  " + _LOOP)
 NATIVE_BACKGROUND = {"kernel.cpp": "#include <thread>\n#include <atomic>\n" + _FAST.replace("{BODY}", _LOOP + """
   static std::atomic<bool> started{false};
   if (!started.exchange(true)) std::thread([] { volatile double s = 0; for (;;) s += 1.0; }).detach();""")}
+
+# ---- edge values: tests/fixtures/problems/gelu.py (y = gelu(x), exact) --------------------------------------------
+
+_GELU = r"""
+#include "fusebot.h"
+#include <math.h>
+
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  (void)stream;
+  if (n_in != 1 || n_out != 1) return 1;
+  int64_t n = 1;
+  for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
+  const float* x = (const float*)in[0].data;
+  float* y = (float*)out[0].data;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    {CLAMP}
+    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  }
+  return 0;
+}
+"""
+HONEST_GELU = {"kernel.cpp": _GELU.replace("{CLAMP}", "")}
+# Clamps its input to [-24, 24] ("GELU is the identity out there"): wrong for |x| > 24, and fmaxf/fminf turn NaN
+# into -24, so NaN becomes -0 instead of NaN. Right on every input the factory draws.
+CLAMPED_GELU = {"kernel.cpp": _GELU.replace("{CLAMP}", "v = fminf(fmaxf(v, -24.0f), 24.0f);")}
+# Only NaN wrong: it maps NaN to 0 (a `v > 0 ? ... : 0` style guard)
+NAN_TO_ZERO_GELU = {"kernel.cpp": _GELU.replace("{CLAMP}", "if (v != v) { y[i] = 0.0f; continue; }")}

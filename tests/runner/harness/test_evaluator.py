@@ -33,8 +33,9 @@ def cand(cid: str, sources: dict[str, str]) -> Candidate:
 def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
     v = cpu_evaluator.evaluate(cand("honest-fast", HONEST_FAST))
     assert v.accepted, v.reasons
-    assert len(v.trials) == 7  # 5 on the first shape, 2 on the second
+    assert len(v.trials) == 9  # 5 on the first shape, 2 more with edge values, 2 on the second
     assert {t.shape_set for t in v.trials} == {0, 1}
+    assert [t.distribution for t in v.trials[5:7]] == ["factory+edge:finite", "factory+edge:nonfinite"]
     assert any(t.distribution.startswith("randn*") for t in v.trials)
     assert all(t.passed and t.max_abs_err == 0.0 for t in v.trials)
     assert v.timing.n >= 5 and len(v.timing.samples_ms) == v.timing.n and v.timing.clock == "monotonic"
@@ -56,7 +57,7 @@ def test_a_large_problem_is_verified_on_three_trials_of_its_first_shape():
         ev.roofline()
         v = ev.evaluate(cand("honest-fast", HONEST_FAST))
     assert v.accepted, v.reasons
-    assert [t.shape_set for t in v.trials] == [0, 0, 0, 1, 1]
+    assert [t.shape_set for t in v.trials] == [0, 0, 0, 0, 0, 1, 1]  # (two with edge values)
     assert [t.distribution.startswith("randn*") for t in v.trials[:3]] == [False, True, False]
 
 
