@@ -13,7 +13,7 @@
   Imports under `if TYPE_CHECKING:` are annotations, not dependencies, and are not counted.
   (tests/bot/test_layout.py checks, by loading them, that bot/ never loads torch or runner internals and the
   runner's worker never loads PyGithub or FastAPI.)
-- No module over 400 lines.
+- No module over 400 lines, unless it stays one concept, with the reason in LONG_REASONS.
 - No project import inside a function unless its line carries a reason comment (`# ...`).
 - The kernel ABI's dtype codes have one source (runner/dtypes.py): the C header's enum, the harness's torch map, the
   catalog's generated checks and the drop-in's guard all say the same.
@@ -65,8 +65,13 @@ RUNS_THE_SEARCH = ("bot.demo", "bot.action")
 
 # "importer -> imported package" edges that point up or sideways today.
 UPWARD_ALLOWED: set[str] = set()
-# Modules over MAX_LINES today.
-LONG_ALLOWED: set[str] = set()
+# Modules over MAX_LINES, each one concept that a split would scatter (the reason beside it).
+LONG_REASONS: dict[str, str] = {
+    "runner/contract.py": "the schema between the towers: every model a verdict, a job and a result is made of",
+    "runner/catalog/ir.py": "the catalog's IR: its node types and their walk, read together by every generator",
+    "runner/catalog/recognition.py": "lowering one captured ATen graph to the IR: one dispatch over the graph's ops",
+}
+LONG_ALLOWED: set[str] = set(LONG_REASONS)
 # "path: imported module" for project imports inside a function without a reason comment today.
 INNER_ALLOWED: set[str] = {
     "bot/action/entry.py: runner.proposers.llm.proposer",

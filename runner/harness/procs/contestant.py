@@ -25,7 +25,7 @@ from runner.harness.procs import batch, calls, ipc
 from runner.harness.procs.abi import KernelLibrary, as_tensor_args
 from runner.harness.procs.calls import Capture, FreshInputs, Samples, call_once, own_code_ran, poison_allocator
 from runner.harness.procs.process import serve
-from runner.harness.procs.profile import profile_kernels
+from runner.harness.procs.profile import Phases, profile_kernels
 from runner.harness.sandbox import confine
 
 _IMPORTED_AT = time.time()  # (wall clock, comparable with the parent's: the process started, its imports done)
@@ -81,21 +81,8 @@ def _warm_up(device: str) -> None:
         _sync()
 
 
-class _Phases(dict):
-    """Seconds of each step of `init`, for the parent's log: where a candidate's load time goes."""
-
-    def __init__(self) -> None:
-        super().__init__(imported_at=_IMPORTED_AT)
-        self._t = time.monotonic()
-
-    def lap(self, name: str) -> None:
-        now = time.monotonic()
-        self[f"{name}_s"] = round(now - self._t, 3)
-        self._t = now
-
-
 def init(st: State, msg: dict) -> dict:
-    phases = _Phases()
+    phases = Phases(_IMPORTED_AT)
     reply = _init(st, msg, phases)
     reply["phases"] = dict(phases)
     return reply
@@ -104,12 +91,12 @@ def init(st: State, msg: dict) -> dict:
 def warm(st: State, msg: dict) -> dict:
     """A process started before its candidate is known (runner/harness/contestants.py's spares): confined, its device
     and runtime warmed up, it waits for the `init` that names its candidate. Nothing of a candidate has run in it."""
-    phases = _Phases()
+    phases = Phases(_IMPORTED_AT)
     _prepare(st, msg, phases)
     return {"ok": True, "phases": dict(phases)}
 
 
-def _prepare(st: State, msg: dict, phases: _Phases) -> None:
+def _prepare(st: State, msg: dict, phases: Phases) -> None:
     st.workdir = Path(os.getcwd()).resolve()
     st.ext_dirs = [Path(p).resolve() for p in msg.get("extra_write", [])]
     if msg["device"].startswith("cuda"):
@@ -130,7 +117,7 @@ def _prepare(st: State, msg: dict, phases: _Phases) -> None:
     st.warmed = True
 
 
-def _init(st: State, msg: dict, phases: _Phases) -> dict:
+def _init(st: State, msg: dict, phases: Phases) -> dict:
     if not st.warmed:
         _prepare(st, msg, phases)
     elif msg["device"] != st.device or msg.get("extra_write"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,3 +50,17 @@ def profile_kernels(fn: Callable[[], object], trace_path: Path) -> tuple[object,
                 del kernels[i]
                 break
     return result, kernels, marker_stream
+
+
+class Phases(dict):
+    """Seconds of each step of a process's start (`init`, `warm`), for the parent's log: where a load's time goes.
+    `imported_at`: the wall-clock time the process's imports were done."""
+
+    def __init__(self, imported_at: float) -> None:
+        super().__init__(imported_at=imported_at)
+        self._t = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self[f"{name}_s"] = round(now - self._t, 3)
+        self._t = now
