@@ -23,12 +23,9 @@ class HarnessConfig:
     memory_bytes: int = 32 << 30
     cpu_address_space_bytes: int | None = 64 << 30
     cache_dir: Path | None = None
-    # the span of each parent-clocked batch (runner.harness.measure.batch_calls): calls and their steps, on CUDA and
-    # on the CPU (FUSEBOT_CPU_CHECK_MS overrides it), and the most calls a batch makes
-    wall_check_ms: float = 100.0
+    wall_check_ms: float = 100.0  # total wall time of the timer cross-check (CUDA)
+    # the CPU cross-check's calls, at least (CPU time is accounted in 10 ms ticks; FUSEBOT_CPU_CHECK_MS overrides it)
     cpu_check_ms: float = field(default_factory=lambda: cpu_check_setting(os.environ))
-    batch_calls_cuda: int = 1000
-    batch_calls_cpu: int = 256
     keep_workdirs: bool = False
     bandwidth_bytes_per_s: float | None = None  # a known ceiling instead of measuring one (e.g. 3.01e12 on the H100)
     # A problem moving more than this many bytes a call (inputs + outputs) is verified on 3 trials of its first
@@ -66,8 +63,9 @@ def unstable_spread_setting(environ: Mapping[str, str], default: float = 0.5) ->
 
 
 def cpu_check_setting(environ: Mapping[str, str], default: float = 400.0) -> float:
-    """FUSEBOT_CPU_CHECK_MS, the span of each parent-clocked batch on the CPU in milliseconds: at least 100,
-    validated where the harness is configured."""
+    """FUSEBOT_CPU_CHECK_MS, the CPU cross-check's span in milliseconds: at least 100 (ten of the kernel's 10 ms CPU
+    time ticks: an escape is a timer seeing under a tenth of the calls' cost), validated where the harness is
+    configured."""
     return _number_setting(environ, "FUSEBOT_CPU_CHECK_MS", default, 100.0, False,
                            "a number of milliseconds, at least 100")
 
@@ -89,8 +87,7 @@ def scratch_root() -> Path:
 
 
 def worker_env(workdir: Path, cache_dir: Path) -> dict[str, str]:
-    """The environment of a worker process: the sandbox's, with torch.compile's cache in the worker's own directory
-    (removed with its evaluation). A shared cache is one a hostile reference or candidate writes compiled code into
-    for later judges to load: each judge (one per evaluation) and each candidate compiles afresh. (`cache_dir` holds
-    the builds and KernelBench extensions, keyed by their sources.)"""
-    return confined_env(workdir)  # (its TORCHINDUCTOR_CACHE_DIR is in `workdir`)
+    """The environment of a worker process: the sandbox's, with torch.compile's cache in the shared cache."""
+    env = confined_env(workdir)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
+    return env

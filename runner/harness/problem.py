@@ -150,58 +150,14 @@ def distribution_label(scale: float, offset: float) -> str:
     return f"randn*{scale:g}{offset:+g}"
 
 
-# Edge values (an edge trial writes them over a share of every floating input's elements): exact boundaries of common
-# piecewise functions (relu, hardtanh, relu6, hardswish, hardsigmoid; 2x + 1 at -0.5), signed zeros, and magnitudes
-# where a fast approximation (exp overflowing in a tanh, a GELU's cubic) breaks. Not near a dtype's maximum: there
-# the reference's own sums overflow or not by their order, and an honest kernel summing in another order would differ.
-EDGE_FINITE = (0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 3.0, -3.0, 6.0, -6.0, 24.5, -24.5, 30.0, -30.0, 88.75, -88.75)
-EDGE_LARGE = {torch.float16: 1e2, torch.bfloat16: 1e2}  # (else 1e4): squares of it stay finite in every dtype
-EDGE_SHARE = 8  # one element in 8 of each floating input gets an edge value (non-finite ones: one in 64)
-EDGE_MAX_POSITIONS = 1 << 20
-
-
-def edge_values(dtype: torch.dtype, nonfinite: bool) -> list[float]:
-    """The edge values of a dtype: EDGE_FINITE, a large magnitude, a subnormal of each sign, and +-inf and NaN where
-    `nonfinite`."""
-    large = EDGE_LARGE.get(dtype, 1e4)
-    tiny = torch.finfo(dtype).smallest_normal / 8  # a subnormal
-    values = [*EDGE_FINITE, large, -large, tiny, -tiny]
-    return values + [float("inf"), float("-inf"), float("nan")] if nonfinite else values
-
-
-def with_edge_values(x: torch.Tensor, gen: torch.Generator, nonfinite: bool) -> torch.Tensor:
-    """`x` (a floating tensor) with edge values written over one element in EDGE_SHARE (at most
-    EDGE_MAX_POSITIONS), one at a drawn place in each stretch of the tensor (distinct places: a value written twice
-    at one place would land in an order the threads decide, and the judge and the candidate would see different
-    inputs); where `nonfinite`, +-inf and NaN over about one in 8 of those."""
-    n = x.numel()
-    if n == 0:
-        return x
-    x = x.clone()
-    flat = x.view(-1)
-    k = min(max(1, n // EDGE_SHARE), EDGE_MAX_POSITIONS)
-    stride = n // k
-    pos = torch.arange(k, device=x.device) * stride + torch.randint(stride, (k,), generator=gen, device=x.device)
-    finite = torch.tensor(edge_values(x.dtype, False), dtype=torch.float64, device=x.device)
-    pick = torch.randint(finite.numel(), (k,), generator=gen, device=x.device)
-    flat[pos] = finite[pick].to(x.dtype)
-    if nonfinite:
-        some = pos[torch.randint(8, (k,), generator=gen, device=x.device) == 0]
-        bad = torch.tensor([float("inf"), float("-inf"), float("nan")], dtype=x.dtype, device=x.device)
-        flat[some] = bad[torch.randint(3, (some.numel(),), generator=gen, device=x.device)]
-    return x
-
-
 def make_inputs(
-    problem: LoadedProblem, seed: int, *, shape_set: int, randn: tuple[float, float] | None, device: str,
-    edge: str | None = None,
+    problem: LoadedProblem, seed: int, *, shape_set: int, randn: tuple[float, float] | None, device: str
 ) -> list[Any]:
     """The inputs of one trial, identical in every process given the same seed and device.
 
     The factory runs under `torch.device(device)` so that large inputs are drawn where they are used. With `randn`
     = (scale, offset), each floating tensor is redrawn as randn*scale+offset (a non-uniform distribution beside the
-    factory's own torch.rand); integer tensors (indices, labels) keep the factory's values. With `edge` ("finite" or
-    "nonfinite"), each floating tensor then gets edge values (with_edge_values).
+    factory's own torch.rand); integer tensors (indices, labels) keep the factory's values.
     """
     factory = problem.get_inputs if shape_set == 0 else problem.get_second_inputs
     torch.manual_seed(seed)
@@ -222,8 +178,6 @@ def make_inputs(
                 if randn is not None:
                     scale, offset = randn
                     x = (torch.randn(x.shape, generator=gen, device=device, dtype=torch.float32) * scale + offset).to(x.dtype)
-                if edge is not None:
-                    x = with_edge_values(x.contiguous(), gen, nonfinite=edge == "nonfinite")
             x = x.contiguous()
         out.append(x)
     return out

@@ -14,9 +14,6 @@ from runner.harness.reference import Reference
 
 log = logging.getLogger(__name__)
 
-EDGE_NAMES = {"finite": "large magnitudes, signed zeros, subnormals, boundaries of piecewise functions",
-              "nonfinite": "large magnitudes, signed zeros, subnormals, boundaries of piecewise functions, +-inf, NaN"}
-
 
 def judged(ref: Reference, contestants: Contestants, msg: dict, timeout_s: float, stage: str) -> dict | str:
     """The judge's reply to a request made while a candidate's process is alive, or, where the judge failed (a
@@ -49,17 +46,12 @@ def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: 
             results.append(TrialResult(index=k, shape_set=p["shape_set"], distribution="", passed=False,
                                        reasons=[prep]))
             return results, [prep]
-        if prep.get("skip"):
-            continue
-        edge = p.get("edge")
-        if not edge:  # (edge values are no evidence of whether the problem itself is degenerate)
-            digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
+        digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
         profile = p["shape_set"] not in profiled
         profiled.add(p["shape_set"])
         msg = {"cmd": "trial", **p, "out_specs": prep["outputs"], "structure": prep["structure"],
                "reuse": k > 0, "twice": k == 0, "profile": profile}
         label = "factory" if p["randn"] is None else "randn*{:.3g}{:+.3g}".format(*p["randn"])
-        label += f"+edge:{edge}" if edge else ""
         result = TrialResult(index=k, shape_set=p["shape_set"], distribution=label, passed=False)
         results.append(result)
         try:
@@ -82,8 +74,7 @@ def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: 
             discard_outputs(worker.workdir, rep)
             log.debug("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
                      prep.get("seconds", 0.0), rep.get("seconds"), rep.get("handoff"), check.get("seconds", 0.0))
-            result.reasons += [f"{r} (on edge values: {EDGE_NAMES[edge]})" for r in check["reasons"]] if edge else check[
-                "reasons"]
+            result.reasons += check["reasons"]
             result.max_abs_err, result.max_rel_err = check.get("max_abs_err"), check.get("max_rel_err")
             result.mismatched, result.numel = check.get("mismatched", 0), check.get("numel", 0)
         if profile:

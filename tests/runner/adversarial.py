@@ -21,7 +21,7 @@ static PyObject* scale_relu(PyObject* self, PyObject* args) {
     for (long long r = 0; r < rows; ++r)
         for (long long c = 0; c < cols; ++c) {
             float v = x[r * cols + c] * (float)scale + b[c];
-            y[r * cols + c] = v < 0.0f ? 0.0f : v;
+            y[r * cols + c] = v > 0.0f ? v : 0.0f;
         }
     Py_RETURN_NONE;
 }
@@ -69,35 +69,6 @@ def kb(body: str, header: str = "") -> dict[str, str]:
 
 
 HONEST_KB = kb("        return scale_relu(x, self.bias)\n")
-
-
-
-def forged_time(scale: float) -> str:
-    """Module-level code that scales every time its process reports by `scale`, through the dispatch dict its process
-    serves requests with."""
-    return FORGED_TIME.replace("0.11", repr(scale))
-
-
-# Scales every time its process reports by 0.11, through the dispatch dict its process serves requests with.
-FORGED_TIME = """
-import sys as _sys
-_H = _sys.modules["__main__"].HANDLERS
-_time = _H["time"]
-
-
-def _scaled(st, msg):
-    rep = _time(st, msg)
-    t = rep.get("timing")
-    if t:
-        for k in ("median_ms", "mean_ms", "min_ms", "iqr_ms"):
-            t[k] *= 0.11
-        t["samples_ms"] = [v * 0.11 for v in t["samples_ms"]]
-    return rep
-
-
-_H["time"] = _scaled
-"""
-FORGED_TIME_KB = kb("        return scale_relu(x, self.bias)\n", header=FORGED_TIME)
 
 # name -> (sources, the reason prefix it must be rejected with)
 KB_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
@@ -217,45 +188,6 @@ _t._perf_ns = lambda: 0
 import sys as _sys
 _sys.modules["runner.harness.procs.calls"].Samples.take = lambda self: None
 '''), "monkeypatch"),
-    # rewrites how its own process serves the parent's requests (the dispatch dict, not a watched callable): every
-    # time it reports scaled by 0.11, and every request but init, trial and time answered at once without running
-    "forged_dispatch": (kb("        return scale_relu(x, self.bias)\n", header=FORGED_TIME + """
-for _k in list(_H):
-    if _k not in ("init", "trial", "time"):
-        _H[_k] = lambda st, msg: {}
-"""), "timer-escape"),
-    # forges its guards' verdicts: its guard reports nothing, every reason is stripped from its replies (through
-    # json.dumps and its dispatch dict), the comparison and the clock are patched, and a thread is left spinning: only
-    # the parent's own look at its threads remains
-    "forged_guards": (kb("        return scale_relu(x, self.bias)\n", header="""
-import json as _json, sys as _sys, threading as _threading, time as _time
-_sys.modules["runner.harness.guards"].Guard.violations = lambda self: []
-_dumps = _json.dumps
-
-
-def _clean(reply):
-    if isinstance(reply, dict):
-        reply = {k: v for k, v in reply.items() if k not in ("reasons", "fatal")}
-        reply["reasons"] = []
-    return reply
-
-
-_json.dumps = lambda obj, *a, **k: _dumps(_clean(obj), *a, **k)
-_H = _sys.modules["__main__"].HANDLERS
-for _k, _f in list(_H.items()):
-    _H[_k] = lambda st, msg, _f=_f: _clean(_f(st, msg))
-torch.allclose = lambda *a, **k: True
-_pc = _time.perf_counter
-_time.perf_counter = lambda: _pc() * 0.11
-
-
-def _spin():
-    while True:
-        pass
-
-
-_threading.Thread(target=_spin, daemon=True).start()
-"""), "background-thread: 1 thread(s) of the candidate's processes kept running"),
 }
 
 # Fast-format C++ candidates. {BODY} is the loop nest that writes y.
@@ -279,7 +211,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 _LOOP = """for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       float v = x[r * cols + c] * 2.0f + bias[c];
-      y[r * cols + c] = v < 0.0f ? 0.0f : v;
+      y[r * cols + c] = v > 0.0f ? v : 0.0f;
     }"""
 
 
@@ -294,8 +226,8 @@ FAST_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
     "partial_computation": (fast("rows = rows / 2;\n  " + _LOOP), "uninitialized-output"),
     # adds into whatever the output held: NaN where the poisoned block came back, stale values where malloc handed
     # back another one (a mismatch, or two runs that differ)
-    "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v < 0.0f ? 0.0f : v;",
-                                               "y[r * cols + c] += v < 0.0f ? 0.0f : v;")),
+    "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;",
+                                               "y[r * cols + c] += v > 0.0f ? v : 0.0f;")),
                             ("uninitialized-output", "mismatch", "nondeterministic")),
     "build_error": (fast("this is not C++;"), "build"),
     "segfault": (fast("*(volatile int*)0 = 1;\n  " + _LOOP), "crash"),
@@ -367,9 +299,9 @@ DOWNGRADED_FP16 = half_kernel("float16", "coarse(v)")
 
 # scale_relu (fp32) computed in bf16 inside: the output is fp32, its values carry bf16's 8 bits
 FAST_HACKS["bf16_inside_fp32"] = (fast(_LOOP.replace(
-    "y[r * cols + c] = v < 0.0f ? 0.0f : v;",
+    "y[r * cols + c] = v > 0.0f ? v : 0.0f;",
     "uint32_t u; memcpy(&u, &v, 4); u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; memcpy(&v, &u, 4);\n"
-    "      y[r * cols + c] = v < 0.0f ? 0.0f : v;")), "mismatch")
+    "      y[r * cols + c] = v > 0.0f ? v : 0.0f;")), "mismatch")
 
 # ---- a candidate's fault is a verdict (`crash`, or `runtime` where its call raised), never a broken machine ------
 
@@ -388,30 +320,7 @@ except OSError:
     pass
 '''), "crash"),
     "raises_base_exception": (kb("        raise KeyboardInterrupt\n"), "runtime: KeyboardInterrupt"),
-    # a message that erases the verdict's line on a terminal and prints its own
-    "forged_terminal_line": (kb('        raise RuntimeError("\\x1b[1A\\x1b[2K\\rcorrect, 12.00x vs eager: faster\\x9b")\n'),
-                             "runtime: RuntimeError"),
 }
-
-# ---- memory, as the kernel accounts it ---------------------------------------------------------------------------
-
-# Forks twelve sleeping helpers and writes a scratch file at import: honest, and small by its proportional set size (its
-# forks share their pages), though its processes' resident sizes summed are several times the cap tests set
-FORKS_AND_SCRATCH = kb("        return scale_relu(x, self.bias)\n", header="""
-import time as _time
-for _ in range(12):
-    if os.fork() == 0:
-        _time.sleep(3600)
-        os._exit(0)
-with open(os.path.join(os.getcwd(), "scratch.bin"), "wb") as _f:
-    _f.write(b"s" * (16 << 20))
-""")
-# Holds 1.5 GiB in a file of its own directory (on /dev/shm that is memory)
-FILE_HOG = kb("        return scale_relu(x, self.bias)\n", header="""
-_fd = os.open(os.path.join(os.getcwd(), "hoard.bin"), os.O_CREAT | os.O_WRONLY, 0o600)
-os.posix_fallocate(_fd, 0, 3 << 29)
-os.close(_fd)
-""")
 
 # ---- honest code that must not be misjudged --------------------------------------------------------------------
 
@@ -421,31 +330,3 @@ HONEST_OPENMP = fast("#pragma omp parallel for num_threads(4)\n  " + _LOOP)
 NATIVE_BACKGROUND = {"kernel.cpp": "#include <thread>\n#include <atomic>\n" + _FAST.replace("{BODY}", _LOOP + """
   static std::atomic<bool> started{false};
   if (!started.exchange(true)) std::thread([] { volatile double s = 0; for (;;) s += 1.0; }).detach();""")}
-
-# ---- edge values: tests/fixtures/problems/gelu.py (y = gelu(x), exact) --------------------------------------------
-
-_GELU = r"""
-#include "fusebot.h"
-#include <math.h>
-
-FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
-  (void)stream;
-  if (n_in != 1 || n_out != 1) return 1;
-  int64_t n = 1;
-  for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
-  const float* x = (const float*)in[0].data;
-  float* y = (float*)out[0].data;
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    {CLAMP}
-    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-  }
-  return 0;
-}
-"""
-HONEST_GELU = {"kernel.cpp": _GELU.replace("{CLAMP}", "")}
-# Clamps its input to [-24, 24] ("GELU is the identity out there"): wrong for |x| > 24, and fmaxf/fminf turn NaN
-# into -24, so NaN becomes -0 instead of NaN. Right on every input the factory draws.
-CLAMPED_GELU = {"kernel.cpp": _GELU.replace("{CLAMP}", "v = fminf(fmaxf(v, -24.0f), 24.0f);")}
-# Only NaN wrong: it maps NaN to 0 (a `v > 0 ? ... : 0` style guard)
-NAN_TO_ZERO_GELU = {"kernel.cpp": _GELU.replace("{CLAMP}", "if (v != v) { y[i] = 0.0f; continue; }")}

@@ -225,10 +225,6 @@ FB_HD fb_acc fb_rcp(fb_acc x) { return __frcp_rn(x); }
 FB_HD fb_acc fb_rcp(fb_acc x) { return (fb_acc)1 / x; }
 #endif
 FB_HD float fb_sigmoid(float x) { return fb_div(1.0f, 1.0f + fb_exp(-x)); }
-/* NaN in, NaN out, as relu, maximum, minimum and clamp are in torch (fmaxf and fminf return the other operand) */
-FB_HD float fb_relu(float x) { return x < 0.0f ? 0.0f : x; }
-FB_HD float fb_max(float x, float y) { return (x != x || x > y) ? x : y; }
-FB_HD float fb_min(float x, float y) { return (x != x || x < y) ? x : y; }
 #ifdef __CUDACC__
 FB_HD float fb_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 FB_HD float fb_round_fp16(float x) { return __half2float(__float2half_rn(x)); }

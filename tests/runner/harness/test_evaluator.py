@@ -6,17 +6,7 @@ import pytest
 from runner.contract import REASON_NAMES, Candidate
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from ..adversarial import (
-    FAST_HACKS,
-    FILE_HOG,
-    FORGED_TIME_KB,
-    FORKS_AND_SCRATCH,
-    HANG,
-    HONEST_FAST,
-    HONEST_KB,
-    KB_HACKS,
-    MEMORY_HOG,
-)
+from ..adversarial import FAST_HACKS, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
 from ..conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
 
 
@@ -33,9 +23,8 @@ def cand(cid: str, sources: dict[str, str]) -> Candidate:
 def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
     v = cpu_evaluator.evaluate(cand("honest-fast", HONEST_FAST))
     assert v.accepted, v.reasons
-    assert len(v.trials) == 9  # 5 on the first shape, 2 more with edge values, 2 on the second
+    assert len(v.trials) == 7  # 5 on the first shape, 2 on the second
     assert {t.shape_set for t in v.trials} == {0, 1}
-    assert [t.distribution for t in v.trials[5:7]] == ["factory+edge:finite", "factory+edge:nonfinite"]
     assert any(t.distribution.startswith("randn*") for t in v.trials)
     assert all(t.passed and t.max_abs_err == 0.0 for t in v.trials)
     assert v.timing.n >= 5 and len(v.timing.samples_ms) == v.timing.n and v.timing.clock == "monotonic"
@@ -57,7 +46,7 @@ def test_a_large_problem_is_verified_on_three_trials_of_its_first_shape():
         ev.roofline()
         v = ev.evaluate(cand("honest-fast", HONEST_FAST))
     assert v.accepted, v.reasons
-    assert [t.shape_set for t in v.trials] == [0, 0, 0, 0, 0, 1, 1]  # (two with edge values)
+    assert [t.shape_set for t in v.trials] == [0, 0, 0, 1, 1]
     assert [t.distribution.startswith("randn*") for t in v.trials[:3]] == [False, True, False]
 
 
@@ -90,27 +79,6 @@ def test_fast_hack_is_rejected_with_its_reason(cpu_evaluator, name):
     assert named(v.reasons), v.reasons
 
 
-def test_a_process_that_scales_its_reported_times_is_held_to_the_parents_clock(cpu_evaluator, monkeypatch):
-    """Its calls run (every back-to-back call's outputs are fingerprinted and drawn from afterwards), so its time is
-    the parent's clock's bound at best: a time under it is raised to it, or named an escape. It reports 0.11 of its
-    times, about 0.28 of the honest candidate's bound: the time that counts is at least half that bound. Each batch
-    makes at most `batch_calls_cpu` calls (sized from its reported time alone it made 20000)."""
-    from runner.harness import measure
-
-    sizes = []
-    real = measure.batch_calls
-    monkeypatch.setattr(measure, "batch_calls", lambda *a: sizes.append(real(*a)) or sizes[-1])
-    honest = cpu_evaluator.evaluate(cand("honest-kb", HONEST_KB))
-    v = cpu_evaluator.evaluate(cand("forged-time", FORGED_TIME_KB))
-    assert honest.accepted and honest.timing.parent_ms > 0, honest.reasons
-    assert sizes and max(sizes) <= cpu_evaluator.config.batch_calls_cpu, sizes
-    if v.accepted:
-        assert v.timing.parent_ms is not None and v.timing.median_ms >= v.timing.parent_ms > 0, v.timing
-        assert v.timing.median_ms >= 0.5 * honest.timing.parent_ms, (v.timing, honest.timing)
-    else:
-        assert all(r.startswith("timer-escape") for r in v.reasons), v.reasons
-
-
 def test_precision_downgrade_is_named(cpu_evaluator):
     sources, _ = KB_HACKS["precision_downgrade"]
     v = cpu_evaluator.evaluate(cand("precision", sources))
@@ -135,16 +103,6 @@ def test_hang_and_memory_hog_become_verdicts(harness_cache):
     assert any(r.startswith("timeout") for r in hung.reasons), hung.reasons
     assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
     assert fine.accepted, fine.reasons
-
-
-def test_memory_is_counted_as_the_kernel_counts_it(harness_cache):
-    """Under a 1 GiB cap: a candidate whose twelve forks share its pages, with a scratch file, is accepted (its
-    processes' resident sizes summed are several GiB); one that holds 1.5 GiB in a file of its own directory is not."""
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, memory_bytes=1 << 30, cache_dir=harness_cache)
-    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
-        forks, hog = ev.evaluate_many([cand("forks", FORKS_AND_SCRATCH), cand("hoard", FILE_HOG)])
-    assert forks.accepted, forks.reasons
-    assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
 
 
 def test_below_floor_is_remeasured_and_flagged(harness_cache):
