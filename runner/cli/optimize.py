@@ -97,7 +97,8 @@ def optimize(
         devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []
         with device_evaluators(spec, chosen, devices, HarnessConfig(compile_baseline=not no_compile_baseline)) as ev, \
                 ProgressView(console, rounds) as view:
-            o = optimize_problem(spec, out, budget, proposers, ev, chosen, fresh=fresh, progress=view)
+            o = optimize_problem(spec, out, budget, proposers, ev, chosen, fresh=fresh, progress=view,
+                                 compile_baseline=not no_compile_baseline)
     except UsageError as e:
         raise fail(str(e), EXIT_USAGE) from None
     except ProblemError as e:
