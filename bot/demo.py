@@ -32,7 +32,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GROUP = "examples"
 BASE = "main"
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__)
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 class DemoError(Exception):

@@ -55,7 +55,8 @@ LLM_KEY_VARIABLE = "FUSEBOT_LLM_API_KEY"
 PROGRESS_INTERVAL_SECONDS = 15.0
 _PR_SET_DUMPABLE = 4
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__)
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> JobResult:

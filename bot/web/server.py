@@ -165,7 +165,8 @@ def create_app(
     return app
 
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Run fusebot's GitHub App web service.")
+app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Run fusebot's GitHub App web service.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 @app.command()
