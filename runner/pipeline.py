@@ -190,9 +190,10 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
 
 
 def baselines_note(compile_baseline: bool = True) -> str:
-    """What the first minute of a search does, said before it starts: the module starts and its baselines are timed."""
+    """What the first minute of a search does, said before it starts: the user's module starts and its baselines
+    (the times to beat) are measured."""
     timed = "eager and torch.compile" if compile_baseline else "eager"
-    return f"timing {timed}: your module's baselines, once per problem and machine (later runs read them cached)"
+    return f"timing {timed} (once per problem and machine)"
 
 
 def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,

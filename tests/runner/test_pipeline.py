@@ -179,8 +179,8 @@ class NoReference:
         raise ProblemError("import", "models/x.py:1", "ModuleNotFoundError: No module named 'dataset'")
 
 
-@pytest.mark.parametrize(("compile_baseline", "timed"), [(True, "timing eager and torch.compile: "),
-                                                         (False, "timing eager: ")])
+@pytest.mark.parametrize(("compile_baseline", "timed"), [(True, "timing eager and torch.compile ("),
+                                                         (False, "timing eager (")])
 def test_optimize_says_it_times_the_baselines_before_the_module_starts(tmp_path, compile_baseline, timed):
     seen: list[Progress] = []
     budget = SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=1, wall_seconds=60)

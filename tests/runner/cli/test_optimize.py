@@ -256,7 +256,7 @@ def test_a_broken_module_is_the_users_mistake_at_their_file_and_line_exit_2(tmp_
     assert p.stderr.splitlines()[-1] == f"error: models/x.py:{line}: {said}"
     assert not [w for w in ("machine", "judge", "baselines", str(tmp_path)) if w in p.stderr.splitlines()[-1]]
     # off a terminal, the first minute is announced before anything runs the module
-    assert "timing eager: your module's baselines" in p.stderr.split("error: ")[0]
+    assert "timing eager (once per problem and machine)" in p.stderr.split("error: ")[0]
 
 
 def test_a_folder_is_not_a_file_and_bench_takes_folders(tmp_path):
