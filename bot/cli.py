@@ -17,6 +17,7 @@ import typer
 from pydantic import AliasChoices, ValidationError
 
 from bot.web.settings import Settings
+from runner.contract import ExitStatus
 
 HELP_OPTIONS = ["-h", "--help"]
 
@@ -96,7 +97,7 @@ def check_serve_settings() -> None:
             typer.echo(typer.style("error", fg="red", bold=True) + ": " + line, err=True)
         typer.echo("fusebot serve reads its settings from FUSEBOT_* environment variables: README.md, "
                    "\"Running the bot\"; every setting: docs/bot.md", err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitStatus.USAGE) from None
 
 
 def _forward(name: str, target: str, help_text: str) -> None:

@@ -24,7 +24,7 @@ from bot.github.local_platform import LocalPlatform
 from bot.publish import pr
 from bot.publish.publish import publish
 from bot.repo.discovery import MARKER, marked_targets
-from runner.contract import Environment, ProblemSpec, SearchBudget, TargetResult, TargetSpec
+from runner.contract import Environment, ExitStatus, ProblemSpec, SearchBudget, TargetResult, TargetSpec
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GROUP = "examples"
 BASE = "main"
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__)
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 class DemoError(Exception):
@@ -125,10 +126,10 @@ def demo(
     err = Console(stderr=True)
     if backend not in (None, "cuda", "cpu"):
         err.print(f"[red]--backend must be cuda or cpu, not {backend!r}[/red]")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitStatus.USAGE)
     if not examples.is_dir() or not list(examples.glob("*.py")):
         err.print(f"[red]{examples}: no example modules there[/red]")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitStatus.USAGE)
     from runner.harness.evaluator import default_backend  # loads torch (to ask for a GPU): only when run
 
     chosen = backend or default_backend()
@@ -139,12 +140,12 @@ def demo(
         repo = prepare_repo(workdir / "repo", examples)
     except DemoError as e:
         err.print(f"[red]{e}[/red]")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitStatus.USAGE) from None
     repo_dir = Path(repo.working_tree_dir or workdir / "repo")
     targets = marked_targets(repo_dir)
     if not targets:
         err.print(f"[red]no marked targets ({MARKER!r} above a class) in {examples}[/red]")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitStatus.USAGE)
     proposers, proposer_name = _proposers()
     err.print(f"[bold]fusebot demo[/bold]: {len(targets)} marked target(s) in {repo_dir}; backend {chosen}; "
               f"proposers: {proposer_name}")

@@ -6,6 +6,7 @@ Everything a search, a worker or the bot exchanges is one of these. Times are mi
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +23,30 @@ JobKind = Literal["search", "benchmark", "hygiene"]
 # Next to each kernel fusebot writes (`<kernels_dir>/<folder>/fusebot.json`): what re-verifying it needs. The bot finds
 # kernels by it, the runner re-verifies from it (runner/results/files.py writes it, runner/results/remeasure.py reads it).
 MANIFEST_FILE = "fusebot.json"
+
+
+class ExitStatus(IntEnum):
+    """Every fusebot command's exit status, one table (EXIT_STATUS; docs/exit-status.md repeats it): the CLI's
+    commands, the worker and the Action exit by it. A ProblemError or UsageError (runner/errors.py) is USAGE, a
+    MachineError is MACHINE."""
+
+    OK = 0
+    REJECTED = 1
+    USAGE = 2
+    MACHINE = 3
+    INTERRUPTED = 130
+
+
+EXIT_STATUS: dict[int, str] = {
+    ExitStatus.OK: "done: the outcome is on stdout (eval: the candidate is correct; optimize, bench: the search ran, "
+                   "improved or not)",
+    ExitStatus.REJECTED: "eval: the candidate was rejected (each failed check is named)",
+    ExitStatus.USAGE: "your mistake: a usage or configuration error, or a broken problem (the message names your "
+                      "file and line)",
+    ExitStatus.MACHINE: "a broken machine: no GPU, no compiler, no sandbox, a worker that died, GitHub or the bot "
+                        "unreachable",
+    ExitStatus.INTERRUPTED: "interrupted (Ctrl-C): `fusebot optimize` resumes from its trace",
+}
 
 # Default tolerances per dtype (atol, rtol), overridable per problem.
 DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {

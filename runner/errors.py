@@ -1,6 +1,7 @@
 """Typed errors for what is not a candidate's fault. Torch-free, so the bot and the parent process can catch them.
 
 A bad candidate never raises: it becomes a Verdict with reasons. These are for a broken problem or a broken machine.
+Each maps to one exit status of the one table every command exits by (runner.contract.ExitStatus).
 """
 
 
@@ -21,4 +22,5 @@ class MachineError(HarnessError):
 
 
 class UsageError(Exception):
-    """A configuration or usage mistake: exit status 2, with a message that names the fix."""
+    """A configuration or usage mistake: exit status 2 (ExitStatus.USAGE), with a message that names the fix."""
+

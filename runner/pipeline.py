@@ -189,21 +189,31 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
     return files
 
 
+def baselines_note(compile_baseline: bool = True) -> str:
+    """What the first minute of a search does, said before it starts: the user's module starts and its baselines
+    (the times to beat) are measured."""
+    timed = "eager and torch.compile" if compile_baseline else "eager"
+    return f"timing {timed} (once per problem and machine)"
+
+
 def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,
                      evaluator: EvaluatorLike, backend: Backend, *, fresh: bool = False,
                      progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5,
                      deadline: Deadline | None = None,
-                     skips: Callable[[ProblemContext], bool] = skips_work) -> Outcome:
+                     skips: Callable[[ProblemContext], bool] = skips_work, compile_baseline: bool = True) -> Outcome:
     """Search (or resume the search recorded in out/trace.jsonl) and write the result folder, all within
     `budget.wall_seconds` from now (or `deadline`: runner/search/deadline.py), capture and baselines included. A
     cancelled deadline raises `Cancelled`. No search where the faster baseline already runs at the memory floor and
     `skips` finds no work a kernel could skip (triage): for a problem with a memory floor the baselines are then
-    waited for before the search starts; without one they are timed beside the catalog's first builds."""
+    waited for before the search starts; without one they are timed beside the catalog's first builds.
+    `progress` hears the budget's split, then what the first minute does (baselines_note: `compile_baseline` says
+    whether torch.compile is timed too)."""
     deadline = deadline or Deadline(budget.wall_seconds)
     split = plan_split(deadline.seconds)
     log.info("%s", split.announce())
     if progress:
         progress(Progress(message=split.announce()))
+        progress(Progress(message=baselines_note(compile_baseline)))
     out.mkdir(parents=True, exist_ok=True)
     trace = out / TRACE_FILE
     _check_trace(trace, spec, backend, fresh)

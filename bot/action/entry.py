@@ -43,7 +43,7 @@ from bot.publish.deliver import deliver
 from bot.publish.publish import branch_files
 from bot.repo.config import ConfigError, FusebotConfig, load_config
 from bot.repo.discovery import check_config_targets, find_targets
-from runner.contract import Job, JobResult, Progress, TargetSpec
+from runner.contract import ExitStatus, Job, JobResult, Progress, TargetSpec
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ LLM_KEY_VARIABLE = "FUSEBOT_LLM_API_KEY"
 PROGRESS_INTERVAL_SECONDS = 15.0
 _PR_SET_DUMPABLE = 4
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__)
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 def search(job: Job, source_dir: Path, progress: Callable[[Progress], None]) -> JobResult:
@@ -137,18 +138,19 @@ class Plan:
 
 
 def prepare(settings: ActionSettings) -> Plan | tuple[int, RunReport]:
-    """Config, trigger, targets and job; or the exit status and report of a run that stops here."""
+    """Config, trigger, targets and job; or the exit status (runner.errors.ExitStatus: 2 for the repository's or the
+    workflow's mistake) and report of a run that stops here."""
     try:
         cfg = _config(settings)
     except ConfigError as e:
         for p in e.problems:  # GitHub shows these as annotations at the offending line
             typer.echo(f"::error file={p.path},line={p.line}::{p.message}")
-        return 1, RunReport("configuration error", f"`{settings.config_path}` is invalid:",
+        return ExitStatus.USAGE, RunReport("configuration error", f"`{settings.config_path}` is invalid:",
                             problems=[f"line {p.line}: {p.message}" for p in e.problems])
     trig = trigger_of(settings, settings.load_event(), settings.label or cfg.trigger_label)
     if isinstance(trig, Skip):
         log.info("nothing to do: %s", trig.reason)
-        return 0, RunReport("nothing to do", trig.reason)
+        return ExitStatus.OK, RunReport("nothing to do", trig.reason)
     changed = changed_files(settings.workspace, trig.pr_base_sha, trig.base_sha) if trig.pr_base_sha else None
     found = find_targets(settings.workspace, cfg.targets, markers=cfg.markers, ignore=cfg.ignore,
                          changed_files=changed)
@@ -157,25 +159,27 @@ def prepare(settings: ActionSettings) -> Plan | tuple[int, RunReport]:
     for p in found.problems:  # GitHub shows these as annotations at the offending line
         typer.echo(f"::error file={p.path},line={p.line}::{p.message}")
     if not targets and found.problems:
-        return 1, RunReport("marked files need fixing", f"No marked module {where} could be read as it is:",
+        return ExitStatus.USAGE, RunReport("marked files need fixing", f"No marked module {where} could be read as it is:",
                             problems=[f"`{p.path}` line {p.line}: {p.message}" for p in found.problems])
     if not targets:
         what = "changed by" if changed is not None else "in"
-        return 0, RunReport("nothing to do", f"No marked targets {what} {where} (`# fusebot: optimize` above a "
+        return ExitStatus.OK, RunReport("nothing to do", f"No marked targets {what} {where} (`# fusebot: optimize` above a "
                                              f"class, or `targets:` in `{settings.config_path}`).")
     job = _job(settings, cfg, trig, targets)
     problems = llm_problems(job.models)
     if problems:
         for problem in problems:
             typer.echo(f"::error title=fusebot LLM settings::{problem}")
-        return 2, RunReport("LLM settings are invalid", "Set the inputs `llm-base-url`, `llm-api-key` and `models` "
-                            "together, or none of them (the builtin catalog).", problems=problems)
+        return ExitStatus.USAGE, RunReport("LLM settings are invalid", "Set the inputs `llm-base-url`, `llm-api-key` "
+                                           "and `models` together, or none of them (the builtin catalog).",
+                                           problems=problems)
     return Plan(cfg, trig, job, where)
 
 
 def run(settings: ActionSettings, run_job: RunJob | None = None,
         platform_factory: PlatformFactory | None = None) -> tuple[int, RunReport]:
-    """One run of the Action: (exit status, what happened). Raises only for a broken machine."""
+    """One run of the Action: (exit status, what happened): 0 done, 2 the repository's mistake, 3 a failed search.
+    Raises only for a broken machine."""
     plan = prepare(settings)
     if not isinstance(plan, Plan):
         return plan
@@ -195,7 +199,7 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
         if check_id is not None:
             empty = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
             platform.update_check_run(check_id, pr.check_completed(empty, error=error))
-        return 1, RunReport("the search failed", error)
+        return ExitStatus.MACHINE, RunReport("the search failed", error)
     report = RunReport("done", f"Searched {len(job.targets)} target(s) at `{trig.base_sha[:12]}` ({plan.where}).",
                        results=result.targets, environment=result.environment)
     try:
@@ -211,7 +215,7 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
                                "fork's run a read-only token; use `pull_request_target` to have fusebot comment "
                                "(see the security notes in the README). The results and the patch are below.")
         report.attachment = fork_results(settings.workspace, settings.repository, trig, cfg, result)
-    return 0, report
+    return ExitStatus.OK, report
 
 
 def llm_problems(models: list[str]) -> list[str]:
@@ -282,7 +286,7 @@ def action(
         for err in e.errors():
             where = ".".join(str(p) for p in err["loc"]) or "settings"
             typer.echo(f"::error title=fusebot settings::{where}: {err['msg']}", err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitStatus.USAGE) from None
     logging.basicConfig(level=logging.DEBUG if verbose else settings.log_level.upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     if not non_dumpable():
@@ -291,7 +295,7 @@ def action(
         code, report = run(settings)
     except PlatformError as e:  # GitHub refused or could not be reached
         typer.echo(f"::error title=fusebot::{redact(str(e), [settings.token.get_secret_value()])}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitStatus.MACHINE) from None
     write_report(report, settings.step_summary, settings.output)
     typer.echo(console_text(report))
     for number, url in report.pulls():

@@ -39,6 +39,7 @@ from bot.web.metrics import Metrics
 from bot.web.runner_api import make_router
 from bot.web.settings import Settings, SettingsError, load_settings
 from bot.web.tasks import Background, PipeWake
+from runner.contract import ExitStatus
 
 log = logging.getLogger(__name__)
 MAX_WEBHOOK_BYTES = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
@@ -165,7 +166,8 @@ def create_app(
     return app
 
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Run fusebot's GitHub App web service.")
+app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Run fusebot's GitHub App web service.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 @app.command()
@@ -181,7 +183,7 @@ def serve(
     except SettingsError as e:
         logging.basicConfig(level="ERROR", format="%(levelname)s %(name)s: %(message)s")
         log.error("%s", e)
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitStatus.USAGE) from None
     setup_logging(settings.log_level, settings.secrets())
     log.info("fusebot serve on %s:%d, database %s", host, port, settings.database_url.split("@")[-1])
     uvicorn.run(create_app(settings, background="process"), host=host, port=port, log_config=None, access_log=False)

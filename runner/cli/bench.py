@@ -26,9 +26,19 @@ from typing import Annotated
 import torch
 import typer
 
-from runner.cli.common import Command, app, choose_backend, fail, setup_logging, stderr_console
-from runner.cli.target import problem_for
-from runner.contract import SearchBudget
+from bot.repo.discovery import MARKER, read_module
+from runner.cli.common import (
+    Command,
+    app,
+    choose_backend,
+    exit_status_help,
+    fail,
+    problem_message,
+    setup_logging,
+    stderr_console,
+)
+from runner.cli.target import KERNELBENCH_CLASS, problem_for
+from runner.contract import ExitStatus, SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
 from runner.harness.evaluator import HarnessConfig
 from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
@@ -42,13 +52,10 @@ HELP = """Run `fusebot optimize` on every problem file of SUITE and write a benc
 Each file (KernelBench format, or a module with one class marked `# fusebot: optimize`) gets its own search with
 the per-problem wall budget and its own result folder, DIR/problems/NAME/. The table is DIR/README.md and
 DIR/results.json; it grows as problems finish, and a run killed and started again resumes each problem's search.
-A problem that fails to load is a row with its error. Progress goes to stderr, each problem's outcome to stdout.
+A problem that fails to load is a row with its error; a file with nothing marked is a row that says so. Progress
+goes to stderr, each problem's outcome to stdout. A broken machine stops the run (exit status 3) after the table.
 
-\b
-Exit status:
-  0  every problem was run (each row says how it went)
-  2  usage error (no such folder, no file matches, --backend)
-"""
+""" + exit_status_help()
 
 bench_app = app(HELP)
 
@@ -71,6 +78,8 @@ class BenchRow:
     best: str = ""
     message: str = ""
     error: str = ""
+    machine: bool = False  # the error is the machine's (a dead GPU, a missing compiler), not the problem's
+    unmarked: bool = False  # nothing in the file to optimise: neither a marked class nor a KernelBench Model
 
 
 def _fmt(x: float | None, spec: str = ".4g", suffix: str = "") -> str:
@@ -94,7 +103,7 @@ def bench_markdown(rows: list[BenchRow], meta: dict) -> str:
              "vs compile | % of floor | search s |",
              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        name = r.problem + (f" (error: {r.error[:80]})" if r.error else "")
+        name = r.problem + (" (nothing marked)" if r.unmarked else f" (error: {r.error[:80]})" if r.error else "")
         lines.append(f"| {name} | {r.pattern or '-'} | {'yes' if r.verified else 'no'} | "
                      f"{'yes' if r.improved else 'no'} | {_fmt(r.eager_ms)} | {_fmt(r.compile_ms)} | "
                      f"{_fmt(r.fusebot_ms)} | {_fmt(r.speedup_vs_eager, '.2f', 'x')} | "
@@ -121,6 +130,9 @@ def _pattern_name(proposers) -> str:
 def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compile_baseline: bool,
                 bandwidth: float | None, fresh: bool, devices: list[int] | None = None) -> BenchRow:
     row = BenchRow(problem=path.stem)
+    if nothing_marked(path):
+        row.unmarked, row.error = True, f"nothing marked in {path.name}"
+        return row
     try:
         spec = problem_for(str(path))
     except UsageError as e:
@@ -132,8 +144,12 @@ def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compi
     try:
         with device_evaluators(spec, backend, devices or [], cfg) as ev:  # every GPU in `devices` at once
             o = optimize_problem(spec, out, budget, proposers, ev, backend, fresh=fresh)  # type: ignore[arg-type]
-    except (ProblemError, MachineError) as e:
-        row.error = f"{type(e).__name__}: {e}"
+    except ProblemError as e:
+        row.error = problem_message(e, path)
+        row.search_seconds = time.monotonic() - t0
+        return row
+    except MachineError as e:
+        row.error, row.machine = f"machine: {e}", True
         row.search_seconds = time.monotonic() - t0
         return row
     row.pattern = _pattern_name(proposers)
@@ -150,6 +166,25 @@ def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compi
         row.speedup_vs_compile = row.compile_ms / row.fusebot_ms if row.compile_ms else None
         row.pct_of_floor = 100.0 * row.floor_ms / row.fusebot_ms if row.floor_ms else None
     return row
+
+
+def nothing_marked(path: Path) -> bool:
+    """A file of the folder with no class marked `# fusebot: optimize` and no KernelBench `Model`: nothing to search
+    (a file that does not parse is the user's to fix, and problem_for says where)."""
+    try:
+        module = read_module(path.read_text(errors="replace"))
+    except SyntaxError:
+        return False
+    return not module.marked and KERNELBENCH_CLASS not in module.classes
+
+
+def outcome_line(name: str, row: BenchRow) -> str:
+    """What became of one file: searched (improved or not), nothing to search in it, or why it could not be."""
+    if row.unmarked:
+        return f"nothing marked in {name}: no class marked `{MARKER}` and no class {KERNELBENCH_CLASS!r}"
+    if row.error:
+        return f"{name}: error: {row.error.splitlines()[0]}"
+    return f"{name}: {'improved' if row.improved else 'no improvement'}: {row.message}"
 
 
 def earlier_rows(out: Path) -> list[BenchRow]:
@@ -199,19 +234,20 @@ def bench(
     console = stderr_console()
     setup_logging(verbose, console)
     if not suite.is_dir():
-        raise fail(f"{suite}: not a folder", 2)
+        hint = f": `fusebot optimize {suite} --out DIR` searches one file" if suite.is_file() else ""
+        raise fail(f"{suite}: not a folder{hint}", ExitStatus.USAGE)
     refused = refuse_budget(budget_seconds, "--budget-seconds")
     if refused:
-        raise fail(refused, 2)
+        raise fail(refused, ExitStatus.USAGE)
     try:
         chosen = choose_backend(backend)
         devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []
     except UsageError as e:
-        raise fail(str(e), 2) from None
+        raise fail(str(e), ExitStatus.USAGE) from None
     files = sorted({p for g in pattern.split(",") if g.strip() for p in suite.glob(g.strip())
                     if p.is_file() and not p.name.startswith("_")})
     if not files:
-        raise fail(f"{suite}: no problem files match {pattern}", 2)
+        raise fail(f"{suite}: no problem files match {pattern}", ExitStatus.USAGE)
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations,
                           wall_seconds=budget_seconds)
     meta = {"suite": str(suite), "backend": chosen, "budget_seconds": budget_seconds,
@@ -225,7 +261,10 @@ def bench(
                           devices)
         rows.append(row)
         write_table(out, rows, meta)  # the table grows as problems finish
-        typer.echo(f"{f.name}: {'improved' if row.improved else 'no improvement'}: {row.error or row.message}")
+        typer.echo(outcome_line(f.name, row))
+        if row.machine:
+            typer.echo(f"table in {out}/README.md and {out}/results.json (up to {f.name})")
+            raise fail(row.error, ExitStatus.MACHINE)
     typer.echo(f"table in {out}/README.md and {out}/results.json")
 
 

@@ -8,7 +8,9 @@ backend checked before any work starts.
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +19,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from typer.core import TyperArgument, TyperCommand
 
-from runner.errors import UsageError
+from runner.contract import EXIT_STATUS
+from runner.errors import ProblemError, UsageError
 from runner.harness.evaluator import default_backend
 
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
@@ -49,9 +52,45 @@ def app(help_text: str) -> typer.Typer:
                        rich_markup_mode=None, context_settings=CONTEXT, help=help_text)
 
 
-def exit_status_help(statuses: dict[int, str]) -> str:
-    """The `Exit status:` block of a help page (kept as written: click's `\\b`), from the table docs/ repeats."""
-    return "\b\nExit status:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in statuses.items()) + "\n"
+def exit_status_help(statuses: dict[int, str] = EXIT_STATUS) -> str:
+    """The `Exit status:` block of a help page (kept as written: click's `\\b`), from the one table every command
+    exits by (runner/errors.py; docs/exit-status.md repeats it)."""
+    return "\b\nExit status:\n" + "\n".join(f"  {int(code):<3}  {meaning}" for code, meaning in statuses.items()) \
+        + "\n"
+
+
+# What failed, in the user's words, by the stage of runner.harness that ran their code.
+STAGE_WORDS = {
+    "import": "your module failed to import",
+    "init inputs": "get_init_inputs() failed",
+    "inputs": "get_inputs() failed",
+    "second inputs": "get_second_inputs() failed",
+    "init": "your module's constructor failed",
+    "reference": "your module's forward failed",
+}
+
+
+def user_path(where: str, typed: Path | None = None) -> str:
+    """`file[:line]` as the user knows it: the path as they typed it where it is their problem's file, else relative
+    to the working directory where it lies under it, else as it is."""
+    m = re.fullmatch(r"(.*?)(:\d+)?", where)
+    file, line = (m.group(1), m.group(2) or "") if m else (where, "")
+    path = Path(file)
+    if not path.is_absolute():
+        return where
+    if typed is not None and path.resolve() == typed.resolve():
+        return f"{typed}{line}"
+    try:
+        return f"{path.resolve().relative_to(Path.cwd().resolve())}{line}"
+    except ValueError:
+        return where
+
+
+def problem_message(exc: ProblemError, typed: Path | None = None) -> str:
+    """A broken problem as the user's own mistake, at their file and line: `models/x.py:11: your module's forward
+    failed: RuntimeError: ...`; no word of the harness's (judge, baselines)."""
+    words = STAGE_WORDS.get(exc.stage)
+    return f"{user_path(exc.where, typed)}: " + (f"{words}: " if words else "") + exc.cause
 
 
 def stderr_console() -> Console:

@@ -17,24 +17,17 @@ from runner.cli.common import (
     choose_backend,
     exit_status_help,
     fail,
+    problem_message,
     setup_logging,
     stderr_console,
     stdout_console,
 )
-from runner.cli.target import problem_for
-from runner.contract import Candidate, Timing, Verdict, faster_baseline
+from runner.cli.target import parse_target, problem_for
+from runner.contract import Candidate, ExitStatus, Timing, Verdict, faster_baseline
 from runner.errors import HarnessError, MachineError, ProblemError, UsageError
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
 log = logging.getLogger(__name__)
-
-EXIT_CORRECT, EXIT_REJECTED, EXIT_USAGE, EXIT_MACHINE = 0, 1, 2, 3
-EXIT_STATUS = {  # docs/eval.md repeats this table (tests/runner/cli/test_eval.py keeps them equal)
-    EXIT_CORRECT: "correct, faster or not (the first line says which)",
-    EXIT_REJECTED: "rejected: incorrect, or failed another check (each is named)",
-    EXIT_USAGE: "usage error or broken problem (the message names file and line)",
-    EXIT_MACHINE: "broken machine (no GPU, no compiler, no sandbox)",
-}
 
 HELP = """Verify and time one candidate kernel against a reference problem.
 
@@ -47,7 +40,7 @@ torch.compile (e.g. `correct, 0.01x vs eager: slower`), or which checks rejected
 mismatch`), then each failed check's reason, the trials and the timing.
 Diagnostics go to stderr.
 
-""" + exit_status_help(EXIT_STATUS)
+""" + exit_status_help()
 
 eval_app = app(HELP)
 
@@ -179,15 +172,15 @@ def main(
             if keep:
                 err.print(f"working directories kept under {ev.workdir}", markup=False)
     except UsageError as exc:
-        raise fail(str(exc), EXIT_USAGE) from None
+        raise fail(str(exc), ExitStatus.USAGE) from None
     except ProblemError as exc:
-        raise fail(f"problem: {exc}", EXIT_USAGE) from None
+        raise fail(problem_message(exc, parse_target(reference).path), ExitStatus.USAGE) from None
     except (MachineError, HarnessError) as exc:
-        raise fail(f"machine: {exc}", EXIT_MACHINE) from None
+        raise fail(f"machine: {exc}", ExitStatus.MACHINE) from None
     render(verdict, stdout_console())
     if json_out:
         json_out.write_text(verdict.model_dump_json(indent=1))
-    raise typer.Exit(EXIT_CORRECT if verdict.accepted else EXIT_REJECTED)
+    raise typer.Exit(ExitStatus.OK if verdict.accepted else ExitStatus.REJECTED)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,19 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.common import Command, app, choose_backend, fail, setup_logging, stderr_console
+from runner.cli.common import (
+    Command,
+    app,
+    choose_backend,
+    exit_status_help,
+    fail,
+    problem_message,
+    setup_logging,
+    stderr_console,
+)
 from runner.cli.progress import ProgressView
-from runner.cli.target import problem_for
-from runner.contract import Backend, SearchBudget
+from runner.cli.target import parse_target, problem_for
+from runner.contract import Backend, ExitStatus, SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
 from runner.harness.evaluator import HarnessConfig
 from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
@@ -20,13 +29,6 @@ from runner.pipeline import TRACE_FILE, make_proposers, optimize_problem
 from runner.search.deadline import refuse_budget
 
 log = logging.getLogger(__name__)
-
-EXIT_RAN, EXIT_BROKEN, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_STATUS = {  # docs/search.md repeats this table (tests/runner/cli/test_optimize.py keeps them equal)
-    EXIT_RAN: "the search ran, improved or not (result.json says which)",
-    EXIT_BROKEN: "the problem or the machine is broken",
-    EXIT_USAGE: "usage or configuration error",
-}
 
 HELP = """Search for a faster fused kernel for one module and write the result folder DIR.
 
@@ -39,12 +41,7 @@ Progress goes to stderr (a live line on a terminal, log lines elsewhere); the ou
 --wall-seconds bounds the whole run; its split (search, then confirmation) is announced at the start. Ctrl-C stops
 the search (exit status 130): the same command resumes it from DIR/trace.jsonl.
 
-\b
-Exit status:
-  0  the search ran, improved or not (result.json says which)
-  1  the problem or the machine is broken
-  2  usage or configuration error
-"""
+""" + exit_status_help()
 
 optimize_app = app(HELP)
 
@@ -86,7 +83,7 @@ def optimize(
     setup_logging(verbose, console)
     refused = refuse_budget(wall_seconds, "--wall-seconds")
     if refused:
-        raise fail(refused, EXIT_USAGE)
+        raise fail(refused, ExitStatus.USAGE)
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations, beam=beam,
                           max_repairs=max_repairs, wall_seconds=wall_seconds, gpu_seconds=gpu_seconds, tokens=tokens,
                           candidates=candidates)
@@ -97,15 +94,16 @@ def optimize(
         devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []
         with device_evaluators(spec, chosen, devices, HarnessConfig(compile_baseline=not no_compile_baseline)) as ev, \
                 ProgressView(console, rounds) as view:
-            o = optimize_problem(spec, out, budget, proposers, ev, chosen, fresh=fresh, progress=view)
+            o = optimize_problem(spec, out, budget, proposers, ev, chosen, fresh=fresh, progress=view,
+                                 compile_baseline=not no_compile_baseline)
     except UsageError as e:
-        raise fail(str(e), EXIT_USAGE) from None
+        raise fail(str(e), ExitStatus.USAGE) from None
     except ProblemError as e:
-        raise fail(f"problem: {e}", EXIT_BROKEN) from None
+        raise fail(problem_message(e, parse_target(problem).path), ExitStatus.USAGE) from None
     except MachineError as e:
-        raise fail(f"machine: {e}", EXIT_BROKEN) from None
+        raise fail(f"machine: {e}", ExitStatus.MACHINE) from None
     except KeyboardInterrupt:
-        raise fail(f"interrupted: the same command resumes from {out / TRACE_FILE}", EXIT_INTERRUPTED) from None
+        raise fail(f"interrupted: the same command resumes from {out / TRACE_FILE}", ExitStatus.INTERRUPTED) from None
     typer.echo(("improved: " if o.improved else "no improvement: ") + o.message)
     typer.echo(f"results in {out}/ (report.md, result.json{', dropin.py' if o.improved else ''})")
 

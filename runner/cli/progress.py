@@ -15,8 +15,16 @@ from runner.contract import Progress
 log = logging.getLogger("fusebot.progress")
 
 
+def started(p: Progress) -> bool:
+    """Whether the search has begun: before it, the counts are all zero and the message (the budget, the baselines
+    being timed) is the whole news."""
+    return bool(p.round or p.built or p.verified or p.rejected or not p.message)
+
+
 def progress_line(p: Progress, rounds: int) -> str:
-    """`round 2/3: built 5, verified 3, rejected 2, best 1.42x (confirming ...)`"""
+    """`round 2/3: built 5, verified 3, rejected 2, best 1.42x (confirming ...)`; before the search, its message."""
+    if not started(p):
+        return p.message
     best = f"{p.best_speedup:.2f}x" if p.best_speedup is not None else "-"
     text = f"round {p.round}/{rounds}: built {p.built}, verified {p.verified}, rejected {p.rejected}, best {best}"
     return text + (f" ({p.message})" if p.message else "")
@@ -28,12 +36,14 @@ class ProgressView:
     def __init__(self, console: Console, rounds: int, *, live: bool | None = None):
         self.rounds = rounds
         self.last: Progress | None = None
-        self.live = Live(self._text(Progress()), console=console, refresh_per_second=4, transient=False) \
+        self.live = Live(self._text(Progress(message="starting")), console=console, refresh_per_second=4, transient=False) \
             if (console.is_terminal if live is None else live) else None
         if self.live is None:
             log.setLevel(logging.INFO)  # the progress is shown whatever the log level; -v adds the rest
 
     def _text(self, p: Progress) -> Text:
+        if not started(p):
+            return Text.assemble(("fusebot ", "bold"), p.message)
         best = f"{p.best_speedup:.2f}x" if p.best_speedup is not None else "-"
         text = Text.assemble(("fusebot ", "bold"), f"round {p.round}/{self.rounds}  built {p.built}  ",
                              (f"verified {p.verified}", "green"), "  ", (f"rejected {p.rejected}", "red"),

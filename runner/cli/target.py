@@ -48,6 +48,9 @@ def _choices(path: Path, names: list[str]) -> str:
 def resolve_class(target: Target) -> str:
     """The class to optimise: the one named, else the one marked, else KernelBench's `Model`."""
     path = target.path
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder: name one file of it, or run `fusebot bench {path} --out DIR` to search "
+                         "every problem file in it")
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     try:

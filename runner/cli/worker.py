@@ -31,8 +31,8 @@ from pydantic import ValidationError
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
 from runner.cli.worker_log import HeldLease, quiet_polling, result_lines
-from runner.cli.worker_settings import WorkerSettings
-from runner.contract import Job, JobResult, Progress
+from runner.cli.worker_settings import WorkerSettings, settings_problems
+from runner.contract import ExitStatus, Job, JobResult, Progress
 from runner.errors import UsageError
 from runner.harness import bwrap
 from runner.search.deadline import Cancelled
@@ -349,7 +349,7 @@ def serve(w: Worker, *, once: bool = False) -> int | None:
         w.set_ready(False)
 
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None,
+app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Lease units of work from a fusebot bot and run them on this GPU.")
 
 
@@ -361,8 +361,12 @@ def worker(
     once: Annotated[bool, typer.Option("--once", help="Exit when the queue is empty.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also log every request to the bot.")] = False,
 ) -> None:
-    """Token from FUSEBOT_WORKER_TOKEN; the URL from --bot or FUSEBOT_WORKER_BOT_URL. The log has one line per unit
-    leased and one per target with its verdict; polling is quiet unless -v."""
+    """Lease units of work from a fusebot bot and run them on this GPU host.
+
+    The runner token comes from FUSEBOT_WORKER_TOKEN, the bot's URL from --bot or FUSEBOT_WORKER_BOT_URL (every
+    FUSEBOT_WORKER_* setting: docs/bot.md). The log has one line per unit leased and one per target with its
+    verdict; polling is quiet unless -v.
+    """
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_polling(verbose)
     overrides: dict[str, Any] = {}
@@ -373,21 +377,23 @@ def worker(
     try:
         settings = WorkerSettings(**overrides)
     except ValidationError as e:
-        for err in e.errors():
-            log.error("invalid worker settings: %s: %s", ".".join(map(str, err["loc"])), err["msg"])
-        raise typer.Exit(2) from None
+        for line in settings_problems(e, set(overrides)):
+            typer.echo(typer.style("error", fg="red", bold=True) + ": " + line, err=True)
+        typer.echo("fusebot worker reads its settings from FUSEBOT_WORKER_* environment variables: docs/bot.md",
+                   err=True)
+        raise typer.Exit(ExitStatus.USAGE) from None
     try:  # the sandbox every job's untrusted code will run in, or the user's explicit opt-out
         bwrap.require()
     except (bwrap.SandboxUnavailable, UsageError) as e:
         log.error("%s", e)
-        raise typer.Exit(2 if isinstance(e, UsageError) else 3) from None
+        raise typer.Exit(ExitStatus.USAGE if isinstance(e, UsageError) else ExitStatus.MACHINE) from None
     if settings.gpu_index is not None:  # before anything imports torch
         os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
     w = Worker(settings)
     started = time.monotonic()
     try:
         n = serve(w, once=once)
-    except TokenRefused as e:
+    except TokenRefused as e:  # a configuration mistake: FUSEBOT_WORKER_TOKEN is not one the bot issued
         log.error("%s", e)
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitStatus.USAGE) from None
     log.info("worker exiting after %.0f s (%s unit(s))", time.monotonic() - started, "one given back" if n is None else n)

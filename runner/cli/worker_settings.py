@@ -6,16 +6,18 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+ENV_PREFIX = "FUSEBOT_WORKER_"
+FLAGS = {"bot_url": "--bot", "gpu_index": "--gpu"}  # settings the command line may give instead
 _PLACEHOLDERS = {"", "changeme", "change-me", "secret", "placeholder", "token", "xxx", "test"}
 
 
 class WorkerSettings(BaseSettings):
     """FUSEBOT_WORKER_<FIELD>; `bot_url` and `gpu_index` may come from the command line."""
 
-    model_config = SettingsConfigDict(env_prefix="FUSEBOT_WORKER_", extra="ignore", hide_input_in_errors=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True)
 
     bot_url: str
     token: SecretStr
@@ -42,5 +44,20 @@ class WorkerSettings(BaseSettings):
     @classmethod
     def _url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
-            raise ValueError("bot_url must be an http(s) URL")
+            raise ValueError("must be an http(s) URL")
         return v.rstrip("/")
+
+
+def settings_problems(e: ValidationError, given: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """One line per problem, naming where the setting comes from: its flag where it was `given` on the command
+    line, else its environment variable (FUSEBOT_WORKER_BOT_URL is not set); never its value."""
+    out = []
+    for err in e.errors():
+        field = str(err["loc"][0]) if err["loc"] else ""
+        where = FLAGS[field] if field in given else f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+        if err["type"] == "missing":
+            flag = f" (or pass {FLAGS[field]})" if field in FLAGS else ""
+            out.append(f"{where} is not set{flag}")
+        else:
+            out.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+    return out

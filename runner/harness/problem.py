@@ -165,7 +165,8 @@ def make_inputs(
         with torch.device(device):
             raw = list(factory())
     except BaseException as exc:  # noqa: BLE001
-        raise ProblemError("inputs", locate(exc, str(problem.file)), _cause(exc)) from None
+        raise ProblemError("inputs" if shape_set == 0 else "second inputs", locate(exc, str(problem.file)),
+                           _cause(exc)) from None
     dtype = DTYPES.get(problem.spec.dtype) if problem.spec.dtype else None
     gen = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
     out = []

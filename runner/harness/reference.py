@@ -67,7 +67,7 @@ class Reference:
         except WorkerDied as exc:
             self.close()
             if exc.kind == "timeout":
-                raise ProblemError(stage, self.where, f"the reference did not finish within {timeout_s:.0f} s") from None
+                raise ProblemError(stage, self.where, f"your module did not finish within {timeout_s:.0f} s") from None
             raise MachineError(f"the reference process died during {stage}: {exc}\n{exc.log_tail}") from None
         if not reply.get("ok", False):
             pe = reply.get("problem_error")

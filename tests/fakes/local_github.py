@@ -24,6 +24,8 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,7 +45,9 @@ PR_NUMBER = 1
 STATE = "local-github.json"
 CONFIG = "budget: {rounds: 1, ideas_per_round: 2, implementations_per_idea: 1, wall_seconds: 1800}\n"
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help=__doc__)
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+UNREACHABLE = 3  # runner.contract.ExitStatus.MACHINE: the bot or this GitHub is not there
 
 
 def _state(workdir: Path) -> dict[str, Any]:
@@ -218,7 +222,11 @@ def _send(bot: str, world: dict[str, Any], event: str, payload: dict[str, Any]) 
     body = json.dumps(payload).encode()
     headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": f"local-{time.time_ns()}",
                "X-Hub-Signature-256": sign(body, world["secret"].encode()), "Content-Type": "application/json"}
-    r = httpx.post(f"{bot.rstrip('/')}/webhook", content=body, headers=headers, timeout=30)
+    try:
+        r = httpx.post(f"{bot.rstrip('/')}/webhook", content=body, headers=headers, timeout=30)
+    except httpx.TransportError as e:
+        typer.echo(f"error: no bot at {bot}: start `fusebot serve` or pass --bot URL ({type(e).__name__})", err=True)
+        raise typer.Exit(UNREACHABLE) from None
     typer.echo(f"{r.status_code} {r.text}")
     raise typer.Exit(0 if r.status_code < 300 else 1)
 
@@ -231,6 +239,17 @@ def _as_maintainer(world: dict[str, Any]) -> httpx.Client:
                         headers={"Authorization": f"token {world['maintainer_token']}"})
 
 
+@contextmanager
+def _github_there(world: dict[str, Any]) -> Iterator[None]:
+    """This GitHub not serving is said in one line, with the command that starts it."""
+    try:
+        yield
+    except httpx.TransportError as e:
+        typer.echo(f"error: no GitHub at {world['api_url']}: start `python -m tests.fakes.local_github serve --workdir "
+                   f"DIR` ({type(e).__name__})", err=True)
+        raise typer.Exit(UNREACHABLE) from None
+
+
 @app.command()
 def comment(
     text: Annotated[str, typer.Argument(help="The comment, e.g. \"/fusebot status\".")],
@@ -241,7 +260,7 @@ def comment(
     from tests.bot.helpers import comment_payload
 
     world = _state(workdir.resolve())
-    with _as_maintainer(world) as gh:
+    with _as_maintainer(world) as gh, _github_there(world):
         r = gh.post(f"/repos/{world['repo']}/issues/{PR_NUMBER}/comments", json={"body": text})
     r.raise_for_status()
     posted = r.json()
@@ -259,7 +278,7 @@ def show(
     """What a maintainer sees on the pull request: its comments, and the check runs on its head with annotations."""
     world = _state(workdir.resolve())
     repo = world["repo"]
-    with _as_maintainer(world) as gh:
+    with _as_maintainer(world) as gh, _github_there(world):
         comments = gh.get(f"/repos/{repo}/issues/{PR_NUMBER}/comments").json()
         runs = gh.get(f"/repos/{repo}/commits/{world['feature']}/check-runs").json()["check_runs"]
         notes = {r["id"]: gh.get(f"/repos/{repo}/check-runs/{r['id']}/annotations").json() for r in runs}

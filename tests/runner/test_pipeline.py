@@ -5,10 +5,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from runner.contract import Candidate, Job, SearchBudget, TargetSpec
+import pytest
+
+from runner.contract import Candidate, Job, ProblemSpec, Progress, SearchBudget, TargetSpec
+from runner.errors import ProblemError
 from runner.harness.evaluator import HarnessConfig
 from runner.harness.gpus import device_evaluators
-from runner.pipeline import problem_spec, run_job
+from runner.pipeline import optimize_problem, problem_spec, run_job
 from runner.search.types import Idea
 from tests.runner.conftest import FAST_TIMER
 from tests.runner.cpu_kernels import GOOD, PROBLEM
@@ -167,3 +170,21 @@ def test_a_pool_of_proposers_for_each_search_at_once(monkeypatch):
     monkeypatch.setenv("FUSEBOT_GPUS", "1")
     monkeypatch.setattr("runner.pipeline.visible_gpus", lambda: 2)
     assert job_devices("cuda") == [1] and job_devices("cuda", [0]) == [0]
+
+
+class NoReference:
+    """An evaluator whose module fails as it starts: what progress said before is all there is."""
+
+    def reference_source(self) -> str:
+        raise ProblemError("import", "models/x.py:1", "ModuleNotFoundError: No module named 'dataset'")
+
+
+@pytest.mark.parametrize(("compile_baseline", "timed"), [(True, "timing eager and torch.compile ("),
+                                                         (False, "timing eager (")])
+def test_optimize_says_it_times_the_baselines_before_the_module_starts(tmp_path, compile_baseline, timed):
+    seen: list[Progress] = []
+    budget = SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=1, wall_seconds=60)
+    with pytest.raises(ProblemError):
+        optimize_problem(ProblemSpec(name="x", module="m"), tmp_path, budget, [], NoReference(), "cpu",
+                         progress=seen.append, compile_baseline=compile_baseline)
+    assert [p.message.startswith(timed) for p in seen] == [False, True]  # after the budget's split

@@ -40,6 +40,23 @@ def _problem_error(exc: ProblemError) -> dict:
     return {"ok": False, "problem_error": {"stage": exc.stage, "where": exc.where, "cause": exc.cause}}
 
 
+# What a lost or unusable device says, whichever line of the user's forward was running: a machine fault, not theirs.
+DEVICE_FAULTS = ("no CUDA GPUs", "CUDA-capable device", "CUDA driver", "ECC error", "GPU is lost",
+                 "busy or unavailable")
+
+
+def device_fault(exc: BaseException) -> bool:
+    return any(words in str(exc) for words in DEVICE_FAULTS)
+
+
+def reference_failure(st: State, exc: BaseException) -> BaseException:
+    """The exception the reference's forward raised, as what it is: the user's mistake (a ProblemError naming their
+    file and line), or, where the device itself failed, the exception unchanged (the parent's MachineError)."""
+    if device_fault(exc):
+        return exc
+    return ProblemError("reference", locate(exc, str(st.problem.file)), f"{type(exc).__name__}: {exc}")
+
+
 def init(st: State, msg: dict) -> dict:
     workdir = Path(os.getcwd())
     extra = [Path(p) for p in msg.get("extra_write", [])]
@@ -56,6 +73,8 @@ def init(st: State, msg: dict) -> dict:
     except ProblemError as exc:
         return _problem_error(exc)
     except BaseException as exc:  # noqa: BLE001 - the constructor is the user's code
+        if device_fault(exc):
+            raise
         return _problem_error(ProblemError("init", locate(exc, str(st.problem.file) if st.problem else None),
                                            f"{type(exc).__name__}: {exc}"))
     st.oracle, st.oracle_note = oracle_model(st.model)
@@ -98,8 +117,8 @@ def _run_reference(st: State, inputs: list) -> list:
     with torch.no_grad():
         try:
             out = st.model(*clones)
-        except BaseException as exc:  # noqa: BLE001
-            raise ProblemError("reference", locate(exc, str(st.problem.file)), f"{type(exc).__name__}: {exc}") from None
+        except BaseException as exc:  # noqa: BLE001 - the forward is the user's code
+            raise reference_failure(st, exc) from None
     if st.device.startswith("cuda"):
         torch.cuda.synchronize()
     flat, structure = verify.flatten(out)
@@ -289,7 +308,10 @@ def baselines(st: State, msg: dict) -> dict:
     timer = timing.Timer(st.device, st.timer_cfg)
     result: dict = {}
     with torch.no_grad():
-        result["eager"] = timer.measure(lambda: st.model(*inputs)).model_dump()
+        try:
+            result["eager"] = timer.measure(lambda: st.model(*inputs)).model_dump()
+        except BaseException as exc:  # noqa: BLE001 - the forward is the user's code
+            raise reference_failure(st, exc) from None
         if msg.get("compile"):
             try:
                 compiled = torch.compile(st.model)
@@ -308,7 +330,10 @@ def profile(st: State, msg: dict) -> dict:
 
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     with torch.no_grad():
-        _, kernels, _ = profile_kernels(lambda: st.model(*inputs), Path(os.getcwd()) / "ref_trace.json")
+        try:
+            _, kernels, _ = profile_kernels(lambda: st.model(*inputs), Path(os.getcwd()) / "ref_trace.json")
+        except BaseException as exc:  # noqa: BLE001 - the forward is the user's code
+            raise reference_failure(st, exc) from None
     return {"kernels": [k["name"] for k in kernels]}
 
 
@@ -325,10 +350,14 @@ def bandwidth(st: State, msg: dict) -> dict:
 
 def _releasing(handler):
     """Give the caching allocator's free blocks back to the device after each request: the judge's inputs, clones and
-    baselines of a 7 GB problem left 50 GB reserved on the H100, and a candidate's process then ran out of memory."""
+    baselines of a 7 GB problem left 50 GB reserved on the H100, and a candidate's process then ran out of memory.
+    A ProblemError (the user's inputs or forward failed, whichever request ran them) is answered as one: the parent
+    reports it as the user's, not as a broken judge."""
     def run(st: State, msg: dict) -> dict:
         try:
             return handler(st, msg)
+        except ProblemError as exc:
+            return _problem_error(exc)
         finally:
             if torch.cuda.is_initialized():
                 torch.cuda.empty_cache()

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 import bot.action.entry
 from bot import cli
-from bot.github.platform import find_marker
+from bot.github.platform import PlatformError, find_marker
 from bot.publish import pr
-from runner.contract import Job, JobResult
+from runner.contract import ExitStatus, Job, JobResult
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_world import (
     TOKEN,
@@ -239,7 +239,7 @@ def test_a_config_error_is_annotated_at_its_line_and_fails_the_step(world: Actio
     w.shas["main"] = w.repo.commit({".github/fusebot.yml": "version: 1\npr_grouping: sometimes\n"}, "bad config")
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("schedule", schedule_payload()))
-    assert res.exit_code == 1
+    assert res.exit_code == ExitStatus.USAGE
     assert "::error file=.github/fusebot.yml,line=2::pr_grouping" in res.output
     assert w.jobs == [] and "configuration error" in w.summary.read_text()
     printed = res.output.split("fusebot: configuration error. `.github/fusebot.yml` is invalid:\n", 1)[1]
@@ -252,7 +252,7 @@ def test_a_config_target_naming_a_missing_class_is_a_configuration_error_at_its_
     w.shas["main"] = w.repo.commit({".github/fusebot.yml": config}, "configure fusebot")
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("schedule", schedule_payload()))
-    assert res.exit_code == 1 and w.jobs == []
+    assert res.exit_code == ExitStatus.USAGE and w.jobs == []
     assert "::error file=.github/fusebot.yml,line=3::targets.0.class: models/attn.py defines no class Atention" \
         in res.output
 
@@ -267,7 +267,7 @@ def test_a_marked_file_with_a_syntax_error_is_annotated_at_its_line_not_nothing_
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("schedule", schedule_payload()))
     line = broken.splitlines().index("def get_inputs(:") + 1
-    assert res.exit_code == 1 and w.jobs == []
+    assert res.exit_code == ExitStatus.USAGE and w.jobs == []
     assert f"::error file=models/attn.py,line={line}::syntax error" in res.output
     summary = w.summary.read_text()
     assert "marked files need fixing" in summary and "No marked targets" not in summary
@@ -279,11 +279,11 @@ def test_missing_settings_refuse_to_start_naming_the_variable(world: ActionWorld
     env = w.event("schedule", schedule_payload())
     del env["GITHUB_SHA"]
     res = CliRunner().invoke(cli.app, ["action"], env={**env, "FUSEBOT_GITHUB_TOKEN": ""})
-    assert res.exit_code == 2
+    assert res.exit_code == ExitStatus.USAGE
     assert "GITHUB_SHA" in res.output and "token is empty" in res.output
     assert w.jobs == [] and w.fake.calls == []
     res = CliRunner().invoke(cli.app, ["action"], env={**w.event("schedule", schedule_payload()), "FUSEBOT_GPUS": "0;1"})
-    assert res.exit_code == 2 and "gpus takes device indices like 0,1" in res.output and w.jobs == []
+    assert res.exit_code == ExitStatus.USAGE and "gpus takes device indices like 0,1" in res.output and w.jobs == []
 
 
 def test_a_failed_search_fails_the_check_run_and_the_step(world: ActionWorld, monkeypatch: pytest.MonkeyPatch):
@@ -295,12 +295,24 @@ def test_a_failed_search_fails_the_check_run_and_the_step(world: ActionWorld, mo
     monkeypatch.setattr(bot.action.entry, "search", broken)
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("workflow_dispatch", dispatch_payload()))
-    assert res.exit_code == 1
+    assert res.exit_code == ExitStatus.MACHINE
     [run] = w.fake.check_run_list()
     assert run["conclusion"] == "failure" and "CUDA error: no device" in run["output"]["summary"]
     assert TOKEN not in run["output"]["summary"] and TOKEN not in w.summary.read_text()
     assert bot_prs(w) == []
 
+
+
+def test_github_unreachable_is_a_broken_machine_exit_3(world: ActionWorld, monkeypatch: pytest.MonkeyPatch):
+    w = world
+
+    def unreachable(settings, run_job=None, platform_factory=None):
+        raise PlatformError(f"could not reach api.github.com (token {TOKEN})")
+
+    monkeypatch.setattr(bot.action.entry, "run", unreachable)
+    res = run_action(w, w.event("workflow_dispatch", dispatch_payload()))
+    assert res.exit_code == ExitStatus.MACHINE
+    assert "::error title=fusebot::could not reach api.github.com" in res.output and TOKEN not in res.output
 
 def test_a_fork_on_plain_pull_request_gets_results_and_patch_in_the_summary(world: ActionWorld):
     """On `pull_request` GitHub gives a fork's run a read-only token: writes answer 403. The step still succeeds,
@@ -333,7 +345,7 @@ def test_models_without_an_endpoint_stop_before_anything_starts(world: ActionWor
     w.checkout(w.shas["main"])
     res = run_action(w, w.event("workflow_dispatch", dispatch_payload()), FUSEBOT_MODELS="gpt-x",
                      FUSEBOT_LLM_BASE_URL="", FUSEBOT_LLM_API_KEY="")
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == ExitStatus.USAGE, res.output
     assert "::error title=fusebot LLM settings::FUSEBOT_LLM_BASE_URL" in res.output
     assert w.jobs == [] and w.fake.calls == []  # no check run, no search
     assert "LLM settings are invalid" in w.summary.read_text()

@@ -112,3 +112,15 @@ def test_a_labelled_pr_on_the_local_github_becomes_a_queued_job(tmp_path: Path, 
     github = (tmp_path / "github.log").read_text()
     assert "POST /repos/Codertocat/Hello-World/issues/comments/" in github and "/reactions -> 201" in github
     assert re.search(r"reaction \d+: \d+ \| \+1", github) and "outside GitHub's OpenAPI description" not in github
+
+
+def test_no_bot_or_no_github_is_said_in_one_line_with_what_starts_it(tmp_path: Path):
+    work = tmp_path / "w"
+    assert tool("setup", "--workdir", str(work)).returncode == 0
+    nobody = f"http://127.0.0.1:{free_port()}"
+    label = tool("label", "--workdir", str(work), "--bot", nobody)
+    assert label.returncode == 3 and label.stdout == ""
+    assert label.stderr == f"error: no bot at {nobody}: start `fusebot serve` or pass --bot URL (ConnectError)\n"
+    shown = tool("show", "--workdir", str(work))  # `serve` was never started
+    assert shown.returncode == 3 and shown.stderr.startswith("error: no GitHub at http://127.0.0.1:")
+    assert "Traceback" not in label.stderr + shown.stderr

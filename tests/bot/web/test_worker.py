@@ -314,7 +314,7 @@ def test_worker_with_a_wrong_token_stops_at_once(live, monkeypatch, caplog):
         result = CliRunner().invoke(app, ["--bot", live.url])  # no --once: it must not loop on a refused token
     finally:
         signal.signal(signal.SIGTERM, previous)
-    assert result.exit_code == 3 and "refused this runner's token" in caplog.text
+    assert result.exit_code == 2 and "refused this runner's token" in caplog.text
     assert "not-a-runner-token-0123456789" not in caplog.text
 
 

@@ -11,8 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from runner.cli.bench import BenchRow, bench_markdown, geomean, write_table
+from runner.cli import bench as bench_module
+from runner.cli.bench import BenchRow, bench_app, bench_markdown, geomean, write_table
+from runner.contract import ExitStatus
+from runner.errors import MachineError
 from tests.session_env import denied_by_noise, session_env
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,3 +136,47 @@ def test_on_an_idle_machine_the_catalogs_fused_loop_beats_five_eager_passes(tmp_
     result = json.loads((out / "result.json").read_text())
     assert result["improved"], result["message"]
     assert "kernel.cpp" in result["files"] and p.stdout.startswith("improved: ")
+
+
+def test_bench_says_nothing_marked_for_an_unmarked_file_and_names_a_broken_ones_line(tmp_path):
+    """No search runs: "no improvement" is said only of what was searched."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "nothing.py").write_text("import torch\n\n\nclass Plain(torch.nn.Module):\n    pass\n")
+    (suite / "raises.py").write_text("import torch\n\n\n# fusebot: optimize\nclass Gain(torch.nn.Module):\n"
+                                     "    def forward(self, x):\n        return x * 2\n\n\ndef get_inputs():\n"
+                                     "    raise ValueError('dataset not found')\n")
+    cmd = [sys.executable, "-m", "bot.cli", "bench", "suite", "--out", "out", "--backend", "cpu",
+           "--no-compile-baseline", "--rounds", "1", "--ideas", "1", "--implementations", "1"]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env_without_llm(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines()[:2] == [
+        "nothing marked in nothing.py: no class marked `# fusebot: optimize` and no class 'Model'",
+        "raises.py: error: suite/raises.py:11: get_inputs() failed: ValueError: dataset not found"]
+    assert "no improvement" not in p.stdout
+    rows = {r["problem"]: r for r in json.loads((tmp_path / "out/results.json").read_text())["rows"]}
+    assert rows["nothing"]["unmarked"] and not rows["raises"]["unmarked"]
+    assert "| nothing (nothing marked) |" in (tmp_path / "out/README.md").read_text()
+
+
+def test_a_broken_machine_stops_bench_with_exit_3_after_the_table(tmp_path, monkeypatch):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(FIXTURES / "catalog/mingpt_gelu.py", suite)
+    shutil.copy(FIXTURES / "catalog/rmsnorm.py", suite)
+
+    def dead(*args, **kwargs):
+        raise MachineError("the reference process died during init: killed")
+
+    monkeypatch.setattr(bench_module, "device_evaluators", dead)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(bench_app, [str(suite), "--out", str(out), "--backend", "cpu"])
+    assert r.exit_code == ExitStatus.MACHINE, r.output
+    assert "error: machine: the reference process died during init: killed" in r.output
+    assert [row["problem"] for row in json.loads((out / "results.json").read_text())["rows"]] == ["mingpt_gelu"]
+
+
+def test_bench_points_a_file_to_optimize(tmp_path):
+    r = CliRunner().invoke(bench_app, [str(FIXTURES / "scale_relu.py"), "--out", str(tmp_path / "o")])
+    assert r.exit_code == ExitStatus.USAGE
+    assert "not a folder: `fusebot optimize" in " ".join(r.output.split())

@@ -19,6 +19,7 @@ from runner.cli import common
 from runner.cli.bench import bench_app
 from runner.cli.eval import eval_app
 from runner.cli.optimize import optimize_app
+from runner.contract import EXIT_STATUS
 from runner.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,7 +36,9 @@ def test_help_has_a_description_capital_metavars_and_no_type_tags(name, flag):
     lines = result.stdout.splitlines()
     assert lines[0] == f"Usage: fusebot {name} [OPTIONS] {arguments}"
     assert lines[1] == "" and lines[2].strip() and not lines[2].startswith("Arguments")  # a description
-    assert "Exit status:" in result.stdout
+    table = result.stdout.split("Exit status:\n", 1)[1]  # the one table of every command, unwrapped
+    assert [line.split(None, 1) for line in table.splitlines()[:len(EXIT_STATUS)]] == \
+        [[str(int(code)), meaning] for code, meaning in EXIT_STATUS.items()]
     assert not re.search(r"<(bool|path|file|int|float|str|text)[^>]*>", result.stdout), result.stdout
     assert "{" not in result.stdout and "-h, --help" in result.stdout
 

@@ -18,6 +18,7 @@ from runner.cli import optimize as optimize_cli
 from runner.cli.optimize import optimize_app
 from runner.cli.progress import ProgressView, progress_line
 from runner.contract import Confirmation, Environment, Progress
+from runner.pipeline import baselines_note
 from tests.fakes.evaluators import TableEvaluator
 from tests.runner.search.test_loop import Scripted
 
@@ -107,7 +108,15 @@ def test_on_a_terminal_progress_is_one_live_line():
     with view:
         view(Progress(round=2, built=5, verified=3, rejected=2, best_speedup=1.5))
     assert "verified 3" in buf.getvalue() and "\x1b[" in buf.getvalue()
+    first = io.StringIO()  # before the search: the message alone, whole on an 80-column terminal
+    with ProgressView(Console(file=first, force_terminal=True, width=80), rounds=3) as view:
+        view(Progress(message=baselines_note()))
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", first.getvalue())
+    assert "fusebot timing eager and torch.compile (once per problem and machine)\n" in shown
+    assert "round 0" not in shown  # no counts before there is anything to count
     plain = ProgressView(Console(file=io.StringIO()), rounds=3)
     assert plain.live is None
     assert progress_line(Progress(round=2, built=5, verified=3, rejected=2, best_speedup=1.5, message="x"), 3) == \
         "round 2/3: built 5, verified 3, rejected 2, best 1.50x (x)"
+    assert progress_line(Progress(message="timing eager ..."), 3) == "timing eager ..."
+    assert progress_line(Progress(), 3) == "round 0/3: built 0, verified 0, rejected 0, best -"

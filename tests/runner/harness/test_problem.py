@@ -36,6 +36,21 @@ def test_broken_problem_names_file_line_and_cause(harness_cache, name, stage, li
     assert cause in err.cause
 
 
+@pytest.mark.parametrize(("name", "stage", "line", "cause"), [
+    ("inputs_error", "inputs", 10, "RuntimeError"),
+    ("reference_error", "reference", 6, "ValueError: the reference is broken"),
+])
+def test_a_broken_problem_is_a_problem_error_when_its_baselines_run_first(harness_cache, name, stage, line, cause):
+    """With a model configured the baselines are the judge's first request after init: get_inputs() or forward
+    failing there is the user's mistake at their line, not a broken judge (a MachineError)."""
+    spec = ProblemSpec(name=name, path=str(BROKEN / f"{name}.py"))
+    config = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
+    with Evaluator(spec, backend="cpu", config=config) as ev, pytest.raises(ProblemError) as info:
+        ev.baselines()
+    assert (info.value.stage, info.value.where) == (stage, f"{BROKEN / name}.py:{line}")
+    assert cause in info.value.cause
+
+
 def test_hanging_input_factory_is_a_problem_error_not_a_hang(harness_cache):
     with pytest.raises(ProblemError) as info:
         _evaluate("inputs_hang", harness_cache, trial_timeout_s=2)

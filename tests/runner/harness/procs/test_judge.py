@@ -1,0 +1,47 @@
+"""The judge's classification of a failure in the user's code: their mistake (a ProblemError at their file and line),
+unless the device itself failed (left to the parent as a machine fault)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.errors import ProblemError
+from runner.harness.procs import judge
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:  # noqa: BLE001 - a traceback to locate
+        return caught
+
+
+def _state() -> judge.State:
+    st = judge.State()
+    st.problem = type("Problem", (), {"file": Path(__file__)})()
+    return st
+
+
+def test_an_exception_in_the_users_forward_is_their_problem_at_their_line():
+    err = judge.reference_failure(_state(), _raised(RuntimeError("mat1 and mat2 shapes cannot be multiplied")))
+    assert isinstance(err, ProblemError) and err.stage == "reference"
+    assert err.where.startswith(f"{Path(__file__)}:") and err.cause.startswith("RuntimeError: mat1")
+
+
+@pytest.mark.parametrize("message", ["CUDA error: no CUDA GPUs are available",
+                                     "CUDA driver error: unknown error",
+                                     "CUDA error: uncorrectable ECC error encountered"])
+def test_a_lost_device_is_left_as_it_is_for_the_parent_to_call_a_machine_fault(message):
+    exc = _raised(RuntimeError(message))
+    assert judge.reference_failure(_state(), exc) is exc
+
+
+def test_a_problem_error_in_any_request_is_answered_as_one():
+    def baselines(st, msg):
+        raise ProblemError("inputs", "models/x.py:10", "ValueError: dataset not found")
+
+    reply = judge._releasing(baselines)(_state(), {})
+    assert reply == {"ok": False, "problem_error": {"stage": "inputs", "where": "models/x.py:10",
+                                                    "cause": "ValueError: dataset not found"}}
