@@ -3,6 +3,8 @@ through it, the catalog's generated checks (runner/catalog/codegen/head.py) and 
 (runner/harness/dropin_guard.py) are written from it, and tests/test_layout.py holds runner/csrc/fusebot.h's
 `enum fb_dtype` to it. Torch-free: a torch dtype's name is the key (`getattr(torch, name)`)."""
 
+import textwrap
+
 ABI_DTYPES: dict[str, int] = {
     "float32": 0,
     "float16": 1,
@@ -17,5 +19,7 @@ ABI_DTYPES: dict[str, int] = {
 
 
 def guard_table() -> str:
-    """The drop-in guard's `_DTYPES` literal (torch dtype -> code), as Python source."""
-    return "{" + ", ".join(f"torch.{name}: {code}" for name, code in ABI_DTYPES.items()) + "}"
+    """The drop-in guard's `_DTYPES` literal (torch dtype -> code), as Python source wrapped to 120 columns after
+    `_DTYPES = `."""
+    text = "{" + ", ".join(f"torch.{name}: {code}" for name, code in ABI_DTYPES.items()) + "}"
+    return "\n".join(textwrap.wrap(text, 120, initial_indent=" " * 10, subsequent_indent=" " * 11)).lstrip()
