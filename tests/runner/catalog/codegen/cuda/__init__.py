@@ -6,4 +6,6 @@ cluster, columns, common, flat, grid, onchip, params, prelude, rows, split, tota
   forward on the emulated GPU; one kernel serving other sizes)
 regs: tests/runner/catalog/codegen/test_cuda_regs.py (emulated GPU, nvcc, the one-load PTX check) and
   test_cuda_regs_gpu.py (H100)
+rope: tests/runner/catalog/codegen/test_cuda_rope.py (the suite's RoPE problems on the emulated GPU, bf16 bit-exact;
+  vector loads only and no 64-bit division in the PTX)
 """
