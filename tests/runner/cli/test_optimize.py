@@ -62,7 +62,7 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
     with ScriptedLLM(script) as srv:
         p = optimize(out, cli_env(srv.url, tmp_path), "--rounds", "1", "--ideas", "2", "--implementations", "2",
                      "--max-repairs", "1")
-        log, _ = p.communicate(timeout=300)
+        log, _ = p.communicate(timeout=600)
     assert p.returncode == 0, log
     result = json.loads((out / "result.json").read_text())
     said = result["message"]
@@ -74,7 +74,17 @@ def test_optimize_writes_a_verified_kernel_dropin_test_report_and_result(tmp_pat
     summary = result["trace_summary"]
     # the no-code answer, and its re-ask when the scripted server has no reply left for it: the four implement calls
     # run at once, so which prompt gets which scripted reply varies from run to run
-    assert (summary["accepted"], summary["rejected"]) == (3, 2) and summary["no_code"] in (1, 2)
+    assert summary["no_code"] in (1, 2), summary
+    # the broken and the wrong kernel are rejected for what they are; the three good ones are accepted, unless the
+    # parent's clocks on a loaded host did not bear out the timer (a measurement's verdict, stated as such)
+    judged = {e["verdict"]["candidate_id"]: e["verdict"] for e in _events(out / "trace.jsonl")
+              if e.get("event") == "evaluated"}
+    stages = sorted(v["stage"] for v in judged.values() if not v["accepted"])
+    good = [v for v in judged.values() if v["stage"] in ("done", "time")]
+    assert len(judged) == 5 and stages.count("build") == 1 and stages.count("verify") == 1, _verdict_reasons(
+        out / "trace.jsonl")
+    assert len(good) == 3 and all(v["accepted"] or _measured_out(v) for v in good), good
+    assert summary["accepted"] == sum(v["accepted"] for v in good) and summary["rejected"] == 5 - summary["accepted"]
     kernel_files = ["kernel.cpp", "fusebot.h", "reference.py", "dropin.py", "test_dropin.py",
                     f"kernel.{cpu_level()}.so.b64"]  # the last: the library the drop-in ships
     assert sorted(result["files"]) == sorted(["report.md", "result.json", *(kernel_files if claimed else [])])
@@ -153,6 +163,11 @@ def _events(trace: Path) -> list[dict]:
     return list(read_events(trace)) if trace.exists() else []
 
 
+def _measured_out(verdict: dict) -> bool:
+    """A verified kernel rejected at timing by the parent's cross-check alone."""
+    return verdict["stage"] == "time" and all(r.startswith("timer-escape") for r in verdict["reasons"])
+
+
 def _verdict_reasons(trace: Path) -> list:
     """Each judged candidate's id, stage and reasons, for a failure's message."""
     return [(e["verdict"].get("candidate_id"), e["verdict"].get("stage"), e["verdict"].get("reasons"))
@@ -172,7 +187,7 @@ def test_a_search_killed_mid_way_resumes_without_redoing_finished_work(tmp_path)
         # a 100 ms timer cross-check (its escapes are 10x; tests/runner/harness has its own tests): the same resume
         env = cli_env(srv.url, tmp_path) | {"FUSEBOT_CPU_CHECK_MS": "100"}
         first = optimize(out, env, *args)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 480
         while not any(e["event"] == "evaluated" for e in _events(trace)):
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
             time.sleep(0.05)
@@ -186,7 +201,7 @@ def test_a_search_killed_mid_way_resumes_without_redoing_finished_work(tmp_path)
         assert answered and evaluated and not any(e["event"] == "end" for e in before)
 
         second = optimize(out, env, *args)
-        log, _ = second.communicate(timeout=300)
+        log, _ = second.communicate(timeout=600)
         assert second.returncode == 0, log
     after = _events(trace)[len(before):]
     assert after[0]["event"] == "resume" and after[-1]["event"] == "end"
