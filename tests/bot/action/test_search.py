@@ -27,7 +27,7 @@ from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ROOT, action_outputs, context_for, run_fusebot_step
 from tests.bot.action_world import TOKEN, ActionWorld
 from tests.bot.helpers import APP_ID, INSTALLATION, MODULE, REPO, GitRepo, rsa_keys
-from tests.session_env import session_env
+from tests.session_env import says_measurement_denied, session_env
 
 TARGET = "models.row_gain.RowGain"
 CONFIG = "budget: {rounds: 1, ideas_per_round: 1, implementations_per_idea: 1, wall_seconds: 1800}\n"
@@ -63,7 +63,7 @@ def assert_declined_honestly(w: ActionWorld, context, log: str) -> None:
     [run] = w.fake.check_run_list()
     assert (run["head_sha"], run["status"], run["conclusion"]) == (w.shas["feature"], "completed", "neutral")
     summary = w.summary.read_text()
-    assert summary.startswith("## fusebot") and ("nothing beat" in summary or "spread" in summary), summary[:3000]
+    assert summary.startswith("## fusebot") and says_measurement_denied(summary), summary[:3000]
     for text in (log, summary, w.output.read_text()):
         assert TOKEN not in text
 
