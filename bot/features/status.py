@@ -1,4 +1,6 @@
-"""`/fusebot status`: a pull request's jobs, each with its state, attempts and times (queued, started, finished).
+"""`/fusebot status`: a pull request's jobs, each with its state, attempts and times (queued, started, finished). A job
+whose worker stopped answering says which attempt it is on and why ("queued, attempt 2 of 3: the previous worker
+stopped answering").
 
 The times come from a read-only query of the jobs and units tables (`job_times`; bot/store/ has no such query):
 queued is when the job was recorded, started when a runner last took its first unit (a target; a retried unit counts
@@ -12,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy import func, select
 
-from bot.store.db import JobRow, UnitRow
+from bot.store.db import ACTIVE_STATES, JobRow, UnitRow
 from bot.store.jobs import JobInfo
 from bot.store.store import Store
 
@@ -52,9 +54,12 @@ def _state(j: JobInfo) -> str:
     if j.state == "failed" and j.error:
         reason = " ".join(j.error.split())
         return f"failed: {reason[:80]}" + ("…" if len(reason) > 80 else "")
+    state = j.state
     if j.state == "running" and j.progress is not None and j.progress.round:
-        return f"running (round {j.progress.round})"
-    return j.state
+        state = f"running (round {j.progress.round})"
+    if j.retry_note and j.state in ACTIVE_STATES:  # its worker was lost (or gave it back): which attempt, and why
+        state += f", {j.retry_note}"
+    return state
 
 
 def status_text(store: Store, repo: str, number: int) -> str:
@@ -70,4 +75,5 @@ def status_text(store: Store, repo: str, number: int) -> str:
         state = _state(j).replace("|", "\\|")
         rows.append(f"| `{j.id[:12]}` | {j.spec.kind} | {j.sha[:12]} | {j.trigger} | {state} | {j.attempts} "
                     f"| {when(t.queued)} | {when(t.started)} | {when(t.finished)} | {_what(j)} |")
-    return STATUS_MARKER + "\n" + "\n".join(rows) + "\n\nTimes are UTC; attempts count the runner leases."
+    return (STATUS_MARKER + "\n" + "\n".join(rows) + f"\n\nTimes are UTC; attempts count the runner leases, at most "
+            f"{store.max_attempts}: a job whose worker stops answering goes to another until they are spent.")

@@ -20,6 +20,7 @@ from bot.publish import pr
 from bot.publish.benchmark import benchmark_check
 from bot.publish.deliver import deliver_job
 from bot.publish.hygiene import hygiene_check
+from bot.store.db import ACTIVE_STATES
 from bot.store.jobs import JobInfo
 from bot.store.units import UnitInfo
 
@@ -51,8 +52,18 @@ def _unit_line(u: UnitInfo) -> str:
         state = f"running{where}{detail}"
     else:
         state = {"queued": "waiting for a GPU runner", "succeeded": "done"}.get(u.state, u.state)
-    again = f" (attempt {u.attempts})" if u.attempts > 1 else ""
+    if u.retry_note and u.state in ACTIVE_STATES:
+        again = f" — {u.retry_note}"
+    else:
+        again = f" (attempt {u.attempts})" if u.attempts > 1 else ""
     return f"- `{u.target}`: {state}{again}"
+
+
+def retry_line(job: JobInfo) -> str:
+    """`Attempt 2 of 3: the previous worker stopped answering (runner gpu-a).` and a blank line, while a job whose
+    worker was lost (or gave it back) waits for or runs its next attempt; empty otherwise."""
+    note = job.retry_note if job.state in ACTIVE_STATES else None
+    return f"{note[:1].upper()}{note[1:]}.\n\n" if note else ""
 
 
 def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
@@ -64,8 +75,10 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
         return _kernel_job_view(job)
     n = len(job.spec.targets)
     targets = "\n".join(f"- `{t.name}` ({t.file})" for t in job.spec.targets[:50])
+    again = retry_line(job)
     if job.state == "queued":
-        return CheckOutput("queued", f"Queued: {n} target(s)", f"Waiting for a GPU runner.\n\n{targets}")
+        title = f"Queued again: {n} target(s)" if again else f"Queued: {n} target(s)"
+        return CheckOutput("queued", title, f"{again}Waiting for a GPU runner.\n\n{targets}")
     if job.state in ("leased", "running"):
         p = job.progress
         detail = f"round {p.round}, {p.built} built, {p.verified} verified" if p else "starting"
@@ -73,7 +86,7 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
             detail += f", best {p.best_speedup:.2f}x"
         if len(units) > 1:
             targets = "\n".join(_unit_line(u) for u in units[:50])
-        return CheckOutput("in_progress", f"Searching: {detail}", targets)
+        return CheckOutput("in_progress", f"Searching: {detail}", again + targets)
     improved = [t for t in (job.result.targets if job.result else []) if t.improved]
     if not improved:
         return CheckOutput("completed", "No faster kernel found", "Nothing beat the faster baseline.", "neutral")
@@ -86,13 +99,14 @@ def _kernel_job_view(job: JobInfo) -> CheckOutput:
     spec = job.spec
     kernels = "\n".join(f"- `{spec.kernels_dir}/{k}`" for k in spec.kernels[:50])
     what = "Re-measure" if spec.kind == "benchmark" else "Re-verify"
+    again = retry_line(job)
     if job.state == "queued":
-        return CheckOutput("queued", f"Queued: {what.lower()} {len(spec.kernels)} kernel(s)",
-                           f"Waiting for a GPU runner.\n\n{kernels}")
+        return CheckOutput("queued", f"Queued{' again' if again else ''}: {what.lower()} {len(spec.kernels)} kernel(s)",
+                           f"{again}Waiting for a GPU runner.\n\n{kernels}")
     if job.state in ("leased", "running"):
         p = job.progress
         title = p.message[:1].upper() + p.message[1:] if p and p.message else f"{what}: starting"
-        return CheckOutput("in_progress", pr.clip(title[:255]), kernels)
+        return CheckOutput("in_progress", pr.clip(title[:255]), again + kernels)
     if job.result is None:
         return CheckOutput("completed", "No result", "The job finished without a result.", "neutral")
     out = benchmark_check(spec, job.result) if spec.kind == "benchmark" else hygiene_check(job.result.targets)
@@ -102,10 +116,12 @@ def _kernel_job_view(job: JobInfo) -> CheckOutput:
 def status_view(job: JobInfo) -> str:
     """The labelled PR's status comment while its newest search job is not done (pure)."""
     sha = f"`{job.sha[:12]}`"
-    if job.state == "queued":
+    if job.state == "queued" and job.retry_note:
+        state, detail = "queued", f"The run at {sha} is waiting for a GPU runner again: {job.retry_note}."
+    elif job.state == "queued":
         state, detail = "queued", f"A new run at {sha} is waiting for a GPU runner."
     elif job.state in ("leased", "running"):
-        state, detail = "running", f"Searching {sha} (attempt {max(job.attempts, 1)})."
+        state, detail = "running", f"Searching {sha} ({job.retry_note or f'attempt {max(job.attempts, 1)}'})."
     elif job.state == "cancelled":
         state, detail = "cancelled", f"The run at {sha} was cancelled: nothing from it will be proposed."
     else:

@@ -6,10 +6,12 @@ import functools
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
+
+from bot.store.db import utcnow
 
 T = TypeVar("T")
 
@@ -29,9 +31,11 @@ def writes(method: Callable[..., T]) -> Callable[..., T]:
 
 
 class StoreBase:
-    def __init__(self, sessions: sessionmaker, *, max_attempts: int = 3, claim_seconds: float = 60.0) -> None:
+    def __init__(self, sessions: sessionmaker, *, max_attempts: int = 3, claim_seconds: float = 60.0,
+                 clock: Callable[[], datetime] = utcnow) -> None:
         self.sessions = sessions
         self.max_attempts = max_attempts
+        self.clock = clock  # "now" (aware UTC) wherever a caller gives none: leases, heartbeats, their expiry
         self.claim = timedelta(seconds=claim_seconds)
         is_sqlite = sessions.kw["bind"].dialect.name == "sqlite"
         self._write_lock: AbstractContextManager[Any] = threading.RLock() if is_sqlite else nullcontext()

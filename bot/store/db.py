@@ -10,7 +10,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Engine, Index, Integer, String, Text, UniqueConstraint, create_engine, event
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Engine,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    inspect,
+    text,
+)
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -80,6 +94,7 @@ class JobRow(Base):
     leased_by: Mapped[str | None] = mapped_column(String(100))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    retry_note: Mapped[str | None] = mapped_column(Text)  # its units' latest "attempt 2 of 3: ..." (see UnitRow)
     progress: Mapped[str | None] = mapped_column(Text)
     result: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
@@ -112,6 +127,8 @@ class UnitRow(Base):
     leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # the last lease: round-robin over repositories
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # why the unit went back to the queue, for its next attempt: "attempt 2 of 3: the previous worker stopped answering"
+    retry_note: Mapped[str | None] = mapped_column(Text)
     progress: Mapped[str | None] = mapped_column(Text)
     result: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
@@ -154,7 +171,30 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+def add_missing_columns(engine: Engine) -> list[str]:
+    """Columns added to a table after a database was created (nullable, so they need no value): added in place, so
+    a bot upgraded over its old database keeps its queue. Returns the `table.column`s added (another process
+    starting at once may add some of them first: those are not errors)."""
+    added = []
+    for table in Base.metadata.sorted_tables:
+        present = {c["name"] for c in inspect(engine).get_columns(table.name)}
+        for col in table.columns:
+            if col.name in present or not col.nullable:
+                continue
+            kind = col.type.compile(dialect=engine.dialect)
+            try:
+                with engine.begin() as conn:
+                    conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{col.name}" {kind}'))
+            except DBAPIError:
+                if col.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                    raise
+                continue
+            added.append(f"{table.name}.{col.name}")
+    return added
+
+
 def init_db(url: str) -> sessionmaker:
     engine = make_engine(url)
     Base.metadata.create_all(engine)
+    add_missing_columns(engine)
     return sessionmaker(engine, expire_on_commit=False)

@@ -9,7 +9,8 @@ handling one delivery twice (after a crash) never records a second job, nor seco
 same transaction.
 
 Job states: queued -> leased -> running -> succeeded | failed; any active state -> cancelled (and its units with it);
-running -> queued again when no unit is leased any more (a released or expired lease).
+running -> queued again when no unit is leased any more (a released or expired lease: `retry_note` then says which
+attempt comes next and why).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class JobInfo:
     result: JobResult | None
     error: str | None
     spec: Job
+    retry_note: str | None = None  # its latest retried unit's "attempt 2 of 3: the previous worker stopped answering"
 
 
 def _info(row: JobRow) -> JobInfo:
@@ -97,6 +99,7 @@ def _info(row: JobRow) -> JobInfo:
         result=JobResult.model_validate_json(row.result) if row.result else None,
         error=row.error,
         spec=Job.model_validate_json(row.spec),
+        retry_note=row.retry_note,
     )
 
 

@@ -4,7 +4,9 @@ A unit is one target of a job (bot/store/jobs.py `split_job`): N workers on N GP
 or one nightly run at once. Leases, retries and idempotence are per unit, with the patterns jobs had:
 
 - every transition is one compare-and-swap UPDATE on the unit (`... WHERE lease_hash = ? AND state IN (...)`);
-- a lease expires after its TTL without a heartbeat: the unit goes back to the queue, or fails after `max_attempts`;
+- a lease expires after its TTL without a heartbeat (its worker stopped answering): the unit goes back to the queue
+  with a note for its next attempt ("attempt 2 of 3: the previous worker stopped answering"), or fails once
+  `max_attempts` leases are spent, with that reason;
 - a result from a lease that has been replaced is refused (LeaseError), a repeated upload records nothing.
 
 Each transition then brings the unit's job up to date in the same transaction (`_sync_job`): leased or running while a
@@ -33,8 +35,9 @@ from sqlalchemy import exists, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
+from bot.store.attempts import attempt_of, given_back_note, lost_on_last_attempt, lost_worker_note
 from bot.store.base import StoreBase, writes
-from bot.store.db import ACTIVE_STATES, TERMINAL_STATES, JobRow, UnitRow, utcnow
+from bot.store.db import ACTIVE_STATES, TERMINAL_STATES, JobRow, UnitRow
 from bot.store.jobs import Lease, LeaseError, split_job, token_hash
 from runner.contract import Job, JobResult, Progress, TargetResult
 
@@ -57,6 +60,7 @@ class UnitInfo:
     result: JobResult | None
     error: str | None
     source_path: str | None = None  # the job's source tarball (check_lease fills it in)
+    retry_note: str | None = None  # why this is not its first attempt: "attempt 2 of 3: the previous worker ..."
 
 
 def _unit_info(row: UnitRow, source_path: str | None = None) -> UnitInfo:
@@ -64,7 +68,7 @@ def _unit_info(row: UnitRow, source_path: str | None = None) -> UnitInfo:
                     attempts=row.attempts, leased_by=row.leased_by,
                     progress=Progress.model_validate_json(row.progress) if row.progress else None,
                     result=JobResult.model_validate_json(row.result) if row.result else None, error=row.error,
-                    source_path=source_path)
+                    source_path=source_path, retry_note=row.retry_note)
 
 
 def combined_progress(units: list[UnitRow]) -> Progress | None:
@@ -133,8 +137,10 @@ class Units(StoreBase):
         if not units:
             return
         progress = combined_progress(units)
+        noted = [u for u in units if u.retry_note]
         values: dict[str, Any] = {"progress": progress.model_dump_json() if progress else None,
-                                  "attempts": max(u.attempts for u in units)}
+                                  "attempts": max(u.attempts for u in units),
+                                  "retry_note": max(noted, key=lambda u: u.attempts).retry_note if noted else None}
         states = {u.state for u in units}
         if states <= set(TERMINAL_STATES):
             state, result, error = gathered(job_id, units)
@@ -172,8 +178,9 @@ class Units(StoreBase):
     # ---- expiry ------------------------------------------------------------------------------------------------
     @writes
     def requeue_expired(self, now: datetime | None = None) -> int:
-        """Leases whose holder went quiet: back to the queue, or failed once attempts are spent."""
-        now = now or utcnow()
+        """Leases whose holder stopped heart-beating: back to the queue with a note for the next attempt, or failed
+        once `max_attempts` leases are spent."""
+        now = now or self.clock()
         held = UnitRow.state.in_(HELD) & (UnitRow.lease_expires_at < now)
         with self._s() as s:
             jobs = sorted(set(s.scalars(select(UnitRow.job_id).where(held))))
@@ -181,15 +188,21 @@ class Units(StoreBase):
         for job_id in jobs:  # one job at a time, in id order: no two processes lock jobs in opposite orders
             with self._s() as s:
                 self._lock_job(s, job_id)
-                mine = held & (UnitRow.job_id == job_id)
-                failed += s.execute(
-                    update(UnitRow).where(mine, UnitRow.attempts >= self.max_attempts)
-                    .values(state="failed", error="lease expired on every attempt", lease_hash=None, finished_at=now)
-                ).rowcount
-                requeued += s.execute(
-                    update(UnitRow).where(mine, UnitRow.attempts < self.max_attempts)
-                    .values(state="queued", lease_hash=None, leased_by=None, lease_expires_at=None)
-                ).rowcount
+                expired = s.execute(select(UnitRow.id, UnitRow.attempts, UnitRow.leased_by)
+                                    .where(held, UnitRow.job_id == job_id)).all()
+                for unit_id, attempts, runner in expired:
+                    mine = held & (UnitRow.id == unit_id) & (UnitRow.attempts == attempts)  # still that lease
+                    values: dict[str, Any] = {"lease_hash": None, "leased_by": None, "lease_expires_at": None}
+                    if attempts >= self.max_attempts:
+                        values.update(state="failed", error=lost_on_last_attempt(attempts, self.max_attempts, runner),
+                                      leased_by=runner, finished_at=now)
+                    else:
+                        values.update(state="queued", retry_note=lost_worker_note(attempts + 1, self.max_attempts,
+                                                                                 runner))
+                    if s.execute(update(UnitRow).where(mine).values(**values)).rowcount:
+                        failed, requeued = (failed + 1, requeued) if "error" in values else (failed, requeued + 1)
+                        log.warning("unit %s: runner %s stopped answering (its lease expired): %s", unit_id, runner,
+                                    values.get("error") or f"queued for {values['retry_note']}")
                 self._sync_job(s, job_id, now)
                 s.commit()
         if failed or requeued:
@@ -216,7 +229,7 @@ class Units(StoreBase):
               max_per_repo: int | None = None) -> Lease | None:
         """The next unit for `runner`: the oldest queued unit of the repository whose turn it is. None: nothing to do
         (or every repository with work is at its limit)."""
-        now = now or utcnow()
+        now = now or self.clock()
         self.requeue_expired(now)
         for _ in range(10):
             turns = self._repo_turns(max_per_repo)
@@ -254,14 +267,14 @@ class Units(StoreBase):
                 row = s.get(UnitRow, unit_id)
                 assert row is not None
                 s.refresh(row)
-                log.info("unit %s (%s) leased by runner %s (attempt %d)", unit_id, row.target or "job", runner,
-                         row.attempts)
+                log.info("unit %s (%s) leased by runner %s (%s%s)", unit_id, row.target or "job", runner,
+                         attempt_of(row.attempts, self.max_attempts), f"; {row.retry_note}" if row.retry_note else "")
                 return Lease(job=Job.model_validate_json(row.spec), token=token, expires_at=expires)
         return None
 
     def check_lease(self, unit_id: str, token: str, now: datetime | None = None) -> UnitInfo:
         """The unit (with its job's source path), if `token` is its live lease; LeaseError otherwise."""
-        now = now or utcnow()
+        now = now or self.clock()
         with self._s() as s:
             row = s.get(UnitRow, unit_id)
             if (
@@ -280,7 +293,7 @@ class Units(StoreBase):
     def heartbeat(self, unit_id: str, token: str, progress: Progress, ttl_seconds: float,
                   now: datetime | None = None) -> str:
         """Extend the lease and store progress. Returns the unit's state ('cancelled' tells the runner to stop)."""
-        now = now or utcnow()
+        now = now or self.clock()
         job_id = self._job_of(unit_id)
         with self._s() as s:
             self._lock_job(s, job_id)
@@ -306,12 +319,12 @@ class Units(StoreBase):
         (a retried upload); LeaseError when the caller's lease is not the one holding the unit."""
         if result.job_id != unit_id:
             raise ValueError("result.job_id does not match the unit")
-        now = now or utcnow()
+        now = now or self.clock()
         state = "succeeded" if result.ok else "failed"
         return self._finish(unit_id, token, now, state=state, result=result.model_dump_json(), error=result.error)
 
     def fail(self, unit_id: str, token: str, error: str, now: datetime | None = None) -> bool:
-        return self._finish(unit_id, token, utcnow() if now is None else now, state="failed", error=error[:10_000])
+        return self._finish(unit_id, token, self.clock() if now is None else now, state="failed", error=error[:10_000])
 
     @writes
     def _finish(self, unit_id: str, token: str, now: datetime, **values: Any) -> bool:
@@ -343,13 +356,15 @@ class Units(StoreBase):
             return False
         with self._s() as s:
             self._lock_job(s, job_id)
+            row = s.get(UnitRow, unit_id)
+            note = given_back_note(row.attempts + 1, self.max_attempts, row.leased_by) if row is not None else None
             res = s.execute(
                 update(UnitRow)
                 .where(UnitRow.id == unit_id, UnitRow.lease_hash == token_hash(token), UnitRow.state.in_(HELD))
-                .values(state="queued", lease_hash=None, leased_by=None, lease_expires_at=None)
+                .values(state="queued", lease_hash=None, leased_by=None, lease_expires_at=None, retry_note=note)
             )
             if res.rowcount == 1:
-                self._sync_job(s, job_id, now or utcnow())
+                self._sync_job(s, job_id, now or self.clock())
             s.commit()
             return res.rowcount == 1
 

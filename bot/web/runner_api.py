@@ -12,8 +12,12 @@ runner got when it leased that unit (`X-Fusebot-Lease`): a runner can touch only
     POST /runner/v1/jobs/{id}/fail            {error} -> {recorded}
     POST /runner/v1/jobs/{id}/release         -> {released}   (shutting down: back to the queue now)
 
-`{id}` is the leased unit's id (`job.id` in the lease). `unit` says which job and target it is:
-{job_id, index, target}.
+`{id}` is the leased unit's id (`job.id` in the lease). `unit` says which job and target it is, and which attempt:
+{job_id, index, target, attempts, retry_note} (`retry_note`: why an earlier attempt did not finish, or null).
+
+A lease lasts `lease_ttl_seconds` past the last heartbeat. A runner that stops heart-beating (killed, its machine
+gone) loses the unit to the queue (bot/store/units.py `requeue_expired`); its next heartbeat is then refused (409)
+and it stops that unit's work.
 """
 
 # no `from __future__ import annotations`: FastAPI must see the local Annotated aliases below as objects
@@ -71,7 +75,8 @@ def make_router(ctx: Context) -> APIRouter:
         ctx.wake.set()  # the check run shows the job running
         body = {
             "job": got.job.model_dump(mode="json"),
-            "unit": {"job_id": unit.job_id, "index": unit.index, "target": unit.target} if unit else None,
+            "unit": {"job_id": unit.job_id, "index": unit.index, "target": unit.target, "attempts": unit.attempts,
+                     "retry_note": unit.retry_note} if unit else None,
             "lease_token": got.token,
             "lease_expires_at": got.expires_at.isoformat(),
             "lease_ttl_seconds": ttl,
@@ -84,6 +89,8 @@ def make_router(ctx: Context) -> APIRouter:
             state = store.heartbeat(job_id, lease_token, progress, ttl)
         except LeaseError:
             metrics.runner_calls.labels("heartbeat", "lost").inc()
+            log.warning("runner %s: heartbeat for unit %s refused: its lease expired or the unit went to another "
+                        "worker; that runner stops it", runner, job_id)
             raise HTTPException(409, "lease lost: stop working on this job") from None
         ctx.wake.set()  # the check run shows progress
         return {"state": state}

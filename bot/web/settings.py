@@ -55,8 +55,10 @@ class Settings(BaseSettings):
     github_write_interval_seconds: Annotated[float, Field(ge=0)] = 1.0  # and of writes (secondary rate limits)
     trigger_label: str = "optimize-kernels"
     check_run_name: str = "fusebot"
-    lease_ttl_seconds: Annotated[float, Field(gt=0)] = 300.0
-    max_attempts: Annotated[int, Field(ge=1)] = 3
+    # a unit's lease lasts this long past its worker's last heartbeat (workers beat every few seconds): a worker that
+    # stops answering (killed, its machine gone) has its unit queued again for another within about this long
+    lease_ttl_seconds: Annotated[float, Field(gt=0)] = 60.0
+    max_attempts: Annotated[int, Field(ge=1)] = 3  # leases of one unit: the last one's worker lost, the unit fails
     # units (targets) one repository may have leased at once, over every runner: a busy repository leaves GPUs to the
     # others (repositories also take turns: bot/store/units.py)
     max_units_per_repo: Annotated[int, Field(ge=1, le=10_000)] = 8

@@ -16,7 +16,6 @@ from bot.context import Context
 from bot.features import nightly
 from bot.github.routing import Router
 from bot.publish.notify import ProgressOutbox, sync_check_runs
-from bot.store.db import utcnow
 from bot.web import retention
 
 log = logging.getLogger(__name__)
@@ -100,7 +99,7 @@ class Background:
         return True
 
     def housekeeping(self, now: datetime | None = None) -> None:
-        now = now or utcnow()
+        now = now or self.ctx.store.clock()
         if not self._backfilled:  # once per process: jobs queued by a bot from before units
             self.ctx.store.backfill_units()
             self._backfilled = True

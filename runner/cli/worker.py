@@ -225,8 +225,9 @@ class Worker:
             return True
         interval = min(self.settings.heartbeat_seconds, float(got["lease_ttl_seconds"]) / 3)
         unit = got.get("unit") or {}
-        log.info("%s unit %s leased (job %s, target %s): %s@%s, %d kernel(s)", job.kind, job.id,
-                 unit.get("job_id", job.id), unit.get("target") or "-", job.repo, job.sha[:12], len(job.kernels))
+        log.info("%s unit %s leased (job %s, target %s): %s@%s, %d kernel(s)%s", job.kind, job.id,
+                 unit.get("job_id", job.id), unit.get("target") or "-", job.repo, job.sha[:12], len(job.kernels),
+                 f"; {unit['retry_note']}" if unit.get("retry_note") else "")
         self.current = (job.id, lease)
         held = HeldLease(self.settings.lease_file)
         held.note(job.id, lease)

@@ -126,7 +126,43 @@ DTYPE_BITS = {"torch.float64": 64, "torch.float32": 32, "torch.float16": 16, "to
 # Normwise relative error below this is fp32's own rounding (a different order of the same fp32 sums); TF32 (10
 # mantissa bits), fp16 and bf16 arithmetic show as 1e-4 and above.
 FP32_ROUNDING = 1e-5
+REDUCED_PRECISION = 1e-2  # and below this: bf16's epsilon is 2^-8 (3.9e-3), fp16's and TF32's 2^-10
 CHUNK_ELEMENTS = 1 << 25  # compared in fp64 a chunk at a time: a 6 GB fp32 output must not need 60 GB of temporaries
+ROUNDING_EVIDENCE = 16  # errors needed to tell rounding from a scale or a bias
+ROUNDING_BALANCE = 0.25  # rounding errs each way at least this often (about half the time)
+
+
+@dataclass
+class ErrorSigns:
+    """Which way a candidate's errors go, counted a chunk at a time. Rounding to a narrower format (TF32, fp16, bf16)
+    errs up as often as down and away from zero as often as toward it, whatever the value; a uniform scale errs away
+    from zero (or toward it) everywhere, and a bias the same way everywhere."""
+
+    up: int = 0
+    down: int = 0
+    outward: int = 0
+    inward: int = 0
+
+    def add(self, err: torch.Tensor, value: torch.Tensor, finite: torch.Tensor) -> None:
+        """`err`: the candidate's signed error per element; `value`: what it should have been."""
+        self.up += int(((err > 0) & finite).sum())
+        self.down += int(((err < 0) & finite).sum())
+        away = err * value
+        self.outward += int(((away > 0) & finite).sum())
+        self.inward += int(((away < 0) & finite).sum())
+
+    def like_rounding(self) -> bool:
+        def balanced(a: int, b: int) -> bool:
+            return a + b >= ROUNDING_EVIDENCE and min(a, b) >= ROUNDING_BALANCE * (a + b)
+
+        return balanced(self.up, self.down) and balanced(self.outward, self.inward)
+
+
+def reduced_precision(dtype: torch.dtype, norm_rel: float, signs: ErrorSigns) -> bool:
+    """An fp32 (or fp64) output whose errors look like TF32, fp16 or bf16 arithmetic: about the narrower format's
+    epsilon relative to the output's magnitude, and spread both ways like rounding (not a uniform scale, not a bias)."""
+    return (dtype in (torch.float32, torch.float64) and FP32_ROUNDING <= norm_rel < REDUCED_PRECISION
+            and signs.like_rounding())
 
 
 def _chunks(ref: torch.Tensor, out: torch.Tensor):
@@ -145,8 +181,9 @@ def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: floa
         return Comparison(bad == 0, 0.0 if bad == 0 else None, None, bad, numel, reasons)
     nan_bad = poisoned = inf_bad = bad = 0
     max_abs = max_rel = 0.0
-    diff_sq = ref_sq = 0.0
-    first: tuple[int, float, float] | None = None
+    diff_sq = ref_sq = worst_excess = 0.0
+    worst: tuple[int, float, float] | None = None
+    signs = ErrorSigns()
     for start, r, o in _chunks(ref, out):
         ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
         nan_bad += int((ref_nan != out_nan).sum())
@@ -154,11 +191,14 @@ def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: floa
         inf_bad += int(((torch.isinf(r) | torch.isinf(o)) & (r != o) & ~ref_nan & ~out_nan).sum())
         finite = torch.isfinite(r) & torch.isfinite(o)
         err = torch.where(finite, (o - r).abs(), torch.zeros_like(r))
-        bad_mask = finite & (err > atol + rtol * r.abs())
+        excess = err - (atol + rtol * r.abs())
+        bad_mask = finite & (excess > 0)
         n_bad = int(bad_mask.sum())
-        if n_bad and first is None:
-            i = int(torch.nonzero(bad_mask)[0])
-            first = (start + i, float(o[i]), float(r[i]))
+        if n_bad:
+            i = int(torch.where(bad_mask, excess, torch.full_like(r, -1.0)).argmax())
+            if worst is None or float(excess[i]) > worst_excess:
+                worst, worst_excess = (start + i, float(o[i]), float(r[i])), float(excess[i])
+        signs.add(o - r, r, finite)
         bad += n_bad
         max_abs = max(max_abs, float(err.max()))
         max_rel = max(max_rel, float(torch.where(finite, err / r.abs().clamp_min(atol), torch.zeros_like(r)).max()))
@@ -175,12 +215,12 @@ def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: floa
     if inf_bad:
         reasons.append(f"inf-mismatch: {where}: Inf positions or signs differ at {inf_bad} elements")
     if bad:
-        assert first is not None
-        i, got, want = first
+        assert worst is not None
+        i, got, want = worst
         msg = (f"mismatch: {where}: {bad} of {numel} elements outside atol={atol:g} rtol={rtol:g} "
-               f"(max abs err {max_abs:.3g}; first at flat index {i}: got {got:.6g}, want {want:.6g})")
+               f"(max abs err {max_abs:.3g}; worst at flat index {i}: got {got:.6g}, expected {want:.6g})")
         norm_rel = diff_sq ** 0.5 / max(ref_sq ** 0.5, 1e-30)
-        if ref.dtype in (torch.float32, torch.float64) and FP32_ROUNDING <= norm_rel < 1e-2 and bad < numel:
+        if reduced_precision(ref.dtype, norm_rel, signs) and bad < numel:
             msg += (f"; relative error {norm_rel:.2g} is typical of reduced precision (TF32, fp16 or bf16 "
                     "arithmetic inside an fp32 problem): precision downgrade beyond tolerance")
         elif ref.dtype in (torch.float32, torch.float64) and norm_rel < FP32_ROUNDING:
@@ -255,7 +295,8 @@ def compare_to_oracle(ref: torch.Tensor, oracle: torch.Tensor, out: torch.Tensor
     nan_bad = poisoned = inf_bad = bad = 0
     max_abs = max_rel = worst_excess = 0.0
     out_sq = ref_sq = orc_sq = 0.0
-    first: tuple[int, float, float, float] | None = None
+    worst: tuple[int, float, float, float] | None = None
+    signs = ErrorSigns()
     ro, oo, co = ref.reshape(-1), oracle.reshape(-1), out.reshape(-1)
     for start in range(0, numel, CHUNK_ELEMENTS):
         r = ro[start:start + CHUNK_ELEMENTS].double()
@@ -271,11 +312,13 @@ def compare_to_oracle(ref: torch.Tensor, oracle: torch.Tensor, out: torch.Tensor
         allowed = torch.where(finite, (r - g).abs() + atol + rtol * g.abs(), zero)
         bad_mask = finite & (err > allowed)
         n_bad = int(bad_mask.sum())
-        if n_bad and first is None:
-            i = int(torch.nonzero(bad_mask)[0])
-            first = (start + i, float(o[i]), float(g[i]), float(r[i]))
+        if n_bad:
+            excess = torch.where(bad_mask, err - allowed, torch.full_like(r, -1.0))
+            i = int(excess.argmax())
+            if worst is None or float(excess[i]) > worst_excess:
+                worst, worst_excess = (start + i, float(o[i]), float(g[i]), float(r[i])), float(excess[i])
+        signs.add(o - g, g, finite)
         bad += n_bad
-        worst_excess = max(worst_excess, float((err - allowed).max()) if n_bad else 0.0)
         diff = torch.where(finite, (o - r).abs(), zero)
         max_abs = max(max_abs, float(diff.max()) if diff.numel() else 0.0)
         max_rel = max(max_rel, float((diff / r.abs().clamp_min(atol)).max()) if diff.numel() else 0.0)
@@ -293,15 +336,15 @@ def compare_to_oracle(ref: torch.Tensor, oracle: torch.Tensor, out: torch.Tensor
     if inf_bad:
         reasons.append(f"inf-mismatch: {where}: Inf positions or signs differ at {inf_bad} elements")
     if bad:
-        assert first is not None
-        i, got, exact, eager = first
+        assert worst is not None
+        i, got, exact, eager = worst
         norm = max(orc_sq ** 0.5, 1e-30)
         out_rel, ref_rel = out_sq ** 0.5 / norm, ref_sq ** 0.5 / norm
         msg = (f"mismatch: {where}: {bad} of {numel} elements are further from the float64 oracle than the "
-               f"reference in {ref.dtype} is, by more than atol={atol:g} rtol={rtol:g} (worst by {worst_excess:.3g}; "
-               f"first at flat index {i}: got {got:.6g}, oracle {exact:.6g}, reference {eager:.6g}; relative error "
-               f"{out_rel:.2g} against the reference's {ref_rel:.2g})")
-        if ref.dtype in (torch.float32, torch.float64) and FP32_ROUNDING <= out_rel < 1e-2 and ref_rel < FP32_ROUNDING:
+               f"reference in {ref.dtype} is, by more than atol={atol:g} rtol={rtol:g} (worst at flat index {i}, by "
+               f"{worst_excess:.3g}: got {got:.6g}, expected {exact:.6g} (the oracle), reference {eager:.6g}; "
+               f"relative error {out_rel:.2g} against the reference's {ref_rel:.2g})")
+        if reduced_precision(ref.dtype, out_rel, signs) and ref_rel < FP32_ROUNDING:
             msg += ("; typical of reduced precision (TF32, fp16 or bf16 arithmetic inside an fp32 problem): "
                     "precision downgrade")
         reasons.append(msg)

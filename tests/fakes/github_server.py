@@ -10,6 +10,11 @@ match is recorded in `errors` and answered with an error status; the `fake_githu
 Authentication is checked as GitHub does it: /app/... needs the App's JWT (RS256, verified with the App's public
 key), everything else an installation token that this fake issued, for a repository of that installation, or a
 person's token (`user_tokens`: what a maintainer's own client sends; a comment posted with it is theirs).
+
+Times are real, as GitHub writes them (UTC, ISO 8601, whole seconds, `Z`): a comment's or pull request's creation
+and last update, a check run's start and completion, a commit's author and committer dates (from the git object).
+With `state_file`, what requests create or change (pull requests, comments, reactions, check runs, installation
+tokens) is written to that JSON file after each such request and read back at start: a restarted fake keeps them.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import asyncio
 import base64
 import functools
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -28,7 +32,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,7 +48,11 @@ from tests.fakes.serve import serve_in_thread
 
 SPEC_PATH = Path(__file__).resolve().parents[1] / "fixtures" / "github" / "openapi-subset.json"
 MISSING: Any = object()
-NOW = "2026-01-01T00:00:00Z"
+
+
+def github_time(when: datetime | None = None) -> str:
+    """`when` (default: now) as GitHub's API writes a time: UTC, ISO 8601, whole seconds, `Z`."""
+    return (when or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @functools.cache
@@ -119,7 +127,7 @@ def fill(schema: dict[str, Any], value: Any = MISSING) -> Any:
         return schema["enum"][0]
     if kind == "string":
         fmt = schema.get("format")
-        return {"date-time": NOW, "uri": "https://github.com/x", "email": "a@example.com"}.get(fmt, "x")
+        return {"date-time": github_time(), "uri": "https://github.com/x", "email": "a@example.com"}.get(fmt, "x")
     if kind in ("integer", "number"):
         return max(1, schema.get("minimum", 1))
     if kind == "boolean":
@@ -173,6 +181,7 @@ class Pull:
     labels: list[str] = field(default_factory=list)
     user: str = "contributor"
     updated_at: str = "2019-01-01T00:00:00Z"  # before the examples' comments
+    created_at: str = "2019-01-01T00:00:00Z"
     title: str = "A change"
     body: str | None = None
 
@@ -186,7 +195,7 @@ class Call:
 
 
 class FakeGitHub:
-    def __init__(self, app_id: int, public_key_pem: str, git_root: Path) -> None:
+    def __init__(self, app_id: int, public_key_pem: str, git_root: Path, state_file: Path | None = None) -> None:
         self.app_id = app_id
         self.public_key = public_key_pem
         self.git_root = git_root
@@ -205,8 +214,9 @@ class FakeGitHub:
         self.fail_next: dict[str, int] = {}  # "METHOD template" -> status to answer once (outage simulation)
         self.outage = 0  # non-zero: answer every request with this status (GitHub down)
         self.latency_s = 0.0  # added to every answer (a slow GitHub)
-        self._ids = itertools.count(1000)
+        self._next_id = 1000
         self._lock = threading.RLock()
+        self.state_file = state_file
         self.base_url = ""
         self.handlers: dict[tuple[str, str], Callable[..., tuple[int, Any]]] = {
             ("POST", "/app/installations/{installation_id}/access_tokens"): self._access_token,
@@ -235,11 +245,42 @@ class FakeGitHub:
             ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments"): self._list_comments,
             ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}"): self._update_comment,
         }
+        if state_file is not None and state_file.exists():
+            self._load(state_file)
+
+    # ---- state kept on disk (state_file) -------------------------------------------------------------------------
+
+    def _new_id(self) -> int:
+        with self._lock:
+            self._next_id += 1
+            return self._next_id - 1
+
+    def save(self) -> None:
+        """Write what requests made (pull requests, comments, reactions, check runs, tokens) to `state_file`."""
+        if self.state_file is None:
+            return
+        with self._lock:
+            state = {"next_id": self._next_id, "pulls": [asdict(pr) for pr in self.pulls.values()],
+                     "comments": {str(k): v for k, v in self.comments.items()}, "reactions": self.reactions,
+                     "check_runs": {str(k): v for k, v in self.check_runs.items()}, "tokens": self.tokens}
+            tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+            tmp.write_text(json.dumps(state, indent=1))
+            tmp.chmod(0o600)  # installation tokens
+            os.replace(tmp, self.state_file)
+
+    def _load(self, path: Path) -> None:
+        state = json.loads(path.read_text())
+        self._next_id = max(self._next_id, state["next_id"])
+        self.pulls = {(pr["repo"], pr["number"]): Pull(**pr) for pr in state["pulls"]}
+        self.comments = {int(k): v for k, v in state["comments"].items()}
+        self.reactions = state["reactions"]
+        self.check_runs = {int(k): v for k, v in state["check_runs"].items()}
+        self.tokens = state["tokens"]
 
     # ---- test set-up -----------------------------------------------------------------------------------------
 
     def add_repo(self, full_name: str, installation_id: int, bare: Path, default_branch: str = "main") -> Repo:
-        repo = Repo(full_name, next(self._ids), installation_id, bare, default_branch)
+        repo = Repo(full_name, self._new_id(), installation_id, bare, default_branch)
         self.repos[full_name] = repo
         return repo
 
@@ -251,7 +292,9 @@ class FakeGitHub:
         self.permissions[(repo, user)] = permission
 
     def add_comment(self, repo: str, issue_number: int, comment_id: int, body: str, user: str) -> None:
-        self.comments[comment_id] = {"repo": repo, "issue": issue_number, "body": body, "user": user}
+        now = github_time()
+        self.comments[comment_id] = {"repo": repo, "issue": issue_number, "body": body, "user": user,
+                                     "created_at": now, "updated_at": now}
 
     def clone_url_template(self) -> str:
         return f"file://{self.git_root}/{{repo}}.git"
@@ -326,6 +369,8 @@ class FakeGitHub:
                 credential = request.headers.get("authorization", "").partition(" ")[2]
                 self._caller = self.user_tokens.get(credential, "fusebot[bot]")
                 status, payload = handler(params, dict(request.query_params), body)
+                if method != "GET" and status < 400:
+                    self.save()
             self.calls.append(Call(method, path, status, body))
         responses = op["responses"]
         if status == 401 and "401" not in responses:  # "Bad credentials": GitHub answers it on every endpoint
@@ -477,7 +522,7 @@ class FakeGitHub:
             "url": f"{self.base_url}/repos/{pr.repo}/pulls/{pr.number}",
             "number": pr.number, "state": pr.state, "id": pr.number + 10_000, "title": pr.title, "body": pr.body,
             "html_url": f"https://github.com/{pr.repo}/pull/{pr.number}",
-            "updated_at": pr.updated_at,
+            "created_at": pr.created_at, "updated_at": pr.updated_at,
             "user": self._user(pr.user),
             "labels": [{"name": n, "id": i + 1, "color": "ededed", "default": False} for i, n in enumerate(pr.labels)],
             "head": side(pr.head_ref, pr.head_sha, pr.head_repo),
@@ -511,10 +556,10 @@ class FakeGitHub:
 
     def _create_comment(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
         repo = self._repo(p)
-        cid = next(self._ids)
-        created = NOW if self._caller == "fusebot[bot]" else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cid = self._new_id()
+        now = github_time()
         self.comments[cid] = {"repo": repo.full_name, "issue": int(p["issue_number"]), "body": body["body"],
-                              "user": self._caller, "created_at": created}
+                              "user": self._caller, "created_at": now, "updated_at": now}
         return 201, self._comment_json(repo.full_name, cid, self.comments[cid])
 
     def _create_reaction(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
@@ -525,7 +570,7 @@ class FakeGitHub:
         for r in self.reactions:
             if r["comment_id"] == cid and r["content"] == body["content"]:
                 return 200, {"id": r["id"], "content": r["content"], "user": self._user("fusebot[bot]", "Bot")}
-        rid = next(self._ids)
+        rid = self._new_id()
         self.reactions.append({"id": rid, "comment_id": cid, "content": body["content"]})
         return 201, {"id": rid, "content": body["content"], "user": self._user("fusebot[bot]", "Bot")}
 
@@ -534,6 +579,7 @@ class FakeGitHub:
             "url": f"{self.base_url}/repos/{run['repo']}/check-runs/{run['id']}",
             "id": run["id"], "head_sha": run["head_sha"], "name": run["name"], "status": run["status"],
             "conclusion": run.get("conclusion"), "external_id": run.get("external_id"),
+            "started_at": run.get("started_at"), "completed_at": run.get("completed_at"),
             "output": {"title": run["output"].get("title"), "summary": run["output"].get("summary"),
                        "text": None, "annotations_count": len(run["output"].get("annotations", [])),
                        "annotations_url": "https://api.github.com/x"},
@@ -543,10 +589,12 @@ class FakeGitHub:
 
     def _create_check_run(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
         repo = self._repo(p)
-        rid = next(self._ids)
-        run = {"id": rid, "repo": repo.full_name, **body, "output": body.get("output", {}), "history": []}
+        rid = self._new_id()
+        run = {"id": rid, "repo": repo.full_name, "started_at": github_time(), **body, "output": body.get("output", {}),
+               "history": []}
         if run.get("conclusion") is not None:
             run["status"] = "completed"
+            run.setdefault("completed_at", github_time())
         self.check_runs[rid] = run
         return 201, self._check_run_json(run)
 
@@ -580,6 +628,8 @@ class FakeGitHub:
             run["output"] = body["output"]
         if run.get("conclusion") is not None:
             run["status"] = "completed"
+        if run["status"] == "completed" and not run.get("completed_at"):
+            run["completed_at"] = github_time()
         return 200, self._check_run_json(run)
 
     # ---- git data, pulls and comments (the PR publisher) ------------------------------------------------------
@@ -622,10 +672,10 @@ class FakeGitHub:
         fields = [line.split(" ", 1) for line in head.splitlines()]
         tree = next(v for k, v in fields if k == "tree")
         url = f"{self.base_url}/repos/{repo.full_name}/git"
-        person = {"name": "fusebot", "email": "fusebot@example.com", "date": NOW}
+        author, committer = (_person(next(v for k, v in fields if k == role)) for role in ("author", "committer"))
         return {"sha": sha, "node_id": "C_" + sha[:8], "url": f"{url}/commits/{sha}",
                 "html_url": f"https://github.com/{repo.full_name}/commit/{sha}", "message": message,
-                "author": person, "committer": person, "tree": {"sha": tree, "url": f"{url}/trees/{tree}"},
+                "author": author, "committer": committer, "tree": {"sha": tree, "url": f"{url}/trees/{tree}"},
                 "parents": [{"sha": v, "url": f"{url}/commits/{v}", "html_url": "https://github.com/x"}
                             for k, v in fields if k == "parent"],
                 "verification": {"verified": False, "reason": "unsigned", "signature": None, "payload": None}}
@@ -687,9 +737,11 @@ class FakeGitHub:
         if any(x.repo == repo.full_name and x.head_ref == body["head"] and x.state == "open" for x in self.pulls.values()):
             return 422, {"message": "A pull request already exists", "documentation_url": "https://docs.github.com/rest"}
         number = max([n for (name, n) in self.pulls if name == repo.full_name] + [0]) + 1
+        now = github_time()
         pr = self.add_pull(Pull(repo=repo.full_name, number=number, head_sha=head_sha, head_ref=body["head"],
                                 head_repo=repo.full_name, base_ref=body["base"], base_sha=base_sha,
-                                user="fusebot[bot]", title=body["title"], body=body.get("body")))
+                                user="fusebot[bot]", title=body["title"], body=body.get("body"), created_at=now,
+                                updated_at=now))
         return 201, self._pull_json(pr)
 
     def _update_pull(self, p: dict[str, str], q: dict[str, str], body: Any) -> tuple[int, Any]:
@@ -699,12 +751,13 @@ class FakeGitHub:
         for key in ("title", "body", "state"):
             if key in body:
                 setattr(pr, key, body[key])
+        pr.updated_at = github_time()
         return 200, self._pull_json(pr)
 
     def _comment_json(self, repo: str, cid: int, c: dict[str, Any]) -> dict[str, Any]:
         return {"url": f"{self.base_url}/repos/{repo}/issues/comments/{cid}", "id": cid, "body": c["body"],
                 "user": self._user(c["user"], "Bot" if c["user"].endswith("[bot]") else "User"),
-                "created_at": c.get("created_at", NOW), "updated_at": c.get("created_at", NOW),
+                "created_at": c["created_at"], "updated_at": c.get("updated_at", c["created_at"]),
                 "author_association": "NONE" if c["user"].endswith("[bot]") else "MEMBER",
                 "html_url": f"https://github.com/{repo}/pull/{c['issue']}#issuecomment-{cid}",
                 "issue_url": f"https://api.github.com/repos/{repo}/issues/{c['issue']}"}
@@ -721,5 +774,12 @@ class FakeGitHub:
         c = self.comments.get(int(p["comment_id"]))
         if c is None or c["repo"] != repo.full_name:
             return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
-        c["body"] = body["body"]
+        c["body"], c["updated_at"] = body["body"], github_time()
         return 200, self._comment_json(repo.full_name, int(p["comment_id"]), c)
+
+
+def _person(line: str) -> dict[str, str]:
+    """A git commit's `author`/`committer` value (`Name <email> 1700000000 +0000`) as GitHub's API shows it."""
+    name_email, stamp, _zone = line.rsplit(" ", 2)
+    name, _, email = name_email.partition(" <")
+    return {"name": name, "email": email.rstrip(">"), "date": github_time(datetime.fromtimestamp(int(stamp), UTC))}

@@ -14,7 +14,9 @@ module marked `# fusebot: optimize`, and the App's key, webhook secret and runne
 fusebot opens or updates a pull request, its title and files, writing its body to DIR/pulls/<number>.md. `comment`
 posts the comment to this GitHub as the maintainer (so fusebot can react to it) and sends the bot the signed
 `issue_comment` webhook GitHub would; `show` reads back, through GitHub's own API, what a maintainer would see on
-the PR's page. Everything lives under DIR; nothing leaves this machine.
+the PR's page, with GitHub's times (UTC). Everything lives under DIR; nothing leaves this machine. What the bot and
+the maintainer write (comments, reactions, pull requests, check runs) is kept in DIR/github-state.json, so a
+restarted `serve` shows the PR as it was left.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import httpx
 import typer
 
 from bot.github.webhooks import sign
-from tests.fakes.github_server import FakeGitHub, Pull
+from tests.fakes.github_server import FakeGitHub, Pull, github_time
 from tests.fakes.serve import free_port
 
 log = logging.getLogger("local-github")
@@ -43,6 +45,7 @@ LABEL = "optimize-kernels"
 MAINTAINER = "maintainer"  # who labels the PR: write access
 PR_NUMBER = 1
 STATE = "local-github.json"
+GITHUB_STATE = "github-state.json"  # what requests wrote: comments, reactions, pull requests, check runs, tokens
 CONFIG = "budget: {rounds: 1, ideas_per_round: 2, implementations_per_idea: 1, wall_seconds: 1800}\n"
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, help=__doc__,
@@ -58,7 +61,8 @@ def _state(workdir: Path) -> dict[str, Any]:
 
 def make_world(fake: FakeGitHub, state: dict[str, Any] | None = None) -> dict[str, Any]:
     """The repository (main: a config; the PR's branch adds examples/row_gain.py), its pull request, and who may
-    label it; made anew, or registered again from `state` (the bare repository stays on disk)."""
+    label it; made anew, or registered again from `state` (the bare repository stays on disk; the pull request as
+    `fake` kept it, when it did)."""
     from tests.bot.helpers import INSTALLATION, REPO, GitRepo
 
     if state is None:
@@ -67,10 +71,13 @@ def make_world(fake: FakeGitHub, state: dict[str, Any] | None = None) -> dict[st
                            "initial")
         feature = repo.commit({"models/row_gain.py": (ROOT / "examples" / "row_gain.py").read_text()},
                               "models: per-row gains", branch="feature")
-        state = {"repo": REPO, "installation": INSTALLATION, "main": main, "feature": feature}
+        state = {"repo": REPO, "installation": INSTALLATION, "main": main, "feature": feature,
+                 "opened_at": github_time()}
     fake.add_repo(state["repo"], state["installation"], fake.git_root / f"{state['repo']}.git")
-    fake.add_pull(Pull(state["repo"], PR_NUMBER, state["feature"], "feature", state["repo"], "main", state["main"],
-                       labels=[LABEL], title="models: per-row gains"))
+    if (state["repo"], PR_NUMBER) not in fake.pulls:
+        opened = state.get("opened_at", github_time())
+        fake.add_pull(Pull(state["repo"], PR_NUMBER, state["feature"], "feature", state["repo"], "main", state["main"],
+                           labels=[LABEL], title="models: per-row gains", created_at=opened, updated_at=opened))
     fake.set_permission(state["repo"], MAINTAINER, "write")
     if state.get("maintainer_token"):
         fake.user_tokens[state["maintainer_token"]] = MAINTAINER
@@ -175,7 +182,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     workdir = workdir.resolve()
     state = _state(workdir)
-    fake = FakeGitHub(state["app_id"], state["public_key"], workdir / "git")
+    fake = FakeGitHub(state["app_id"], state["public_key"], workdir / "git", state_file=workdir / GITHUB_STATE)
     fake.base_url = state["api_url"]
     make_world(fake, state)
     port = int(state["api_url"].rsplit(":", 1)[1])
@@ -190,7 +197,8 @@ def serve(
 
     thread = threading.Thread(target=report, daemon=True)
     thread.start()
-    log.info("GitHub for %s on %s", state["repo"], fake.base_url)
+    log.info("GitHub for %s on %s (%d comment(s), %d check run(s) kept from before)", state["repo"], fake.base_url,
+             len(fake.comments), len(fake.check_runs))
     try:
         server.run()  # until SIGINT or SIGTERM
     finally:
@@ -288,7 +296,8 @@ def show(
     typer.echo(f"\n# check runs on {world['feature'][:12]}")
     for r in runs:
         state = r["conclusion"] or r["status"]
-        typer.echo(f"\n## {r['name']}: {state}: {r['output']['title']}\n{r['output']['summary'] or ''}")
+        when = f"started {r['started_at']}" + (f", completed {r['completed_at']}" if r["completed_at"] else "")
+        typer.echo(f"\n## {r['name']}: {state}: {r['output']['title']} ({when})\n{r['output']['summary'] or ''}")
         for a in notes[r["id"]]:
             typer.echo(f"- {a['path']}:{a['start_line']}: {a['annotation_level']}: {a['message']}")
 

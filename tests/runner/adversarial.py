@@ -303,6 +303,10 @@ FAST_HACKS["bf16_inside_fp32"] = (fast(_LOOP.replace(
     "uint32_t u; memcpy(&u, &v, 4); u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; memcpy(&v, &u, 4);\n"
     "      y[r * cols + c] = v > 0.0f ? v : 0.0f;")), "mismatch")
 
+# every output 1% too large: a mismatch, but not one reduced precision makes (its errors all point away from zero)
+SCALED_OUTPUTS = fast(_LOOP.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;",
+                                    "y[r * cols + c] = (v > 0.0f ? v : 0.0f) * 1.01f;"))
+
 # ---- a candidate's fault is a verdict (`crash`, or `runtime` where its call raised), never a broken machine ------
 
 CRASHES: dict[str, tuple[dict[str, str], str]] = {

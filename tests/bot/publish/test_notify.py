@@ -35,3 +35,20 @@ def test_each_target_of_a_running_search_shows_its_unit():
 def test_without_units_the_targets_are_listed_as_before():
     out = check_run_view(_job("running", ["Norm"]))
     assert out.summary == "- `Norm` (m/Norm.py)"
+
+
+LOST = "attempt 2 of 3: the previous worker stopped answering (runner gpu-a)"
+
+
+def test_a_target_whose_worker_was_lost_says_which_attempt_and_why():
+    units = [_unit(0, "Norm", "running", by="gpu-b"), _unit(1, "Gelu", "queued")]
+    units[1] = UnitInfo(**{**units[1].__dict__, "retry_note": LOST})
+    job = JobInfo(**{**_job("running", ["Norm", "Gelu"]).__dict__, "retry_note": LOST})
+    out = check_run_view(job, units)
+    assert out.summary.splitlines() == ["Attempt 2 of 3: the previous worker stopped answering (runner gpu-a).", "",
+                                        "- `Norm`: running on gpu-b", f"- `Gelu`: waiting for a GPU runner — {LOST}"]
+
+
+def test_a_finished_job_no_longer_shows_the_retry_note():
+    job = JobInfo(**{**_job("failed", ["Norm"]).__dict__, "retry_note": LOST, "error": "out of memory"})
+    assert "previous worker" not in check_run_view(job).summary

@@ -7,6 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import inspect, text
 
 from bot.store.db import JobRow, init_db, utcnow
 from bot.store.jobs import LeaseError, job_id_for
@@ -214,3 +215,85 @@ def test_jobs_recorded_before_units_get_theirs(store):
     assert store.lease("gpu-a", 30) is None
     assert store.backfill_units() == 1 and store.backfill_units() == 0
     assert store.lease("gpu-a", 30).job.id == f"{job.id}.0"
+
+
+# ---- lost workers: injected clocks -------------------------------------------------------------------------------
+
+
+class Clock:
+    """The store's "now", moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def test_heartbeats_keep_a_long_units_lease_and_a_silent_worker_loses_it(store):
+    """A unit runs ten times its lease while its worker beats; once the worker stops answering, the lease lapses
+    after one TTL and another worker takes the unit, told which attempt it is and why; the first worker's next
+    heartbeat is refused."""
+    clock = Clock()
+    store.clock = clock
+    job = enqueue(store, "d1:0", 1)
+    a = store.lease("gpu-a", 60)
+    for _ in range(15):  # 600 s of work, a heartbeat every 40 s
+        clock.advance(40)
+        assert store.requeue_expired() == 0
+        assert store.heartbeat(a.job.id, a.token, Progress(round=1), 60) == "running"
+        assert store.lease("gpu-b", 60) is None
+    assert store.unit(a.job.id).leased_by == "gpu-a" and store.get(job.id).attempts == 1
+    clock.advance(59)  # gpu-a stops answering: the lease holds for one TTL after its last beat
+    assert store.requeue_expired() == 0 and store.lease("gpu-b", 60) is None
+    clock.advance(2)
+    assert store.requeue_expired() == 1
+    note = "attempt 2 of 2: the previous worker stopped answering (runner gpu-a)"
+    info = store.get(job.id)
+    assert (info.state, info.attempts, info.retry_note) == ("queued", 1, note)
+    b = store.lease("gpu-b", 60)
+    assert b.job.id == a.job.id and store.unit(b.job.id).retry_note == note
+    assert (store.get(job.id).state, store.get(job.id).attempts, store.get(job.id).retry_note) == ("leased", 2, note)
+    with pytest.raises(LeaseError):
+        store.heartbeat(a.job.id, a.token, Progress(round=2), 60)  # gpu-a is back: refused, it must stop
+    assert store.heartbeat(b.job.id, b.token, Progress(round=1), 60) == "running"
+
+
+def test_a_unit_whose_worker_is_lost_on_every_attempt_fails_with_the_reason(store):
+    clock = Clock()
+    store.clock = clock
+    job = enqueue(store, "d1:0", 1)
+    for runner in ("gpu-a", "gpu-b"):  # max_attempts=2
+        assert store.lease(runner, 60) is not None
+        clock.advance(61)
+        assert store.requeue_expired() == 1
+    info = store.get(job.id)
+    assert info.state == "failed" and info.attempts == 2
+    assert info.error == ("attempt 2 of 2: the worker stopped answering (runner gpu-b) and its lease expired; "
+                          "no attempts are left")
+    assert store.lease("gpu-c", 60) is None  # no third lease: it does not loop
+
+
+def test_a_unit_given_back_says_so_on_its_next_attempt(store):
+    job = enqueue(store, "d1:0", 2)
+    x = store.lease("gpu-a", 60)
+    assert store.release(x.job.id, x.token)
+    note = "attempt 2 of 2: the previous worker was stopped and gave it back (runner gpu-a)"
+    assert store.unit(x.job.id).retry_note == note and store.get(job.id).retry_note == note
+    assert store.unit(f"{job.id}.1").retry_note is None  # the other target has not been retried
+
+
+def test_a_database_from_before_a_column_gets_it_and_keeps_its_queue(db_url):
+    sessions = init_db(db_url)
+    store = Store(sessions, max_attempts=2)
+    job = enqueue(store, "d1:0", 1)
+    engine = sessions.kw["bind"]
+    with engine.begin() as conn:  # the tables as an older bot created them
+        for table in ("units", "jobs"):
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN retry_note"))
+    again = Store(init_db(db_url), max_attempts=2)
+    assert all("retry_note" in {c["name"] for c in inspect(engine).get_columns(t)} for t in ("units", "jobs"))
+    assert again.get(job.id).state == "queued" and again.lease("gpu-a", 60).job.id == job.id

@@ -2,7 +2,8 @@
 on the settings it wrote, and `label` sending the signed webhook. The delivery becomes a queued job after the bot's
 real requests to the fake GitHub (token, config, permission, changed files, check run). Then the conversation:
 `comment "/fusebot status"` is answered (and reacted to), and `show` reads back the comments and check runs. The
-worker's half of the loop (lease, search, result, PR) is tests/bot/test_worker.py's and test_action_search.py's."""
+worker's half of the loop (lease, search, result, PR) is tests/bot/test_worker.py's and test_action_search.py's.
+A restarted fake GitHub keeps what was written to it, with GitHub's real times."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 
+from tests.bot.helpers import APP_ID, INSTALLATION, REPO, GitRepo, rsa_keys
+from tests.fakes.github_server import FakeGitHub
 from tests.fakes.serve import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -124,3 +129,94 @@ def test_no_bot_or_no_github_is_said_in_one_line_with_what_starts_it(tmp_path: P
     shown = tool("show", "--workdir", str(work))  # `serve` was never started
     assert shown.returncode == 3 and shown.stderr.startswith("error: no GitHub at http://127.0.0.1:")
     assert "Traceback" not in label.stderr + shown.stderr
+
+
+GITHUB_TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+
+
+def parse(stamp: str) -> datetime:
+    assert re.fullmatch(GITHUB_TIME, stamp), stamp
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def test_a_restarted_local_github_keeps_the_comments_with_their_times(tmp_path: Path, procs: list[subprocess.Popen]):
+    work = tmp_path / "w"
+    assert tool("setup", "--workdir", str(work)).returncode == 0
+    api = read_env(work / "env.sh")["FUSEBOT_GITHUB_API_URL"]
+
+    def serve(log_name: str) -> subprocess.Popen:
+        log = tmp_path / log_name
+        proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.local_github", "serve", "--workdir", str(work)],
+                                cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        procs.append(proc)
+        wait_for(f"{api}/repos/{REPO}", proc, log)
+        return proc
+
+    before = datetime.now(UTC).replace(microsecond=0)
+    first = serve("github-1.log")
+    nobody = f"http://127.0.0.1:{free_port()}"
+    for text in ("/fusebot status", "/fusebot help"):  # no bot: the comment is on GitHub all the same
+        assert tool("comment", "--workdir", str(work), "--bot", nobody, text).returncode == 3
+    first.terminate()
+    assert first.wait(20) is not None
+    serve("github-2.log")
+    shown = tool("show", "--workdir", str(work))
+    assert shown.returncode == 0, shown.stderr
+    times = [parse(t) for t in re.findall(r"^## maintainer at (\S+)$", shown.stdout, re.M)]
+    assert len(times) == 2 and shown.stdout.index("/fusebot status") < shown.stdout.index("/fusebot help")
+    assert before <= times[0] <= times[1] <= datetime.now(UTC)
+
+
+def test_the_fake_keeps_pull_requests_comments_and_check_runs_across_a_restart(tmp_path: Path):
+    """What the App writes, with GitHub's real times (created before updated, each between the test's start and
+    end), read back through the API from a new fake on the same state file, with the same installation token."""
+    state = tmp_path / "github-state.json"
+    repo = GitRepo.create(tmp_path / "git", REPO)
+    main = repo.commit({"README.md": "x\n"}, "initial")
+    repo.commit({"k.cu": "// kernel\n"}, "a kernel", branch="fusebot/main/k")
+
+    def started() -> FakeGitHub:
+        fake = FakeGitHub(APP_ID, rsa_keys()[1], tmp_path / "git", state_file=state)
+        fake.add_repo(REPO, INSTALLATION, repo.bare)
+        return fake
+
+    before = datetime.now(UTC).replace(microsecond=0)
+    fake = started()
+    with fake.running() as url:
+        now = int(time.time())
+        app_jwt = jwt.encode({"iss": str(APP_ID), "iat": now - 30, "exp": now + 500}, rsa_keys()[0], "RS256")
+        got = httpx.post(f"{url}/app/installations/{INSTALLATION}/access_tokens",
+                         headers={"Authorization": f"Bearer {app_jwt}"})
+        token = got.json()["token"]
+        gh = httpx.Client(base_url=url, headers={"Authorization": f"token {token}"})
+        run = gh.post(f"/repos/{REPO}/check-runs", json={"name": "fusebot", "head_sha": main, "status": "queued",
+                                                        "output": {"title": "Queued", "summary": "waiting"}}).json()
+        time.sleep(1.1)  # GitHub's times have whole seconds: the update is a later one
+        gh.patch(f"/repos/{REPO}/check-runs/{run['id']}", json={"conclusion": "success",
+                                                                 "output": {"title": "Done", "summary": "ok"}})
+        pull = gh.post(f"/repos/{REPO}/pulls", json={"title": "A kernel", "head": "fusebot/main/k", "base": "main",
+                                                     "body": "first"}).json()
+        comment = gh.post(f"/repos/{REPO}/issues/{pull['number']}/comments", json={"body": "first"}).json()
+        time.sleep(1.1)
+        gh.patch(f"/repos/{REPO}/pulls/{pull['number']}", json={"body": "second"})
+        gh.patch(f"/repos/{REPO}/issues/comments/{comment['id']}", json={"body": "second"})
+    assert fake.errors == []
+    after = datetime.now(UTC)
+
+    again = started()
+    with again.running() as url:
+        gh = httpx.Client(base_url=url, headers={"Authorization": f"token {token}"})
+        [kept_run] = gh.get(f"/repos/{REPO}/commits/{main}/check-runs").json()["check_runs"]
+        kept_pull = gh.get(f"/repos/{REPO}/pulls/{pull['number']}").json()
+        [kept_comment] = gh.get(f"/repos/{REPO}/issues/{pull['number']}/comments").json()
+        new = gh.post(f"/repos/{REPO}/issues/{pull['number']}/comments", json={"body": "after the restart"}).json()
+    assert again.errors == []
+    assert (kept_run["id"], kept_run["status"], kept_run["conclusion"]) == (run["id"], "completed", "success")
+    assert kept_run["output"]["title"] == "Done"
+    assert before <= parse(kept_run["started_at"]) < parse(kept_run["completed_at"]) <= after
+    assert (kept_pull["title"], kept_pull["body"]) == ("A kernel", "second")
+    assert before <= parse(kept_pull["created_at"]) < parse(kept_pull["updated_at"]) <= after
+    assert (kept_comment["id"], kept_comment["body"]) == (comment["id"], "second")
+    assert before <= parse(kept_comment["created_at"]) < parse(kept_comment["updated_at"]) <= after
+    assert new["id"] > max(run["id"], comment["id"])  # ids go on from where they were
+    assert parse(kept_comment["created_at"]) <= parse(new["created_at"])

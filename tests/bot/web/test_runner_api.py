@@ -105,8 +105,8 @@ def test_each_target_is_leased_with_its_unit_and_the_jobs_source(world):
     [job] = world.jobs()
     a, b = lease(world, "gpu-a"), lease(world, "gpu-b")
     assert world.client.post("/runner/v1/lease", headers=world.runner("gpu-a")).status_code == 204
-    assert [a["unit"], b["unit"]] == [{"job_id": job.id, "index": i, "target": t.name}
-                                      for i, t in enumerate(job.spec.targets)]
+    assert [a["unit"], b["unit"]] == [{"job_id": job.id, "index": i, "target": t.name, "attempts": 1,
+                                       "retry_note": None} for i, t in enumerate(job.spec.targets)]
     for x, runner in ((a, "gpu-a"), (b, "gpu-b")):
         unit_id, hdr = x["job"]["id"], {**world.runner(runner), LEASE: x["lease_token"]}
         assert [t["name"] for t in x["job"]["targets"]] == [x["unit"]["target"]]

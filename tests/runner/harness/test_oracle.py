@@ -2,6 +2,8 @@
 (runner.harness.oracle, runner.harness.verify.compare_to_oracle). Honest bf16 and fp16 kernels that round once are
 accepted, kernels that lose precision are rejected, and where float64 is impossible the verdict says so."""
 
+import re
+
 import pytest
 import torch
 
@@ -9,7 +11,15 @@ from runner.contract import Candidate, ProblemSpec
 from runner.harness import verify
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from ..adversarial import DOWNGRADED_BF16, DOWNGRADED_FP16, FAST_HACKS, HONEST_BF16, HONEST_FAST, HONEST_FP16
+from ..adversarial import (
+    DOWNGRADED_BF16,
+    DOWNGRADED_FP16,
+    FAST_HACKS,
+    HONEST_BF16,
+    HONEST_FAST,
+    HONEST_FP16,
+    SCALED_OUTPUTS,
+)
 from ..conftest import FAST_TIMER, PROBLEMS
 
 SWIGLU = PROBLEMS / "swiglu_bf16.py"
@@ -82,6 +92,17 @@ def test_bf16_arithmetic_inside_an_fp32_problem_is_a_precision_downgrade(cpu_eva
     v = cpu_evaluator.evaluate(fast("bf16-inside", FAST_HACKS["bf16_inside_fp32"][0]))
     assert not v.accepted
     assert any(r.startswith("mismatch") and "precision downgrade" in r for r in v.reasons), v.reasons
+
+
+def test_outputs_scaled_by_1_01_are_a_mismatch_at_the_worst_element_not_a_precision_downgrade(cpu_evaluator):
+    v = cpu_evaluator.evaluate(fast("scaled", SCALED_OUTPUTS))
+    assert not v.accepted
+    [reason] = [r for r in v.reasons if r.startswith("mismatch")]
+    assert "precision" not in reason, reason
+    found = re.search(r"worst at flat index \d+, by \S+: got (\S+), expected (\S+) \(the oracle\)", reason)
+    assert found, reason
+    got, expected = float(found[1]), float(found[2])
+    assert got == pytest.approx(expected * 1.01, rel=1e-5), reason
 
 
 REFUSES_DOUBLE = '''

@@ -1,5 +1,6 @@
 """runner.harness.verify compares outputs a chunk at a time (a 6 GB fp32 output must not need 60 GB of fp64 temporaries):
-the chunked comparison must find the same things, with the same counts and first index, as the whole-tensor one."""
+the chunked comparison must find the same things, with the same counts and worst element, as the whole-tensor one.
+A mismatch is called reduced precision only when its errors look like rounding to a narrower format."""
 
 import pytest
 import torch
@@ -28,7 +29,7 @@ def test_chunked_comparison_counts_every_difference_once(monkeypatch, chunk):
     assert c.mismatched == 2 + 1 + 1  # two out of tolerance, one NaN, one Inf
     assert c.max_abs_err == pytest.approx(1.0, abs=1e-6)
     text = " ".join(c.reasons)
-    assert "2 of 1000 elements outside" in text and "first at flat index 5" in text
+    assert "2 of 1000 elements outside" in text and "worst at flat index 5" in text
     assert "uninitialized-output" in text and "inf-mismatch" in text
 
 
@@ -60,3 +61,38 @@ def test_a_mismatch_is_named_by_the_size_of_its_error():
     tf32 = ref * (1 + 1e-3 * torch.randn(4096, generator=g))
     c = verify.compare_values(ref, tf32, atol=1e-4, rtol=1e-4, index=0)
     assert not c.passed and "precision downgrade" in c.reasons[0]
+
+
+def _scaled_and_rounded() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    ref = torch.randn(4096, generator=g) * 3
+    return ref, ref * 1.01, ref.to(torch.bfloat16).float()
+
+
+def test_a_uniform_scale_is_a_mismatch_at_its_worst_element_not_reduced_precision():
+    ref, scaled, _ = _scaled_and_rounded()
+    i = int(ref.abs().argmax())  # 1% of the largest value: the furthest out of tolerance
+    c = verify.compare_values(ref, scaled, atol=1e-4, rtol=1e-4, index=0)
+    assert not c.passed and c.reasons[0].startswith("mismatch: output 0:"), c.reasons
+    assert f"worst at flat index {i}: got {float(scaled[i]):.6g}, expected {float(ref[i]):.6g})" in c.reasons[0]
+    assert "precision" not in c.reasons[0]
+    c = verify.compare_to_oracle(ref, ref.double(), scaled, atol=1e-4, rtol=1e-4, index=0)
+    assert not c.passed and c.reasons[0].startswith("mismatch: output 0:"), c.reasons
+    assert f"worst at flat index {i}, by " in c.reasons[0]
+    assert f": got {float(scaled[i]):.6g}, expected {float(ref[i]):.6g} (the oracle)" in c.reasons[0]
+    assert "precision" not in c.reasons[0]
+
+
+def test_a_bias_is_not_reduced_precision_either():
+    ref, _, _ = _scaled_and_rounded()
+    for biased in (ref + 0.004, ref - 0.004):
+        c = verify.compare_to_oracle(ref, ref.double(), biased, atol=1e-4, rtol=1e-4, index=0)
+        assert not c.passed and c.reasons[0].startswith("mismatch") and "precision" not in c.reasons[0]
+
+
+def test_an_output_rounded_to_bf16_is_named_reduced_precision():
+    ref, _, rounded = _scaled_and_rounded()
+    c = verify.compare_values(ref, rounded, atol=1e-4, rtol=1e-4, index=0)
+    assert not c.passed and "typical of reduced precision" in c.reasons[0] and "precision downgrade" in c.reasons[0]
+    c = verify.compare_to_oracle(ref, ref.double(), rounded, atol=1e-4, rtol=1e-4, index=0)
+    assert not c.passed and c.reasons[0].startswith("mismatch") and "precision downgrade" in c.reasons[0]
