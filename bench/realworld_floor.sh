@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-world suite's floor table before and after a change, on the GPU machine, in one call of at most 9 minutes.
+# The real-world suite's floor table before and after a change, on the GPU machine, in at most 9 minutes.
 # Run it from a copy of the changed tree at <repository root>/.gpu-<name>/ ("after"); the repository root's own tree
 # is "before". Each tree is installed (editable) in turn, so the harness's sandboxed workers import the one measured;
 # torch.compile is timed once, in the "after" run. JSON to $OUT/before-<dtype>.json and $OUT/after-<dtype>.json;
