@@ -20,6 +20,7 @@ import torch
 
 from runner.contract import DEFAULT_TOLERANCE, ProblemSpec
 from runner.errors import ProblemError
+from runner.harness.refs import resolve
 
 __all__ = ["ProblemError", "LoadedProblem", "load", "make_inputs", "build_model", "bytes_of", "locate"]
 
@@ -53,16 +54,6 @@ def import_file(path: Path, module_name: str) -> Any:
     sys.modules[module_name] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-def _resolve(mod: Any, ref: str | None) -> Any:
-    """`name` in mod, or `package.module:name` imported."""
-    if ref is None:
-        return None
-    if ":" in ref:
-        mod_name, attr = ref.split(":", 1)
-        return getattr(importlib.import_module(mod_name), attr)
-    return getattr(mod, ref)
 
 
 def _shapes_factory(spec: ProblemSpec):
@@ -122,11 +113,11 @@ def load(spec: ProblemSpec) -> LoadedProblem:
     except AttributeError:
         raise ProblemError("import", str(file), f"defines no class {spec.class_name!r}") from None
     try:
-        get_inputs = _shapes_factory(spec) if spec.input_shapes else _resolve(mod, spec.inputs)
-        second = _resolve(mod, spec.second_inputs)
+        get_inputs = _shapes_factory(spec) if spec.input_shapes else resolve(mod, spec.inputs)
+        second = resolve(mod, spec.second_inputs) if spec.second_inputs is not None else None
         init_factory = None
         if spec.init_inputs and (":" in spec.init_inputs or hasattr(mod, spec.init_inputs)):
-            init_factory = _resolve(mod, spec.init_inputs)
+            init_factory = resolve(mod, spec.init_inputs)
     except (AttributeError, ImportError) as exc:
         raise ProblemError("import", str(file), f"input factory not found: {exc}") from None
     init_args = list(spec.init_args)
