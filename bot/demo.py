@@ -70,7 +70,7 @@ def _proposers():
     the seed proposer: everything fusebot proposes with no LLM."""
     # runner imports here, not at the top: they load torch, which `fusebot --help` and the bot never need
     from runner.proposers.catalog import catalog_proposers
-    from runner.proposers.rewrite import rewrite_proposers  # torch: only when the demo searches
+    from runner.proposers.rewrite.proposer import rewrite_proposers  # torch: only when the demo searches
     from runner.proposers.seed import seed_proposers
 
     pool = [(p, 1.0) for p in catalog_proposers()] + [(p, 0.0) for p in rewrite_proposers()]

@@ -116,7 +116,7 @@ class Candidate(_Model):
     extra_cflags: list[str] = Field(default_factory=list)
     idea: str = ""  # the plain-language idea this implements
     parent: str | None = None  # the candidate this one repairs or refines
-    # a source rewrite (runner/proposers/rewrite.py): the user's module file's full new text, to be shown as a diff
+    # a source rewrite (runner/proposers/rewrite/): the user's module file's full new text, to be shown as a diff
     # against the file in the PR; "" for a kernel
     rewrite: str = ""
 

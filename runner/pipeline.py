@@ -34,7 +34,7 @@ from runner.harness.gpus import device_evaluators, lanes, parse_gpus, visible_gp
 from runner.proposers.catalog import catalog_proposers, skips_work
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
-from runner.proposers.rewrite import rewrite_proposers
+from runner.proposers.rewrite.proposer import rewrite_proposers
 from runner.results.choice import confirm_finalists
 from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
