@@ -43,8 +43,8 @@ EXIT_STATUS: dict[int, str] = {
     ExitStatus.REJECTED: "eval: the candidate was rejected (each failed check is named)",
     ExitStatus.USAGE: "your mistake: a usage or configuration error, or a broken problem (the message names your "
                       "file and line)",
-    ExitStatus.MACHINE: "a broken machine: no GPU, no compiler, no sandbox, a worker that died, GitHub or the bot "
-                        "unreachable",
+    ExitStatus.MACHINE: "a broken machine: no GPU, no compiler, no sandbox, a harness process that died, GitHub "
+                        "or the bot unreachable",
     ExitStatus.INTERRUPTED: "interrupted (Ctrl-C): `fusebot optimize` resumes from its trace",
 }
 

@@ -1,4 +1,4 @@
-"""Problems: the reference module, its inputs and its tolerance, loaded inside a worker process.
+"""Problems: the reference module, its inputs and its tolerance, loaded inside a child process.
 
 A `ProblemSpec` (runner.contract) names a KernelBench-format file or a module in a repository. This module turns it
 into live objects: the reference class, the input factories and the init arguments. Anything that goes wrong in the
@@ -131,7 +131,7 @@ def load(spec: ProblemSpec) -> LoadedProblem:
 
 def strict_fp32() -> None:
     """fp32 means fp32: no TF32 in matmuls or convolutions, for the reference, the baselines and candidates alike.
-    Called by every worker before any user code runs."""
+    Called by every child before any user code runs."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")

@@ -5,7 +5,7 @@
         in the first round, builtin proposers (the catalog) go first: their verified kernels are the first beam;
         a proposer of share 0 with a `first_round_ideas` quota (source rewrites) gives that many ideas then, only
         every proposer gives its share of ideas, then implementations of each idea, each call on the proposer's own
-        worker threads (as many at once as it declares), all of them concurrently
+        call threads (as many at once as it declares), all of them concurrently
         candidates queue as they arrive; the harness evaluates them (this thread) while calls are still in flight
         a rejected candidate goes back to its proposer for repair as soon as its verdict is in (`max_repairs` times)
         the beam keeps the fastest verified kernels; they are what the next round's prompts show
@@ -37,7 +37,7 @@ from runner.contract import Candidate, Progress, SearchBudget, Verdict
 from runner.search.cutoff import POLL_S
 from runner.search.deadline import Deadline
 from runner.search.evaluation import Evaluation
-from runner.search.pool import Credit, Workers, concurrency, is_remote, shares
+from runner.search.pool import CallThreads, Credit, concurrency, is_remote, shares
 from runner.search.trace import Replay, Trace, candidate_key
 from runner.search.types import (
     Answer,
@@ -139,7 +139,7 @@ class _Search(Evaluation):
         self.given: dict[str, int] = {}  # branches each proposer was given, over every round
         self.wins: dict[str, int] = {}
         self._best_seen: float | None = None
-        self.workers: dict[str, tuple[Workers, int]] = {}
+        self.threads: dict[str, tuple[CallThreads, int]] = {}
         self.pending: dict[Future, tuple[str, Proposer, Any, int]] = {}
         self.ready: list[_Ready] = []
         self._ready_since, self._seq = 0.0, 0
@@ -161,12 +161,12 @@ class _Search(Evaluation):
         self.history.attempts.append(Attempt(round=self.round, proposer=idea.proposer, idea=idea.text, failure=why))
         self.trace.write("failed", round=self.round, proposer=idea.proposer, idea=idea.text, reason=why)
 
-    # ---- proposer calls on worker threads ----------------------------------------------------------------------
+    # ---- proposer calls on their own threads -------------------------------------------------------------------
     def _live(self) -> list[tuple[Proposer, float]]:
         return [(p, w) for p, w in self.proposers if p.name not in self.disabled]
 
     def _submit(self, kind: str, p: Proposer, fn: Callable, *args: Any, tag: Any = None) -> None:
-        """Queue a call of proposer p on its own workers (at most its `max_concurrency` at once). Once the tokens
+        """Queue a call of proposer p on its own threads (at most its `max_concurrency` at once). Once the tokens
         are spent, no call is made, and the answers already in are still evaluated before the search stops."""
         try:
             self._check()
@@ -175,10 +175,10 @@ class _Search(Evaluation):
                 raise
             self.tokens_spent = self.tokens_spent or e
             return
-        if p.name not in self.workers:
-            self.workers[p.name] = (Workers(concurrency(p), f"proposer-{_slug(p.name)}"), concurrency(p))
+        if p.name not in self.threads:
+            self.threads[p.name] = (CallThreads(concurrency(p), f"proposer-{_slug(p.name)}"), concurrency(p))
         self._seq += 1
-        self.pending[fut := self.workers[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
+        self.pending[fut := self.threads[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
         if kind in ("implement", "repair"):  # its candidates build while the harness times the chunk before
             fut.add_done_callback(self._prebuild)
 
@@ -353,8 +353,8 @@ class _Search(Evaluation):
             stop = f"budget: {e}"
             log.info("search stops: %s", e)
         finally:
-            for w, size in self.workers.values():
-                w.close(size)
+            for threads, size in self.threads.values():
+                threads.close(size)
         self._archive_unreached()
         beam = self._beam()
         self.progress.best_speedup = self._best_speedup(beam[0] if beam else None)
