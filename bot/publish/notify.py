@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bot.github.platform import CheckOutput, Platform
-from bot.publish import pr
 from bot.publish.benchmark import benchmark_check
+from bot.publish.comments import status_comment
 from bot.publish.deliver import deliver_job
 from bot.publish.hygiene import hygiene_check
+from bot.publish.text import clip
 from bot.store.jobs import JobInfo
 from bot.store.units import UnitInfo
 
@@ -38,7 +39,7 @@ def check_run_view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
     """A job's state as its check run shows it, with the button that fits (Stop while it runs, Run again after).
     While a search runs, each target's line says where its unit is (`units`: the job's units, in target order)."""
     out = _view(job, units)
-    return CheckOutput(out.status, out.title, pr.clip(out.summary), out.conclusion, out.text,
+    return CheckOutput(out.status, out.title, clip(out.summary), out.conclusion, out.text,
                        actions=tuple(check_run_actions(out.status)))
 
 
@@ -92,7 +93,7 @@ def _kernel_job_view(job: JobInfo) -> CheckOutput:
     if job.state in ("leased", "running"):
         p = job.progress
         title = p.message[:1].upper() + p.message[1:] if p and p.message else f"{what}: starting"
-        return CheckOutput("in_progress", pr.clip(title[:255]), kernels)
+        return CheckOutput("in_progress", clip(title[:255]), kernels)
     if job.result is None:
         return CheckOutput("completed", "No result", "The job finished without a result.", "neutral")
     out = benchmark_check(spec, job.result) if spec.kind == "benchmark" else hygiene_check(job.result.targets)
@@ -112,7 +113,7 @@ def status_view(job: JobInfo) -> str:
         state, detail = "failed", f"The run at {sha} failed: {job.error or 'no detail'}"
     detail += (f"\n\nJob `{job.id[:12]}`; `/fusebot status` lists every run. Earlier runs' results stay on their "
                "check runs and pull requests.")
-    return pr.status_comment(job.pr_number or 0, state, detail=detail)
+    return status_comment(job.pr_number or 0, state, detail=detail)
 
 
 def follow_status(ctx: Context, host: Platform, job: JobInfo) -> None:
