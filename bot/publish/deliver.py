@@ -5,9 +5,9 @@
 Grouping follows the repository config (`pr_grouping`): `per-target` opens one PR per improved target
 (`fusebot/<base>/<target>`), `single` one PR for all (`fusebot/<base>/kernels`). A fork's PR gets one comment with the
 patch. The check run and the status comment summarise every target, whichever PRs they went to.
-`deliver_job` is the App's entry point (called by the check-run outbox when a job succeeded); it routes a benchmark
-job's result to a comment on its PR (bot/publish/benchmark.py) and a hygiene job's to the removal PR
-(bot/publish/hygiene.py). A PlatformError propagates: the outbox retries the job.
+`deliver_job` is the App's entry point (called by the check-run outbox when a job succeeded); it routes the result of
+a job that searched nothing to its kind's publisher (bot/publish/kinds.py: a benchmark job's to a comment on its PR, a
+hygiene job's to the removal PR). A PlatformError propagates: the outbox retries the job.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from __future__ import annotations
 import logging
 
 from bot.github.platform import Platform
-from bot.publish.benchmark import deliver_benchmark
 from bot.publish.checks import check_completed
 from bot.publish.comments import status_comment
-from bot.publish.hygiene import deliver_hygiene
+from bot.publish.kinds import KERNEL_JOBS
 from bot.publish.plan import PullRequestPlan
 from bot.publish.propose import Published, propose
 from bot.repo.config import CONFIG_PATH, ConfigError, load_config
@@ -66,13 +65,8 @@ def deliver_job(platform: Platform, job: JobInfo, check_run_id: int | None) -> l
     """The App's side: base and fork from the labelled PR (or the default branch), config from the commit."""
     if job.result is None:
         return []
-    if job.spec.kind == "benchmark":
-        deliver_benchmark(platform, job.spec, job.result, check_run_id=check_run_id)
-        return []
-    if job.spec.kind == "hygiene":
-        published = deliver_hygiene(platform, job.spec, job.result, base=job.spec.ref or platform.default_branch(),
-                                    check_run_id=check_run_id)
-        return [published] if published else []
+    if (kind := KERNEL_JOBS.get(job.spec.kind)) is not None:
+        return kind.deliver(platform, job.spec, job.result, check_run_id)
     try:
         config = load_config(platform.read_file(job.sha, CONFIG_PATH))
     except ConfigError:  # reported on the config's own check run when the job was made; defaults here

@@ -16,10 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bot.github.platform import CheckOutput, Platform
-from bot.publish.benchmark import benchmark_check
 from bot.publish.comments import status_comment
 from bot.publish.deliver import deliver_job
-from bot.publish.hygiene import hygiene_check
+from bot.publish.kinds import KERNEL_JOBS
 from bot.publish.text import clip
 from bot.store.jobs import JobInfo
 from bot.store.units import UnitInfo
@@ -61,7 +60,7 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
         return CheckOutput("completed", "Cancelled", "The job was cancelled.", "cancelled")
     if job.state == "failed":
         return CheckOutput("completed", "fusebot failed", f"The job failed: {job.error or 'no detail'}", "failure")
-    if job.spec.kind != "search":
+    if job.spec.kind in KERNEL_JOBS:
         return _kernel_job_view(job)
     n = len(job.spec.targets)
     targets = "\n".join(f"- `{t.name}` ({t.file})" for t in job.spec.targets[:50])
@@ -83,10 +82,11 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
 
 
 def _kernel_job_view(job: JobInfo) -> CheckOutput:
-    """Benchmark and hygiene jobs: fusebot's kernels in the commit, re-verified and re-timed (no search)."""
+    """A job that searches nothing (bot/publish/kinds.py): fusebot's kernels in the commit, re-verified and re-timed."""
     spec = job.spec
     kernels = "\n".join(f"- `{spec.kernels_dir}/{k}`" for k in spec.kernels[:50])
-    what = "Re-measure" if spec.kind == "benchmark" else "Re-verify"
+    kind = KERNEL_JOBS[spec.kind]
+    what = kind.verb  # "Re-measure", "Re-verify"
     if job.state == "queued":
         return CheckOutput("queued", f"Queued: {what.lower()} {len(spec.kernels)} kernel(s)",
                            f"Waiting for a GPU runner.\n\n{kernels}")
@@ -96,7 +96,7 @@ def _kernel_job_view(job: JobInfo) -> CheckOutput:
         return CheckOutput("in_progress", clip(title[:255]), kernels)
     if job.result is None:
         return CheckOutput("completed", "No result", "The job finished without a result.", "neutral")
-    out = benchmark_check(spec, job.result) if spec.kind == "benchmark" else hygiene_check(job.result.targets)
+    out = kind.check(spec, job.result)
     return CheckOutput(out.status, out.title, out.summary, out.conclusion)
 
 
