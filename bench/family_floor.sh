@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One family of the real-world suite against the memory floor, on the GPU machine, in one call (under 8 minutes by
-# default): the RoPE problems and the causal softmaxes, bf16 first, then fp32 while the budget lasts. For each problem
+# One family of the real-world suite against the memory floor, on the GPU machine, in under 8 minutes by
+# default: the RoPE problems and the causal softmaxes, bf16 first, then fp32 while the budget lasts. For each problem
 # bench/realworld_floor.py times eager and torch.compile, and builds, verifies (float64 oracle) and times the first
 # parameter set of each of the catalog's first STRATEGIES strategies (3: for RoPE the rope template with a head per
 # thread, with 4 heads per thread, then the general kernel it replaces; for the causal softmax the register-resident

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The real-world suite's floor table before and after a change, on the GPU machine, in one call of at most 9 minutes.
+# The real-world suite's floor table before and after a change, on the GPU machine, in at most 9 minutes.
 # Run it from a copy of the changed tree at <repository root>/.gpu-<name>/ ("after"); the repository root's own tree
-# is "before". Each tree is installed (editable) in turn, so the harness's sandboxed workers import the one measured;
-# torch.compile is timed once, in the "after" run. JSON to $OUT/before-<dtype>.json and $OUT/after-<dtype>.json;
-# bench/realworld_table.py writes the tables from them.
+# is "before". Each tree is installed (editable) in turn, so the harness's sandboxed child processes import the one
+# measured; torch.compile is timed once, in the "after" run. JSON to $OUT/before-<dtype>.json and
+# $OUT/after-<dtype>.json; bench/realworld_table.py writes the tables from them.
 #   cd .gpu-w && cp -r ../.deb . && source bench/gpu_setup.sh && bash bench/realworld_floor.sh fp32 [budget_s]
 # STRATEGIES: how many of the catalog's strategies to try per problem (their first parameter sets; 4 by default).
 set -u

@@ -21,8 +21,9 @@ import typer
 from rich.console import Console
 
 from bot.github.local_platform import LocalPlatform
-from bot.publish import pr
-from bot.publish.publish import publish
+from bot.publish.checks import CHECK_NAME, check_in_progress, check_queued
+from bot.publish.plan import PullRequestPlan
+from bot.publish.propose import propose
 from bot.repo.discovery import MARKER, marked_targets
 from runner.contract import Environment, ExitStatus, ProblemSpec, SearchBudget, TargetResult, TargetSpec
 
@@ -70,7 +71,7 @@ def _proposers():
     the seed proposer: everything fusebot proposes with no LLM."""
     # runner imports here, not at the top: they load torch, which `fusebot --help` and the bot never need
     from runner.proposers.catalog import catalog_proposers
-    from runner.proposers.rewrite import rewrite_proposers  # torch: only when the demo searches
+    from runner.proposers.rewrite.proposer import rewrite_proposers  # torch: only when the demo searches
     from runner.proposers.seed import seed_proposers
 
     pool = [(p, 1.0) for p in catalog_proposers()] + [(p, 0.0) for p in rewrite_proposers()]
@@ -89,7 +90,7 @@ def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudge
                        class_name=t.class_name, second_inputs=t.second_inputs)
 
     def progress(p):
-        platform.update_check_run(check_id, pr.check_in_progress(p, budget.rounds, t.name))
+        platform.update_check_run(check_id, check_in_progress(p, budget.rounds, t.name))
 
     with Evaluator(spec, backend=backend, compile_baseline=compile_baseline) as ev:
         o = optimize_problem(spec, runs / t.name, budget, proposers, ev, backend, progress=progress)  # type: ignore[arg-type]
@@ -151,7 +152,7 @@ def demo(
               f"proposers: {proposer_name}")
     platform = LocalPlatform(repo_dir)
     base_sha = platform.head_sha(BASE)
-    check_id = platform.create_check_run(base_sha, pr.CHECK_NAME, pr.check_queued([t.name for t in targets]))
+    check_id = platform.create_check_run(base_sha, CHECK_NAME, check_queued([t.name for t in targets]))
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=2, wall_seconds=wall_seconds)
     results: list[TargetResult] = []
     for t in targets:
@@ -162,9 +163,9 @@ def demo(
         err.print(f"    {'[green]faster[/green]' if r.improved else '[yellow]not proposed[/yellow]'}: {r.message}")
     env: Environment | None = next((r.verdict.environment for r in results if r.verdict and r.verdict.environment),
                                    None)
-    plan = pr.PullRequestPlan(repo=f"local/{repo_dir.name}", base=BASE, group=GROUP, commit=base_sha, results=results,
-                              environment=env, trigger="demo")
-    out = publish(platform, plan, base_sha=base_sha, check_run_id=check_id)
+    plan = PullRequestPlan(repo=f"local/{repo_dir.name}", base=BASE, group=GROUP, commit=base_sha, results=results,
+                           environment=env, trigger="demo")
+    out = propose(platform, plan, base_sha=base_sha, check_run_id=check_id)
     if out.pull_request is None:
         err.print("[yellow]nothing beat the faster baseline: no branch, no pull request[/yellow] (check run: neutral)")
         typer.echo(out.body)

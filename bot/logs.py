@@ -3,7 +3,7 @@
 `install_redaction(secrets)` wraps the log record factory once per process: each record's message is checked for
 the configured secrets (webhook secret, App key, runner tokens), for GitHub token shapes (installation tokens that
 libraries may log in a response body), tokens embedded in clone URLs, API keys, PEM blocks and Authorization headers.
-The text layer (bot/publish/pr.py) masks what it publishes with the same `redact`.
+The text layer (bot/publish/text.py) masks what it publishes with the same `redact`.
 """
 
 from __future__ import annotations

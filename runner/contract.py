@@ -43,8 +43,8 @@ EXIT_STATUS: dict[int, str] = {
     ExitStatus.REJECTED: "eval: the candidate was rejected (each failed check is named)",
     ExitStatus.USAGE: "your mistake: a usage or configuration error, or a broken problem (the message names your "
                       "file and line)",
-    ExitStatus.MACHINE: "a broken machine: no GPU, no compiler, no sandbox, a worker that died, GitHub or the bot "
-                        "unreachable",
+    ExitStatus.MACHINE: "a broken machine: no GPU, no compiler, no sandbox, a harness process that died, GitHub "
+                        "or the bot unreachable",
     ExitStatus.INTERRUPTED: "interrupted (Ctrl-C): `fusebot optimize` resumes from its trace",
 }
 
@@ -116,7 +116,7 @@ class Candidate(_Model):
     extra_cflags: list[str] = Field(default_factory=list)
     idea: str = ""  # the plain-language idea this implements
     parent: str | None = None  # the candidate this one repairs or refines
-    # a source rewrite (runner/proposers/rewrite.py): the user's module file's full new text, to be shown as a diff
+    # a source rewrite (runner/proposers/rewrite/): the user's module file's full new text, to be shown as a diff
     # against the file in the PR; "" for a kernel
     rewrite: str = ""
 

@@ -34,12 +34,12 @@ from runner.harness.gpus import device_evaluators, lanes, parse_gpus, visible_gp
 from runner.proposers.catalog import catalog_proposers, skips_work
 from runner.proposers.llm.inputs import describe_inputs
 from runner.proposers.llm.proposer import LLMSettings, llm_proposers
-from runner.proposers.rewrite import rewrite_proposers
+from runner.proposers.rewrite.proposer import rewrite_proposers
 from runner.results.choice import confirm_finalists
 from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, proposal, report_markdown, result_json, trace_markdown
-from runner.results.remeasure import run_kernel_job
+from runner.results.remeasure import KERNEL_JOBS, run_kernel_job
 from runner.search.deadline import Deadline, plan_split
 from runner.search.loop import EvaluatorLike, search
 from runner.search.overlap import BaselinesAhead
@@ -360,7 +360,7 @@ def run_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *,
     `job.models`; a single `proposers` pool searches the targets one after another, over all the devices.
     `cancel` (else the `cancel` event a progress sink may carry: the worker's) stops every search at once: no new
     proposer call or candidate process is started, the evaluations in flight are cut off, and `Cancelled` is raised."""
-    if job.kind != "search":
+    if job.kind in KERNEL_JOBS:
         log.info("job %s: %s of the kernels under %s", job.id, job.kind, job.kernels_dir)
         return run_kernel_job(job, Path(source_dir), progress, backend=backend, workdir=workdir)
     chosen = backend or default_backend()

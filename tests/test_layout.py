@@ -17,6 +17,8 @@
 - No project import inside a function unless its line carries a reason comment (`# ...`).
 - The kernel ABI's dtype codes have one source (runner/dtypes.py): the C header's enum, the harness's torch map, the
   catalog's generated checks and the drop-in's guard all say the same.
+- Every test file or folder a tests package's docstring names (as covering a module) exists: a name is found beside
+  that __init__.py, from the repository's root (tests/...), or beside the file the docstring named just before it.
 
 The allow-lists below name what breaks a rule today; each must only shrink. A failure prints the list to edit.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -235,3 +238,31 @@ def test_the_abi_dtype_codes_have_one_source():
     assert DTYPE_CODE == ABI_DTYPES
     table = re.search(r"^_DTYPES = (\{.*?\})$", RUNTIME_GUARD, re.M | re.S).group(1)
     assert eval(table, {"torch": torch}) == DTYPE_CODES  # noqa: S307 - fusebot's own generated literal
+
+
+def named_tests(init: Path) -> list[tuple[str, bool]]:
+    """(name, exists) for each test file or tests/ folder the docstring of a tests package's __init__.py names."""
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    out, last = [], init.parent
+    for name in re.findall(r"[\w./-]+\.py\b|tests/[\w/]+/", doc):
+        if not (name.startswith("tests/") or Path(name).name.startswith("test_")):
+            continue  # a module of the source tree, not a test
+        found = next((p for p in (ROOT / name, init.parent / name, last / name) if p.exists()), None)
+        out.append((name, found is not None))
+        last = found.parent if found is not None and found.is_file() else last
+    return out
+
+
+def test_every_test_a_tests_package_names_exists():
+    missing = [f"{init.relative_to(ROOT)}: {name}" for init in sorted((ROOT / "tests").rglob("__init__.py"))
+               for name, exists in named_tests(init) if not exists]
+    assert not missing, f"named as covering a module, but not there (rename or remove the name): {missing}"
+
+
+def test_the_named_tests_checker_reads_a_name_beside_the_one_before(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "test_one.py").write_text("")
+    (tmp_path / "a" / "test_two.py").write_text("")
+    init = tmp_path / "__init__.py"
+    init.write_text('"""m: a/test_one.py and test_two.py; n: test_three.py; o: source/module.py"""\n')
+    assert named_tests(init) == [("a/test_one.py", True), ("test_two.py", True), ("test_three.py", False)]

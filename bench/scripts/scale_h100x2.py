@@ -3,8 +3,8 @@
     python3 bench/scripts/scale_h100x2.py [--parts app|search] [--targets N] [--out bench/results/h100x2-scale]
 
 On two H200s, with a 15 s search budget per target, one worker finished 2 of the 4 targets in 240 s and two workers
-one each in 160 s: the parts need more than one 10-minute call together. `--targets 2` halves the App part, and each
-part can run alone (`--parts`).
+one each in 160 s: the two parts together take over ten minutes. `--targets 2` halves the App part, and each part
+can run alone (`--parts`).
 
 1. The App: one job of N real-world targets (bench/suites/realworld/fp32, each marked `# fusebot: optimize` in a
    local repository's pull request), from the label webhook to the pull requests, with one `fusebot worker` (GPU 0)

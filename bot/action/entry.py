@@ -7,7 +7,7 @@
 Settings come from the environment GitHub sets (bot/action/settings.py), validated before anything runs. Discovery
 reads the checked-out workspace; the search runs in this process (`runner.pipeline.run_job`, imported only when
 a search runs, so the bot side never imports torch at module level); results are delivered by
-bot/publish/deliver.py (bot/publish/publish.py underneath) on the GitHub platform, the same code the App uses: one
+bot/publish/deliver.py (bot/publish/propose.py underneath) on the GitHub platform, the same code the App uses: one
 branch and PR per group, updated in place, and a fork's PR gets a comment with the patch, never a push.
 The job summary and the step outputs are written last.
 
@@ -38,9 +38,11 @@ from bot.github.github_platform import GitHubPlatform
 from bot.github.patch import unified_patch
 from bot.github.platform import Platform, PlatformError
 from bot.logs import install_redaction, redact
-from bot.publish import pr
+from bot.publish.checks import CHECK_NAME, check_completed, check_in_progress, check_queued
+from bot.publish.comments import fork_comments
 from bot.publish.deliver import deliver
-from bot.publish.publish import branch_files
+from bot.publish.plan import PullRequestPlan
+from bot.publish.propose import branch_files
 from bot.repo.config import ConfigError, FusebotConfig, load_config
 from bot.repo.discovery import check_config_targets, find_targets
 from runner.contract import ExitStatus, Job, JobResult, Progress, TargetSpec
@@ -104,7 +106,7 @@ class _Progress:
             return
         self.last = now
         try:
-            self.platform.update_check_run(self.check_id, pr.check_in_progress(p, self.rounds))
+            self.platform.update_check_run(self.check_id, check_in_progress(p, self.rounds))
         except Exception as e:  # progress is best effort: a failed update must not stop the search
             log.warning("check run progress not updated: %s", e)
 
@@ -197,8 +199,8 @@ def run(settings: ActionSettings, run_job: RunJob | None = None,
     if result is None or error is not None:
         error = redact(error or "", [settings.token.get_secret_value()])
         if check_id is not None:
-            empty = pr.PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
-            platform.update_check_run(check_id, pr.check_completed(empty, error=error))
+            empty = PullRequestPlan(settings.repository, trig.base, "kernels", trig.base_sha, [])
+            platform.update_check_run(check_id, check_completed(empty, error=error))
         return ExitStatus.MACHINE, RunReport("the search failed", error)
     report = RunReport("done", f"Searched {len(job.targets)} target(s) at `{trig.base_sha[:12]}` ({plan.where}).",
                        results=result.targets, environment=result.environment)
@@ -234,7 +236,7 @@ def llm_problems(models: list[str]) -> list[str]:
 
 def _create_check(platform: Platform, trig: Trigger, names: list[str]) -> int | None:
     try:
-        return platform.create_check_run(trig.base_sha, pr.CHECK_NAME, pr.check_queued(names))
+        return platform.create_check_run(trig.base_sha, CHECK_NAME, check_queued(names))
     except PlatformError as e:
         if not trig.fork:
             raise
@@ -247,13 +249,13 @@ SUMMARY_LIMIT = 1 << 20  # GitHub's limit on a step's job summary
 
 def fork_results(workspace: Path, repo: str, trig: Trigger, cfg: FusebotConfig, result: JobResult) -> str:
     """The comments fusebot would have posted on the fork's PR, with the patch against the checked-out head."""
-    plan = pr.PullRequestPlan(repo, trig.base, "kernels", trig.base_sha, result.targets,
-                              environment=result.environment, kernels_dir=cfg.kernels_dir, source_pr=trig.pr_number,
-                              trigger=trig.kind)
+    plan = PullRequestPlan(repo, trig.base, "kernels", trig.base_sha, result.targets,
+                           environment=result.environment, kernels_dir=cfg.kernels_dir, source_pr=trig.pr_number,
+                           trigger=trig.kind)
     files = branch_files(plan)
     old = {p: (workspace / p).read_text() if (workspace / p).is_file() else None for p in files}
     # a summary holds a megabyte: one part, unless the patch is larger
-    return "\n\n".join(pr.fork_comments(plan, unified_patch(old, files), limit=SUMMARY_LIMIT))
+    return "\n\n".join(fork_comments(plan, unified_patch(old, files), limit=SUMMARY_LIMIT))
 
 
 def load_settings() -> ActionSettings:

@@ -17,8 +17,9 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.publish import pr
-from bot.publish.publish import Published
+from bot.publish.propose import Published
+from bot.publish.text import scrub
+from bot.publish.verdicts import environment_line, speedup, target_table, verdict_line
 from runner.contract import Environment, TargetResult
 
 OUTPUTS = ("pr-number", "pr-url", "pr-numbers", "pr-urls", "best-speedup")
@@ -40,7 +41,7 @@ class RunReport:
         return [(p.pull_request.number, p.pull_request.url) for p in self.published if p.pull_request is not None]
 
     def best_speedup(self) -> float | None:
-        found = [pr.speedup(r.verdict) for r in self.results if r.improved and r.verdict is not None]
+        found = [speedup(r.verdict) for r in self.results if r.improved and r.verdict is not None]
         found = [s for s in found if s is not None]
         return max(found) if found else None
 
@@ -67,7 +68,7 @@ def summary_markdown(report: RunReport) -> str:
         lines.append("")
     results = report.results
     if results:
-        lines += [pr.verdict_line(results), ""]
+        lines += [verdict_line(results), ""]
     for number, url in report.pulls():
         lines.append(f"- Pull request [#{number}]({url})")
     forks = [p for p in report.published if p.pull_request is None and p.conclusion != "neutral"]
@@ -76,13 +77,13 @@ def summary_markdown(report: RunReport) -> str:
     if report.pulls() or forks:
         lines.append("")
     for r in results:
-        lines += [pr.target_table(r), ""]
+        lines += [target_table(r), ""]
     if report.environment is not None:
-        lines += [pr.environment_line(report.environment), ""]
+        lines += [environment_line(report.environment), ""]
     if report.attachment:
         lines += ["<details><summary>Results and patch for the pull request</summary>", "", report.attachment, "",
                   "</details>", ""]
-    return pr.scrub("\n".join(lines))  # the run's page is as public as the repository: no credential, no path
+    return scrub("\n".join(lines))  # the run's page is as public as the repository: no credential, no path
 
 
 def console_text(report: RunReport) -> str:
@@ -90,7 +91,7 @@ def console_text(report: RunReport) -> str:
     announces them), so the log says what is wrong and not only the annotations do."""
     lines = [f"fusebot: {report.title}. {report.detail}".strip()]
     lines += [f"  - {problem}" for problem in report.problems]
-    return pr.scrub("\n".join(lines))
+    return scrub("\n".join(lines))
 
 
 def output_block(name: str, value: str) -> str:

@@ -21,7 +21,7 @@ from bot.features.triggers import start_job, start_kernel_job
 from bot.github.platform import Platform, PlatformError, PullInfo, can_write, find_marker
 from bot.github.routing import Router
 from bot.github.webhooks import Event
-from bot.publish import pr
+from bot.publish.comments import explain_comments
 from bot.repo.config import CONFIG_PATH
 from bot.store.jobs import JobInfo
 
@@ -176,7 +176,7 @@ def on_bot_pr(ctx: Context, ev: Event, host: Platform, inst: int, number: int, n
                                   "came from); on other PRs use `/fusebot run`.")
         return
     if name == "explain":
-        for text in pr.explain_comments(job.id, job.result.targets if job.result else []):
+        for text in explain_comments(job.id, job.result.targets if job.result else []):
             host.post_comment(number, text)
     elif name == "rerun":
         rerun(ctx, ev, host, inst, number, pull.base_ref, job)

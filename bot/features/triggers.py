@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bot.context import Context
 from bot.github.platform import Annotation, CheckOutput
-from bot.publish import pr
+from bot.publish.text import clip
 from bot.repo.config import CONFIG_PATH, ConfigError, FusebotConfig, load_config
 from bot.repo.discovery import (
     SourceProblem,
@@ -56,7 +56,7 @@ def report_config_error(ctx: Context, repo: str, installation_id: int, sha: str,
     annotations = tuple(Annotation(path=p.path, line=p.line, message=p.message) for p in err.problems)
     summary = "\n".join(f"- `{p.path}` line {p.line}: {p.message}" for p in err.problems)
     _config_check(ctx, repo, installation_id, sha, CheckOutput(
-        "completed", f"{CONFIG_PATH} is invalid", pr.clip(f"fusebot could not use `{CONFIG_PATH}`:\n\n{summary}"),
+        "completed", f"{CONFIG_PATH} is invalid", clip(f"fusebot could not use `{CONFIG_PATH}`:\n\n{summary}"),
         "failure", annotations=annotations))
     log.info("config error in %s@%s: %d problem(s)", repo, sha[:12], len(err.problems))
 
@@ -110,7 +110,7 @@ def nothing_to_run(scope: str, problems: list[SourceProblem]) -> CheckOutput:
     or, with none broken, why there is nothing to search."""
     if problems:
         lines = "\n".join(f"- `{p.path}` line {p.line}: {p.message}" for p in problems)
-        return CheckOutput("completed", "Marked files need fixing", pr.clip(
+        return CheckOutput("completed", "Marked files need fixing", clip(
             f"fusebot could not read the marked module(s) {scope}:\n\n{lines}"), "failure",
             annotations=tuple(Annotation(p.path, p.line, p.message) for p in problems))
     return CheckOutput("completed", "Nothing to optimise",

@@ -16,7 +16,8 @@ import json
 import logging
 
 from bot.github.platform import CheckOutput, CommentRef, Platform, PlatformError, marker
-from bot.publish import pr
+from bot.publish.text import BODY_LIMIT, clip
+from bot.publish.verdicts import environment_line, target_table
 from runner.contract import Job, JobResult, TargetResult
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def kernel_section(r: TargetResult, manifest: dict | None = None) -> str:
         head = f"#### `{r.class_name or r.target}`"
         parts = [head]
     else:  # the PR body's table, without its "not proposed" line: the verdict below says what holds
-        parts = [pr.target_table(r.model_copy(update={"improved": True, "message": ""}))]
+        parts = [target_table(r.model_copy(update={"improved": True, "message": ""}))]
     beside = beside_line(r, manifest)
     if beside:
         parts += ["", beside]
@@ -108,7 +109,7 @@ def headline(results: list[TargetResult]) -> str:
     return "; ".join(parts)
 
 
-def benchmark_comment(job: Job, result: JobResult, limit: int = pr.BODY_LIMIT,
+def benchmark_comment(job: Job, result: JobResult, limit: int = BODY_LIMIT,
                       manifests: dict[str, dict] | None = None) -> str:
     """`manifests`: each kernel folder's fusebot.json on the branch, by the TargetResult's `kernel` path."""
     where = f"`{job.ref}` at `{job.sha[:12]}`" if job.ref else f"`{job.sha[:12]}`"
@@ -116,12 +117,12 @@ def benchmark_comment(job: Job, result: JobResult, limit: int = pr.BODY_LIMIT,
              f"**{headline(result.targets)}**.", ""]
     for r in result.targets:
         lines += [kernel_section(r, (manifests or {}).get(r.kernel or "")), ""]
-    lines += [pr.environment_line(result.environment), "",
+    lines += [environment_line(result.environment), "",
               "Correctness was verified again by fusebot's harness on the runner just now, from the files on the branch "
               "(a kernel edited there is measured as edited); the times are those of each folder's bench script "
               "(`python <folder>/bench_<folder>.py`, the command the PR gives), run there. Comment "
               "`/fusebot benchmark` again after a change."]
-    return pr.clip("\n".join(lines), limit)
+    return clip("\n".join(lines), limit)
 
 
 def branch_manifests(platform: Platform, sha: str, results: list[TargetResult]) -> dict[str, dict]:
@@ -153,8 +154,8 @@ def benchmark_check(job: Job, result: JobResult) -> CheckOutput:
     title = f"Not verified: {', '.join(bad)}" if bad else headline(results)
     tables = "\n\n".join(kernel_section(r) for r in results)
     summary = f"Re-measured at `{job.sha[:12]}`: {headline(results)}.\n\n{tables}"
-    return CheckOutput("completed", pr.clip(title[:255]), pr.clip(summary), conclusion(results),
-                       pr.environment_line(result.environment))
+    return CheckOutput("completed", clip(title[:255]), clip(summary), conclusion(results),
+                       environment_line(result.environment))
 
 
 def deliver_benchmark(platform: Platform, job: Job, result: JobResult, *,

@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 
 from bot.github.platform import CheckOutput, Platform, marker
-from bot.publish import pr
-from bot.publish.publish import Published
+from bot.publish.plan import branch_name, pr_key
+from bot.publish.propose import Published
+from bot.publish.text import clip
+from bot.publish.verdicts import environment_line, speedup, target_table
 from runner.contract import REMOVED_FILE, Environment, Job, JobResult, TargetResult
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ def removal_files(results: list[TargetResult], kernels_dir: str) -> dict[str, st
 
 
 def _kept_line(r: TargetResult) -> str:
-    s = pr.speedup(r.verdict)
+    s = speedup(r.verdict)
     if s is not None:
         return f"- `{r.class_name or r.target}`: {s:.2f}x over the faster baseline"
     return f"- `{r.class_name or r.target}`" + (f": {r.message}" if r.verdict is None and r.message else "")
@@ -38,11 +40,11 @@ def hygiene_body(results: list[TargetResult], *, base: str, commit: str, environ
                  kernels_dir: str, job_id: str | None = None) -> str:
     stale = [r for r in results if not r.improved]
     kept = [r for r in results if r.improved]
-    lines = [marker("pr", pr.pr_key(base, GROUP)) + (marker("job", job_id) if job_id else ""),
+    lines = [marker("pr", pr_key(base, GROUP)) + (marker("job", job_id) if job_id else ""),
              f"**fusebot re-verified {len(results)} merged kernel(s) at `{commit[:12]}`: {len(stale)} no longer earn "
-             "their place** and are removed here.", "", pr.environment_line(environment), ""]
+             "their place** and are removed here.", "", environment_line(environment), ""]
     for r in stale:
-        lines += [pr.target_table(r.model_copy(update={"message": "", "improved": True})), "",
+        lines += [target_table(r.model_copy(update={"message": "", "improved": True})), "",
                   f"**Removed**: {r.message}", ""]
     if kept:
         lines += ["Still correct and faster (kept):", ""]
@@ -53,7 +55,7 @@ def hygiene_body(results: list[TargetResult], *, base: str, commit: str, environ
     lines += ["### What changes", "", *[f"- removed `{p}`" for p in removed],
               *[f"- `{p}` now re-exports the original class, so code importing it keeps working" for p in shims], "",
               "Revert this PR to keep a kernel; `/fusebot benchmark` on it re-measures first."]
-    return pr.clip("\n".join(lines))
+    return clip("\n".join(lines))
 
 
 def publish_hygiene(platform: Platform, results: list[TargetResult], *, base: str, base_sha: str,
@@ -64,14 +66,14 @@ def publish_hygiene(platform: Platform, results: list[TargetResult], *, base: st
     if not stale:
         log.info("hygiene: all %d merged kernel(s) still hold", len(results))
         return None
-    branch = pr.branch_name(base, GROUP)
+    branch = branch_name(base, GROUP)
     files = removal_files(results, kernels_dir)
     names = ", ".join(r.class_name or r.target for r in stale)
     update = platform.commit_files(branch, base_sha, files, f"fusebot: remove stale kernels ({names})\n")
     body = hygiene_body(results, base=base, commit=base_sha, environment=environment, kernels_dir=kernels_dir,
                         job_id=job_id)
     ref = platform.upsert_pull_request(branch=branch, base=base, title=f"fusebot: remove stale kernels ({names})"[:250],
-                                       body=body, key=pr.pr_key(base, GROUP))
+                                       body=body, key=pr_key(base, GROUP))
     return Published(ref, update, body, "success")
 
 
@@ -81,13 +83,13 @@ def hygiene_check(results: list[TargetResult], pr_url: str | None = None) -> Che
     lines = [f"- `{r.class_name or r.target}`: {'holds' if r.improved else 'stale'}: {r.message}" for r in results]
     if not stale:
         return CheckOutput("completed", f"All {len(results)} merged kernel(s) still hold",
-                           pr.clip("\n".join(["Re-verified and re-timed; each is still correct and faster than the "
-                                               "faster of PyTorch eager and torch.compile.", "", *lines])), "success")
+                           clip("\n".join(["Re-verified and re-timed; each is still correct and faster than the "
+                                           "faster of PyTorch eager and torch.compile.", "", *lines])), "success")
     link = f"Their removal is proposed in {pr_url}." if pr_url else "Their removal is proposed in a pull request."
-    tables = "\n\n".join(pr.target_table(r.model_copy(update={"improved": True, "message": ""})) for r in stale)
+    tables = "\n\n".join(target_table(r.model_copy(update={"improved": True, "message": ""})) for r in stale)
     summary = "\n\n".join([link, "\n".join(lines), tables])
     return CheckOutput("completed", f"{len(stale)} of {len(results)} merged kernel(s) no longer hold",
-                       pr.clip(summary), "neutral")
+                       clip(summary), "neutral")
 
 
 def deliver_hygiene(platform: Platform, job: Job, result: JobResult, *, base: str,

@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bot.github.platform import CheckOutput, Platform
-from bot.publish import pr
-from bot.publish.benchmark import benchmark_check
+from bot.publish.comments import status_comment
 from bot.publish.deliver import deliver_job
-from bot.publish.hygiene import hygiene_check
+from bot.publish.kinds import KERNEL_JOBS
+from bot.publish.text import clip
 from bot.store.db import ACTIVE_STATES
 from bot.store.jobs import JobInfo
 from bot.store.units import UnitInfo
@@ -39,7 +39,7 @@ def check_run_view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
     """A job's state as its check run shows it, with the button that fits (Stop while it runs, Run again after).
     While a search runs, each target's line says where its unit is (`units`: the job's units, in target order)."""
     out = _view(job, units)
-    return CheckOutput(out.status, out.title, pr.clip(out.summary), out.conclusion, out.text,
+    return CheckOutput(out.status, out.title, clip(out.summary), out.conclusion, out.text,
                        actions=tuple(check_run_actions(out.status)))
 
 
@@ -71,7 +71,7 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
         return CheckOutput("completed", "Cancelled", "The job was cancelled.", "cancelled")
     if job.state == "failed":
         return CheckOutput("completed", "fusebot failed", f"The job failed: {job.error or 'no detail'}", "failure")
-    if job.spec.kind != "search":
+    if job.spec.kind in KERNEL_JOBS:
         return _kernel_job_view(job)
     n = len(job.spec.targets)
     targets = "\n".join(f"- `{t.name}` ({t.file})" for t in job.spec.targets[:50])
@@ -95,10 +95,11 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
 
 
 def _kernel_job_view(job: JobInfo) -> CheckOutput:
-    """Benchmark and hygiene jobs: fusebot's kernels in the commit, re-verified and re-timed (no search)."""
+    """A job that searches nothing (bot/publish/kinds.py): fusebot's kernels in the commit, re-verified and re-timed."""
     spec = job.spec
     kernels = "\n".join(f"- `{spec.kernels_dir}/{k}`" for k in spec.kernels[:50])
-    what = "Re-measure" if spec.kind == "benchmark" else "Re-verify"
+    kind = KERNEL_JOBS[spec.kind]
+    what = kind.verb  # "Re-measure", "Re-verify"
     again = retry_line(job)
     if job.state == "queued":
         return CheckOutput("queued", f"Queued{' again' if again else ''}: {what.lower()} {len(spec.kernels)} kernel(s)",
@@ -106,10 +107,10 @@ def _kernel_job_view(job: JobInfo) -> CheckOutput:
     if job.state in ("leased", "running"):
         p = job.progress
         title = p.message[:1].upper() + p.message[1:] if p and p.message else f"{what}: starting"
-        return CheckOutput("in_progress", pr.clip(title[:255]), again + kernels)
+        return CheckOutput("in_progress", clip(title[:255]), again + kernels)
     if job.result is None:
         return CheckOutput("completed", "No result", "The job finished without a result.", "neutral")
-    out = benchmark_check(spec, job.result) if spec.kind == "benchmark" else hygiene_check(job.result.targets)
+    out = kind.check(spec, job.result)
     return CheckOutput(out.status, out.title, out.summary, out.conclusion)
 
 
@@ -128,7 +129,7 @@ def status_view(job: JobInfo) -> str:
         state, detail = "failed", f"The run at {sha} failed: {job.error or 'no detail'}"
     detail += (f"\n\nJob `{job.id[:12]}`; `/fusebot status` lists every run. Earlier runs' results stay on their "
                "check runs and pull requests.")
-    return pr.status_comment(job.pr_number or 0, state, detail=detail)
+    return status_comment(job.pr_number or 0, state, detail=detail)
 
 
 def follow_status(ctx: Context, host: Platform, job: JobInfo) -> None:

@@ -1,4 +1,4 @@
-"""The harness's settings, and where and with which environment its worker processes run."""
+"""The harness's settings, and where and with which environment its child processes run."""
 
 from __future__ import annotations
 
@@ -86,8 +86,8 @@ def scratch_root() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def worker_env(workdir: Path, cache_dir: Path) -> dict[str, str]:
-    """The environment of a worker process: the sandbox's, with torch.compile's cache in the shared cache."""
+def child_env(workdir: Path, cache_dir: Path) -> dict[str, str]:
+    """The environment of a child process: the sandbox's, with torch.compile's cache in the shared cache."""
     env = confined_env(workdir)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
     return env

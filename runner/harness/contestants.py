@@ -12,14 +12,14 @@ from pathlib import Path
 
 from runner.contract import Candidate, ProblemSpec
 from runner.errors import MachineError
-from runner.harness.config import HarnessConfig, timing_cores, worker_env
+from runner.harness.config import HarnessConfig, child_env, timing_cores
 from runner.harness.plan import Seeds
-from runner.harness.procs.process import Limits, Worker, WorkerDied
+from runner.harness.procs.process import Child, ChildDied, Limits
 
 log = logging.getLogger(__name__)
 
 
-def died_label(exc: WorkerDied) -> str:
+def died_label(exc: ChildDied) -> str:
     """The reason name of a process that died: timeout, memory or crash."""
     return {"timeout": "timeout", "memory": "memory", "crash": "crash"}.get(exc.kind, "crash")
 
@@ -39,14 +39,14 @@ def discard_outputs(workdir: Path, reply: dict) -> None:
             Path(f).resolve().unlink(missing_ok=True)
 
 
-def log_load(worker: Worker, phases: dict) -> None:
+def log_load(child: Child, phases: dict) -> None:
     """Where a candidate's load went (DEBUG): the process's start and imports, then each step of its `init`."""
     if not log.isEnabledFor(logging.DEBUG):
         return
-    spawned, imported = worker.started_at, phases.pop("imported_at", None)
+    spawned, imported = child.started_at, phases.pop("imported_at", None)
     steps = {"start and imports": imported - spawned} if isinstance(imported, float) and spawned else {}
     steps |= {k.removesuffix("_s").replace("_", "-"): v for k, v in phases.items() if isinstance(v, float)}
-    log.debug("%s loaded in %.2f s: %s", worker.workdir.name, time.time() - spawned if spawned else 0.0,
+    log.debug("%s loaded in %.2f s: %s", child.workdir.name, time.time() - spawned if spawned else 0.0,
               ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
 
 
@@ -55,7 +55,7 @@ class Contestants:
                  cache_dir: Path):
         self.problem, self.device, self.config, self.seeds = problem, device, config, seeds
         self.workdir, self.cache_dir = workdir, cache_dir
-        self.siblings: tuple[Worker, ...] = ()  # other live candidates' processes while one is verified or timed
+        self.siblings: tuple[Child, ...] = ()  # other live candidates' processes while one is verified or timed
         self._spares: list[list] = []  # [process, warmed] started before their candidates (`prestart`)
 
     def _settings(self) -> dict:
@@ -70,14 +70,14 @@ class Contestants:
         while len(self._spares) < n:
             wd = self.workdir / f"spare-{self.seeds.next_number()}"
             # the build cache read-only: the library of the candidate it will take is not built yet
-            worker = Worker("runner.harness.procs.contestant", wd, worker_env(wd, self.cache_dir),
+            child = Child("runner.harness.procs.contestant", wd, child_env(wd, self.cache_dir),
                             Limits(self.config.memory_bytes), read=[self._builds()])
             try:
-                worker.send({"cmd": "warm", **self._settings()})
-            except WorkerDied:
-                worker.close()
+                child.send({"cmd": "warm", **self._settings()})
+            except ChildDied:
+                child.close()
                 return
-            self._spares.append([worker, False])
+            self._spares.append([child, False])
 
     def settle(self) -> None:
         """Wait until every spare has finished warming up (or is dropped): measurements follow, and no process start,
@@ -87,19 +87,19 @@ class Contestants:
                 self._take_reply(spare)
 
     def _take_reply(self, spare: list) -> bool:
-        worker = spare[0]
+        child = spare[0]
         try:
-            reply = worker.receive("warm", self.config.init_timeout_s)
-        except WorkerDied as exc:
+            reply = child.receive("warm", self.config.init_timeout_s)
+        except ChildDied as exc:
             log.warning("a spare process died while warming up: %s", exc)
             reply = {"ok": False}
         spare[1] = bool(reply.get("ok"))
         if not spare[1]:
-            worker.close()
+            child.close()
             self._spares.remove(spare)
         return spare[1]
 
-    def _spare(self) -> Worker | None:
+    def _spare(self) -> Child | None:
         while self._spares:
             spare = self._spares[0]
             if spare[1] or self._take_reply(spare):
@@ -115,25 +115,25 @@ class Contestants:
 
     def close(self) -> None:
         """Stop the spares."""
-        for worker, _ in self._spares:
-            worker.close()
+        for child, _ in self._spares:
+            child.close()
         self._spares = []
 
-    def spawn(self, candidate: Candidate, library: Path | None, tag: str) -> Worker:
+    def spawn(self, candidate: Candidate, library: Path | None, tag: str) -> Child:
         """Start a candidate's process (or take a warm spare) and send its load request without waiting for the
         answer."""
-        worker = self._spare() if candidate.format == "fast" else None
-        if worker is not None and (library is None or library.resolve().is_relative_to(self._builds())):
+        child = self._spare() if candidate.format == "fast" else None
+        if child is not None and (library is None or library.resolve().is_relative_to(self._builds())):
             msg = {"cmd": "init", **self._settings(), "candidate": candidate.model_dump(),
                    "library": str(library) if library else None, "init_seed": self.seeds.seed("init"),
                    "extra_write": []}
             try:
-                worker.send(msg)
-            except WorkerDied:
+                child.send(msg)
+            except ChildDied:
                 pass  # reported by await_load
-            return worker
-        if worker is not None:  # a library from elsewhere, which the spare cannot read: it goes back
-            self._spares.insert(0, [worker, True])
+            return child
+        if child is not None:  # a library from elsewhere, which the spare cannot read: it goes back
+            self._spares.insert(0, [child, True])
         safe_id = "".join(c if c.isalnum() or c in "-_" else "_" for c in candidate.id)[:60]
         wd = self.workdir / f"cand-{safe_id}-{tag}-{self.seeds.next_number()}"
         wd.mkdir(parents=True, exist_ok=True)
@@ -144,47 +144,47 @@ class Contestants:
             ext = self.cache_dir / "kernelbench" / digest
             ext.mkdir(parents=True, exist_ok=True)
             extra.append(str(ext))
-        env = worker_env(wd, self.cache_dir)
+        env = child_env(wd, self.cache_dir)
         if extra:
             env["TORCH_EXTENSIONS_DIR"] = extra[0]
-        worker = Worker("runner.harness.procs.contestant", wd, env, Limits(self.config.memory_bytes))
+        child = Child("runner.harness.procs.contestant", wd, env, Limits(self.config.memory_bytes))
         msg = {"cmd": "init", **self._settings(), "candidate": candidate.model_dump(),
                "library": str(library) if library else None, "init_seed": self.seeds.seed("init"),
                "extra_write": extra}
         try:
-            worker.send(msg)
-        except WorkerDied:
+            child.send(msg)
+        except ChildDied:
             pass  # reported by await_load
-        return worker
+        return child
 
-    def await_load(self, worker: Worker, siblings: tuple[Worker, ...] = ()) -> tuple[Worker | None, list[str], dict]:
+    def await_load(self, child: Child, siblings: tuple[Child, ...] = ()) -> tuple[Child | None, list[str], dict]:
         """(the loaded process or None, the reasons it was refused, its confinement)."""
         try:
-            reply = worker.receive("init", self.config.init_timeout_s, siblings)
-        except WorkerDied as exc:
-            worker.close()
+            reply = child.receive("init", self.config.init_timeout_s, siblings)
+        except ChildDied as exc:
+            child.close()
             return None, [f"{died_label(exc)} while loading: {exc}{tail(exc.log_tail)}"], {}
         if not reply.get("ok"):
-            worker.close()
+            child.close()
             return None, [self.fault("loading", reply)], {}
-        log_load(worker, reply.get("phases") or {})
-        return worker, list(reply.get("reasons", [])), reply.get("confinement", {})
+        log_load(child, reply.get("phases") or {})
+        return child, list(reply.get("reasons", [])), reply.get("confinement", {})
 
-    def start(self, candidate: Candidate, library: Path | None, tag: str) -> tuple[Worker | None, list[str], dict]:
+    def start(self, candidate: Candidate, library: Path | None, tag: str) -> tuple[Child | None, list[str], dict]:
         return self.await_load(self.spawn(candidate, library, tag))
 
     def probe(self, failure: str) -> None:
         """Run a known-good computation in a fresh process; raise MachineError if it fails too (the machine is
         broken, not the candidate that met `failure`)."""
         wd = self.workdir / f"probe-{self.seeds.next_number()}"
-        worker = Worker("runner.harness.procs.probe", wd, worker_env(wd, self.cache_dir),
+        child = Child("runner.harness.procs.probe", wd, child_env(wd, self.cache_dir),
                         Limits(self.config.memory_bytes))
         try:
-            reply = worker.request({"cmd": "probe", "device": self.device}, self.config.trial_timeout_s)
-        except WorkerDied as exc:
+            reply = child.request({"cmd": "probe", "device": self.device}, self.config.trial_timeout_s)
+        except ChildDied as exc:
             raise MachineError(f"{failure}; and a known-good probe died too: {exc}\n{exc.log_tail}") from None
         finally:
-            worker.close()
+            child.close()
         if not reply.get("ok"):
             raise MachineError(f"{failure}; and a known-good probe failed too: {reply.get('error')}")
 
@@ -196,7 +196,7 @@ class Contestants:
         self.probe(f"a candidate's process failed during {stage}: {error}")
         return f"crash: the candidate's process failed during {stage}: {error[-1500:]}"
 
-    def ask(self, worker: Worker, msg: dict, timeout_s: float) -> dict:
+    def ask(self, child: Child, msg: dict, timeout_s: float) -> dict:
         """A request to a candidate's process; other live candidates' memory caps are enforced while it runs."""
-        worker.send(msg)
-        return worker.receive(msg.get("cmd", "?"), timeout_s, self.siblings)
+        child.send(msg)
+        return child.receive(msg.get("cmd", "?"), timeout_s, self.siblings)

@@ -18,6 +18,7 @@ raises RuntimeError with the kernel's own message (fusebot_last_error()).
 from __future__ import annotations
 
 from runner.dtypes import guard_table
+from runner.harness.refs import resolve_source
 
 RUNTIME_GUARD = r'''
 
@@ -65,12 +66,7 @@ def _env_off(cls_name):
     return bool(names & {"1", "true", "yes", "all", TARGET.lower(), cls_name.lower()})
 
 
-def _factory(ref):
-    if ":" in ref:
-        mod, name = ref.split(":", 1)
-        return getattr(importlib.import_module(mod), name)
-    return getattr(_ref, ref)
-
+@RESOLVE@
 
 def _evaluate(fn):
     """fn() on the meta device (no memory, no random draws), or for real where meta fails; the RNG left as it was."""
@@ -95,11 +91,11 @@ def _verified():
                         sets = [[("tensor", dt or torch.float32, tuple(s)) for s in PROBLEM["input_shapes"]]]
                     else:
                         sets = [[("tensor", cast(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor)
-                                 else ("number", type(x).__name__) for x in _evaluate(_factory(ref))]
+                                 else ("number", type(x).__name__) for x in _evaluate(_resolve(_ref, ref))]
                                 for ref in (PROBLEM["inputs"], PROBLEM["second_inputs"]) if ref]
                     init, ii = list(PROBLEM["init_args"]), PROBLEM["init_inputs"]
                     if not init and ii and (":" in ii or hasattr(_ref, ii)):
-                        init = list(_evaluate(_factory(ii)))
+                        init = list(_evaluate(_resolve(_ref, ii)))
                     model = _evaluate(lambda: Original(*init, **PROBLEM["init_kwargs"]))
                     state = [(cast(t.dtype), tuple(t.shape)) for t in model.state_dict(keep_vars=True).values()]
                     _VERIFIED[:] = [[(args, state) for args in sets], ""]
@@ -347,4 +343,4 @@ def fused(args: list[torch.Tensor], state: list[torch.Tensor], meta: list[int]) 
 def _fused_fake(args, state, meta):
     device = (args or state)[0].device
     return [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, dtype, stride in _specs(meta)]
-'''.replace("@ABI_DTYPES@", guard_table())  # the ABI's dtype codes (runner/dtypes.py)
+'''.replace("@ABI_DTYPES@", guard_table()).replace("@RESOLVE@", resolve_source())  # one source: runner/dtypes.py, refs.py

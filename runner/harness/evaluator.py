@@ -42,7 +42,7 @@ from runner.harness.contestants import Contestants
 from runner.harness.measure import measure, score, time_candidate, warn_if_degenerate
 from runner.harness.plan import Seeds, trial_plan
 from runner.harness.prebuild import Prebuilds
-from runner.harness.procs.process import Worker
+from runner.harness.procs.process import Child
 from runner.harness.reference import Reference
 from runner.harness.trials import verify
 
@@ -65,7 +65,7 @@ class Run:
 
     candidate: Candidate
     verdict: Verdict
-    worker: Worker | None = None
+    child: Child | None = None
     library: Path | None = None
     cut: bool = False  # unfinished when its evaluation was aborted: its verdict says "cut off", whatever else it says
 
@@ -87,7 +87,7 @@ class Run:
 class Evaluator:
     def __init__(self, problem: ProblemSpec, *, backend: str | None = None, compile_baseline: bool = True,
                  workdir: Path | None = None, config: HarnessConfig | None = None):
-        # Workers run in their own directories: every path they get is absolute.
+        # Children run in their own directories: every path they get is absolute.
         absolute = {k: str(Path(v).resolve()) for k in ("path", "root") if (v := getattr(problem, k))}
         self.problem = problem.model_copy(update=absolute)
         self.backend = backend or default_backend()
@@ -204,15 +204,15 @@ class Evaluator:
         then nothing runs); their verdicts say so. The next `evaluate_many`, and `confirm`, run normally."""
         self._aborted_generation = self._generation
         for r in list(self._live):
-            if r.worker is not None:
+            if r.child is not None:
                 r.cut = True
-                r.worker.kill()
+                r.child.kill()
 
     def _unless_aborted(self, r: Run, gen: int) -> Run:
-        if self._aborted_generation >= gen and r.worker is not None:
+        if self._aborted_generation >= gen and r.child is not None:
             r.cut = True
-            r.worker.close()
-            r.worker = None
+            r.child.close()
+            r.child = None
             r.verdict.reasons.append(CUT_OFF)
         return r
 
@@ -223,7 +223,7 @@ class Evaluator:
 
     def _begin(self, candidate: Candidate, build: builder.BuildOutput | None, tag: str) -> Run:
         """Build (fast format), refuse what static checks refuse, and start the candidate's process with its load
-        request in flight. On failure the run's verdict holds the reasons and it has no worker."""
+        request in flight. On failure the run's verdict holds the reasons and it has no child."""
         r = Run(candidate, Verdict(candidate_id=candidate.id, problem=self.problem.name, accepted=False,
                                    stage="build"))
         v = r.verdict
@@ -245,21 +245,21 @@ class Evaluator:
         with r.stage("load"):
             v.reasons += static_checks(candidate)
             if not v.reasons:
-                r.worker = self.contestants.spawn(candidate, r.library, tag)
+                r.child = self.contestants.spawn(candidate, r.library, tag)
         return r
 
     def _loaded(self, r: Run, others: list[Run] = ()) -> None:
-        """Wait for the run's process to load its candidate (enforcing every live worker's memory cap meanwhile)."""
-        if r.worker is None:
+        """Wait for the run's process to load its candidate (enforcing every live child's memory cap meanwhile)."""
+        if r.child is None:
             return
         with r.stage("load"):
-            worker, reasons, confinement = self.contestants.await_load(r.worker, _siblings(r, others))
+            child, reasons, confinement = self.contestants.await_load(r.child, _siblings(r, others))
         r.verdict.environment = self.environment(confinement)
         if reasons:
             r.verdict.reasons += reasons
-            if worker is not None:
-                worker.close()
-            r.worker = None
+            if child is not None:
+                child.close()
+            r.child = None
 
     def _complete(self, r: Run, others: list[Run] = ()) -> Verdict:
         """Verify and time a loaded candidate; close its process."""
@@ -269,13 +269,13 @@ class Evaluator:
     def _verified(self, r: Run, others: list[Run] = ()) -> bool:
         """Verify a loaded candidate; a rejected one's process is closed."""
         v = r.verdict
-        if r.worker is None:
+        if r.child is None:
             return False
         self.contestants.siblings = _siblings(r, others)
         try:
             v.stage = "verify"
             with r.stage("verify"):
-                v.trials, reasons = verify(self.reference, self.contestants, r.worker, r.candidate,
+                v.trials, reasons = verify(self.reference, self.contestants, r.child, r.candidate,
                                            self.plan(f"{r.candidate.id}/{self.seeds.counter}"))
         except BaseException:
             _close(r)
@@ -285,18 +285,18 @@ class Evaluator:
         if reasons:
             v.reasons += reasons
             _close(r)
-        return r.worker is not None
+        return r.child is not None
 
     def _timed(self, r: Run, others: list[Run] = ()) -> Verdict:
         """Time a verified candidate (one whose process is still open); close its process."""
         v = r.verdict
-        if r.worker is None:
+        if r.child is None:
             return r.finish()
         self.contestants.siblings = _siblings(r, others)
         try:
             v.stage = "time"
             with r.stage("time"):
-                time_candidate(self.contestants, r.worker, self.reference, v,
+                time_candidate(self.contestants, r.child, self.reference, v,
                                remeasure=lambda: self._remeasure(r.candidate, r.library))
         finally:
             _close(r)
@@ -307,17 +307,17 @@ class Evaluator:
 
     def _remeasure(self, candidate: Candidate, library: Path | None) -> tuple[Timing | None, list[str]]:
         """Verify (one trial) and time a candidate again in a fresh process, on fresh inputs."""
-        worker, reasons, _ = self.contestants.start(candidate, library, tag="remeasure")
+        child, reasons, _ = self.contestants.start(candidate, library, tag="remeasure")
         if reasons:
             return None, reasons
         try:
-            _, reasons = verify(self.reference, self.contestants, worker, candidate,
+            _, reasons = verify(self.reference, self.contestants, child, candidate,
                                 self.plan(f"{candidate.id}/remeasure")[:1])
             if reasons:
                 return None, reasons
-            return measure(self.contestants, worker, self.reference)
+            return measure(self.contestants, child, self.reference)
         finally:
-            worker.close()
+            child.close()
 
     def confirm(self, candidate: Candidate, rounds: int = 5,
                 on_round: Callable[[int, float, float, float | None], bool] | None = None) -> Verdict:
@@ -327,15 +327,15 @@ class Evaluator:
         each round's medians as it ends; False stops the rounds there (the budget is spent)."""
         run = self._begin(candidate, None, tag="confirm")
         self._loaded(run)
-        verdict, worker = run.verdict, run.worker
-        if worker is None:
+        verdict, child = run.verdict, run.child
+        if child is None:
             return run.finish()
         try:
             verdict.stage = "verify"
             with run.stage("verify"):
                 # two trials, the problem's own inputs and a randn draw: a scalar loss is one number per trial, so
                 # one trial alone cannot tell a loss from a constant (every loss was called degenerate on the H100)
-                verdict.trials, reasons = verify(self.reference, self.contestants, worker, candidate,
+                verdict.trials, reasons = verify(self.reference, self.contestants, child, candidate,
                                                  self.plan(f"{candidate.id}/confirm")[:2])
             if reasons:
                 verdict.reasons += reasons
@@ -344,7 +344,7 @@ class Evaluator:
             cand, rounds_b = [], []
             for r in range(rounds):
                 with run.stage("time"):
-                    timing, reasons = measure(self.contestants, worker, self.reference)
+                    timing, reasons = measure(self.contestants, child, self.reference)
                 if reasons:
                     verdict.reasons += reasons
                     return run.finish()
@@ -355,7 +355,7 @@ class Evaluator:
                         r + 1, timing.median_ms, b.eager.median_ms, b.compile.median_ms if b.compile else None):
                     break
         finally:
-            worker.close()
+            child.close()
         timing, baselines, verdict.confirmation = confirming.confirmation(cand, rounds_b)
         score(verdict, timing, baselines, self.roofline())
         warn_if_degenerate(verdict, self.reference)
@@ -369,10 +369,10 @@ class Evaluator:
 
 
 def _close(r: Run) -> None:
-    if r.worker is not None:
-        r.worker.close()
-        r.worker = None
+    if r.child is not None:
+        r.child.close()
+        r.child = None
 
 
-def _siblings(r: Run, others) -> tuple[Worker, ...]:
-    return tuple(o.worker for o in others if o is not r and o.worker is not None)
+def _siblings(r: Run, others) -> tuple[Child, ...]:
+    return tuple(o.child for o in others if o is not r and o.child is not None)

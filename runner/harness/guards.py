@@ -85,8 +85,8 @@ def _thread_state(tid: int) -> tuple[str, int] | None:
 
 def busy_threads(tids: set[int]) -> set[int]:
     """The threads among `tids` that are running now or used CPU over IDLE_WINDOW_S. An idle thread pool (OpenMP's
-    workers, parked on a futex after the call) is not background work; a thread still computing is. Two windows:
-    a pool's workers spin a little before they park."""
+    threads, parked on a futex after the call) is not background work; a thread still computing is. Two windows:
+    a pool's threads spin a little before they park."""
     busy = set(tids)
     for _ in range(2):
         first = {t: _thread_state(t) for t in busy}

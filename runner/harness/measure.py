@@ -14,7 +14,7 @@ import psutil
 from runner.contract import Baselines, Roofline, Timing, Verdict
 from runner.harness.checks import degenerate_reason
 from runner.harness.contestants import Contestants, died_label, tail
-from runner.harness.procs.process import Worker, WorkerDied
+from runner.harness.procs.process import Child, ChildDied
 from runner.harness.reference import Reference
 from runner.harness.trials import judged
 
@@ -37,16 +37,16 @@ def warn_if_degenerate(verdict: Verdict, ref: Reference) -> None:
         verdict.warnings.append(f"degenerate: {why}; no speedup on it is reported as real")
 
 
-def measure(contestants: Contestants, worker: Worker, ref: Reference) -> tuple[Timing | None, list[str]]:
+def measure(contestants: Contestants, child: Child, ref: Reference) -> tuple[Timing | None, list[str]]:
     """The candidate's time on the problem's first shape. Every timed call had fresh inputs; the judge checks a
     sample of the outputs of timed calls chosen after the last one; the parent's own clock cross-checks the time."""
     config = contestants.config
     seed = contestants.seeds.seed(f"time{contestants.seeds.counter}")
     try:
         specs, structure = ref.out_specs[0]  # timing runs on the first shape, whatever the last trial was
-        rep = contestants.ask(worker, {"cmd": "time", "seed": seed, "out_specs": specs, "structure": structure},
+        rep = contestants.ask(child, {"cmd": "time", "seed": seed, "out_specs": specs, "structure": structure},
                               config.time_timeout_s)
-    except WorkerDied as exc:
+    except ChildDied as exc:
         return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
     if not rep.get("ok"):
         return None, [contestants.fault("timing", rep)]
@@ -55,17 +55,17 @@ def measure(contestants: Contestants, worker: Worker, ref: Reference) -> tuple[T
     timing = Timing(**rep["timing"])
     if rep.get("samples") is not None:
         check = judged(ref, contestants, {"cmd": "timed_check", "seed": seed, "samples": rep["samples"],
-                                          "dir": str(worker.workdir)}, config.trial_timeout_s, "timed_check")
+                                          "dir": str(child.workdir)}, config.trial_timeout_s, "timed_check")
         for s in rep["samples"]:
             for o in s.get("outputs") or []:
                 if isinstance(o, dict) and o.get("file") and Path(o["file"]).resolve().is_relative_to(
-                        Path(worker.workdir).resolve()):
+                        Path(child.workdir).resolve()):
                     Path(o["file"]).unlink(missing_ok=True)
         if isinstance(check, str):
             return None, [check]
         if check["reasons"]:
             return None, check["reasons"]
-    return cross_check(contestants, worker, timing)
+    return cross_check(contestants, child, timing)
 
 
 # On the CPU an escape is a timer seeing under a tenth of the calls' cost: on the 2-core development host under load
@@ -74,43 +74,43 @@ def measure(contestants: Contestants, worker: Worker, ref: Reference) -> tuple[T
 CPU_ESCAPE_RATIO = 0.1
 
 
-def _cpu_seconds(worker: Worker) -> float:
-    """CPU time (user + system) of the worker's process tree so far, by the kernel's accounting."""
+def _cpu_seconds(child: Child) -> float:
+    """CPU time (user + system) of the child's process tree so far, by the kernel's accounting."""
     try:
-        top = psutil.Process(worker.proc.pid)
+        top = psutil.Process(child.proc.pid)
         return sum(sum(q.cpu_times()[:2]) for q in [top, *top.children(recursive=True)])
     except psutil.Error:
         return 0.0
 
 
-def _cores(worker: Worker) -> int:
-    """How many cores the worker may run on (its affinity: the pinned set where the harness pins one)."""
+def _cores(child: Child) -> int:
+    """How many cores the child may run on (its affinity: the pinned set where the harness pins one)."""
     try:
-        return max(1, len(psutil.Process(worker.proc.pid).cpu_affinity()))
+        return max(1, len(psutil.Process(child.proc.pid).cpu_affinity()))
     except (psutil.Error, AttributeError):
         return max(1, len(os.sched_getaffinity(0)))
 
 
-def _batch_ms(contestants: Contestants, worker: Worker, calls: int, hooks_only: bool) -> tuple[float, float]:
-    """(wall ms, CPU ms of the worker's processes) for `calls` calls (or their `before` steps alone), each the
+def _batch_ms(contestants: Contestants, child: Child, calls: int, hooks_only: bool) -> tuple[float, float]:
+    """(wall ms, CPU ms of the child's processes) for `calls` calls (or their `before` steps alone), each the
     least of three runs."""
     walls, cpus = [], []
     for _ in range(3):
-        c0, t0 = _cpu_seconds(worker), time.perf_counter()
-        contestants.ask(worker, {"cmd": "wall", "calls": calls, "hooks_only": hooks_only},
+        c0, t0 = _cpu_seconds(child), time.perf_counter()
+        contestants.ask(child, {"cmd": "wall", "calls": calls, "hooks_only": hooks_only},
                         contestants.config.time_timeout_s)
         walls.append((time.perf_counter() - t0) * 1e3)
-        cpus.append((_cpu_seconds(worker) - c0) * 1e3)
+        cpus.append((_cpu_seconds(child) - c0) * 1e3)
     return min(walls), min(cpus)
 
 
-def cross_check(contestants: Contestants, worker: Worker, timing: Timing) -> tuple[Timing | None, list[str]]:
+def cross_check(contestants: Contestants, child: Child, timing: Timing) -> tuple[Timing | None, list[str]]:
     """Cross-check a time with a clock the candidate cannot touch, around back-to-back calls less the same number
     of their `before` steps alone (work left running, deferred into the next call, or hidden from a slowed clock
     shows there). On CUDA: the parent's wall clock; the call's host work is not in its GPU time, so a call bound by
     its host work is told apart by its size (over 0.2 ms). On the CPU: the lesser of the parent's wall clock and the
-    kernel's CPU-time accounting of the worker's processes over the cores it may use, over `cpu_check_ms` (its tick
-    is 10 ms): a wall clock alone also counts the time a loaded host preempted the worker, and CPU time alone the
+    kernel's CPU-time accounting of the child's processes over the cores it may use, over `cpu_check_ms` (its tick
+    is 10 ms): a wall clock alone also counts the time a loaded host preempted the child, and CPU time alone the
     spinning of idle thread pools, and honest kernels were rejected by each; work deferred into the next call shows
     on both. An escape on the CPU is a timer seeing under CPU_ESCAPE_RATIO of the calls' cost. (Work handed to a
     thread that outlives the call is the guards' to catch.)"""
@@ -118,14 +118,14 @@ def cross_check(contestants: Contestants, worker: Worker, timing: Timing) -> tup
     span_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
     calls = max(3, min(1000 if cuda else 20000, math.ceil(span_ms / max(timing.median_ms, 1e-3))))
     try:
-        full, hooks = _batch_ms(contestants, worker, calls, False), _batch_ms(contestants, worker, calls, True)
-    except WorkerDied as exc:
+        full, hooks = _batch_ms(contestants, child, calls, False), _batch_ms(contestants, child, calls, True)
+    except ChildDied as exc:
         return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
     ratio = 0.5
     if cuda:
         per_call, least, clock = (full[0] - hooks[0]) / calls, 0.2, "the parent's clock"
     else:
-        cores = _cores(worker)
+        cores = _cores(child)
         per_call = min((full[0] - hooks[0]) / calls, (full[1] - hooks[1]) / calls / cores)
         least = 0.02
         ratio = CPU_ESCAPE_RATIO
@@ -142,12 +142,12 @@ def cross_check(contestants: Contestants, worker: Worker, timing: Timing) -> tup
     return timing, []
 
 
-def time_candidate(contestants: Contestants, worker: Worker, ref: Reference, verdict: Verdict,
+def time_candidate(contestants: Contestants, child: Child, ref: Reference, verdict: Verdict,
                    remeasure: Callable[[], tuple[Timing | None, list[str]]]) -> None:
     """Time a verified candidate into `verdict`; `remeasure` times it again in a fresh process (below the floor)."""
     verdict.warnings += [f"tolerance: {n}" for n in sorted(ref.tolerance_notes)]
     warn_if_degenerate(verdict, ref)
-    timing, reasons = measure(contestants, worker, ref)
+    timing, reasons = measure(contestants, child, ref)
     if reasons:
         verdict.reasons += reasons
         return

@@ -1,6 +1,6 @@
 """What a candidate is run on: the secret its seeds come from, and the trials of one verification.
 
-The parent process holds the secret; a worker only ever sees the seeds derived from it, one per trial, so that no
+The parent process holds the secret; a child only ever sees the seeds derived from it, one per trial, so that no
 candidate can predict the inputs of a trial it has not yet been given.
 """
 

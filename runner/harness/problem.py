@@ -1,4 +1,4 @@
-"""Problems: the reference module, its inputs and its tolerance, loaded inside a worker process.
+"""Problems: the reference module, its inputs and its tolerance, loaded inside a child process.
 
 A `ProblemSpec` (runner.contract) names a KernelBench-format file or a module in a repository. This module turns it
 into live objects: the reference class, the input factories and the init arguments. Anything that goes wrong in the
@@ -20,6 +20,7 @@ import torch
 
 from runner.contract import DEFAULT_TOLERANCE, ProblemSpec
 from runner.errors import ProblemError
+from runner.harness.refs import resolve
 
 __all__ = ["ProblemError", "LoadedProblem", "load", "make_inputs", "build_model", "bytes_of", "locate"]
 
@@ -53,16 +54,6 @@ def import_file(path: Path, module_name: str) -> Any:
     sys.modules[module_name] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-def _resolve(mod: Any, ref: str | None) -> Any:
-    """`name` in mod, or `package.module:name` imported."""
-    if ref is None:
-        return None
-    if ":" in ref:
-        mod_name, attr = ref.split(":", 1)
-        return getattr(importlib.import_module(mod_name), attr)
-    return getattr(mod, ref)
 
 
 def _shapes_factory(spec: ProblemSpec):
@@ -122,11 +113,11 @@ def load(spec: ProblemSpec) -> LoadedProblem:
     except AttributeError:
         raise ProblemError("import", str(file), f"defines no class {spec.class_name!r}") from None
     try:
-        get_inputs = _shapes_factory(spec) if spec.input_shapes else _resolve(mod, spec.inputs)
-        second = _resolve(mod, spec.second_inputs)
+        get_inputs = _shapes_factory(spec) if spec.input_shapes else resolve(mod, spec.inputs)
+        second = resolve(mod, spec.second_inputs) if spec.second_inputs is not None else None
         init_factory = None
         if spec.init_inputs and (":" in spec.init_inputs or hasattr(mod, spec.init_inputs)):
-            init_factory = _resolve(mod, spec.init_inputs)
+            init_factory = resolve(mod, spec.init_inputs)
     except (AttributeError, ImportError) as exc:
         raise ProblemError("import", str(file), f"input factory not found: {exc}") from None
     init_args = list(spec.init_args)
@@ -140,7 +131,7 @@ def load(spec: ProblemSpec) -> LoadedProblem:
 
 def strict_fp32() -> None:
     """fp32 means fp32: no TF32 in matmuls or convolutions, for the reference, the baselines and candidates alike.
-    Called by every worker before any user code runs."""
+    Called by every child before any user code runs."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")

@@ -11,9 +11,9 @@ from pathlib import Path
 from runner.contract import Baselines, Environment, ProblemSpec, Roofline, Timing
 from runner.errors import MachineError, ProblemError
 from runner.harness.baseline_cache import baseline_key, cached_baselines
-from runner.harness.config import HarnessConfig, timing_cores, worker_env
+from runner.harness.config import HarnessConfig, child_env, timing_cores
 from runner.harness.plan import Seeds
-from runner.harness.procs.process import Limits, Worker, WorkerDied
+from runner.harness.procs.process import Child, ChildDied, Limits
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ class Reference:
                  cache_dir: Path):
         self.problem, self.device, self.config, self.seeds = problem, device, config, seeds
         self.workdir, self.cache_dir = workdir, cache_dir
-        self._worker: Worker | None = None
+        self._child: Child | None = None
         self.info: dict = {}
         self._baselines: Baselines | None = None
         self._roofline: Roofline | None = None
@@ -38,33 +38,33 @@ class Reference:
     def where(self) -> str:
         return self.problem.path or self.problem.module or self.problem.name
 
-    def start(self) -> Worker:
+    def start(self) -> Child:
         """The judge process, started and initialised once."""
-        if self._worker is None:
+        if self._child is None:
             wd = self.workdir / "judge"
             wd.mkdir(parents=True, exist_ok=True)
             (self.cache_dir / "inductor").mkdir(parents=True, exist_ok=True)
-            self._worker = Worker("runner.harness.procs.judge", wd, worker_env(wd, self.cache_dir),
+            self._child = Child("runner.harness.procs.judge", wd, child_env(wd, self.cache_dir),
                                   Limits(self.config.memory_bytes))
             self.info = self.ask({"cmd": "init", "problem": self.problem.model_dump(), "device": self.device,
                                   "init_seed": self.seeds.seed("init"), "timer": self.config.timer,
                                   "extra_write": [str(self.cache_dir / "inductor")],
                                   "cores": timing_cores(self.config) if self.device == "cpu" else None},
                                  self.config.init_timeout_s, "init")
-        return self._worker
+        return self._child
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+        if self._child is not None:
+            self._child.close()
+            self._child = None
 
     def ask(self, msg: dict, timeout_s: float, stage: str) -> dict:
         """One request to the judge. The reference's own failures raise ProblemError; a judge that dies or fails
         otherwise raises MachineError (callers for whom a candidate may be the cause catch it first)."""
-        worker = self._worker if self._worker is not None else self.start()
+        child = self._child if self._child is not None else self.start()
         try:
-            reply = worker.request(msg, timeout_s)
-        except WorkerDied as exc:
+            reply = child.request(msg, timeout_s)
+        except ChildDied as exc:
             self.close()
             if exc.kind == "timeout":
                 raise ProblemError(stage, self.where, f"your module did not finish within {timeout_s:.0f} s") from None

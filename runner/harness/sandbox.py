@@ -11,7 +11,7 @@ gets, where the OS allows each:
 - an address-space limit on the CPU backend (CUDA reserves far more virtual memory than it uses, so on the GPU the
   parent's watchdog enforces the cap on resident memory instead).
 
-`confine()` is called by the worker processes first thing; `python -m runner.harness.sandbox --write DIR [--read PATH]
+`confine()` is called by the child processes first thing; `python -m runner.harness.sandbox --write DIR [--read PATH]
 -- CMD...` starts CMD under bubblewrap (writes only below each DIR, reads of PATH besides the system view) and confines
 it again from inside. What was achieved is returned so that a verdict can state it.
 """
@@ -202,7 +202,7 @@ def confined_env(workdir: Path, base: dict[str, str] | None = None) -> dict[str,
     """Environment for a confined process: every cache and temporary path points into its working directory."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not secret_variable(k, v)}
     wd = str(workdir)
-    # Workers import the same fusebot as the parent (not whichever one is installed for their directory).
+    # Children import the same fusebot as the parent (not whichever one is installed for their directory).
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([here, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     env.update(

@@ -1,6 +1,6 @@
 """Scrubbing text that came from an untrusted process before fusebot shows or publishes it.
 
-Build errors, a worker's log tail and a verdict's reasons end up in a pull request's search trace. A candidate that
+Build errors, a child's log tail and a verdict's reasons end up in a pull request's search trace. A candidate that
 reads a credential (or makes the compiler quote one) must not get it published: `scrub()` replaces anything that looks
 like a credential, every known secret value, and every absolute path outside the job's own directory with a
 placeholder, and limits the length.

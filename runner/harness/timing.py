@@ -26,7 +26,7 @@ for work launched at its start and overlapped with host work of its own (the par
 runner.harness.evaluator, catches that once it is more than the timed time; the flush gave the same room before, ~35 us). A
 gate that fills every SM during the lead would close it.
 
-Every callable used here is bound when this module is imported, which the workers do before any untrusted code
+Every callable used here is bound when this module is imported, which the children do before any untrusted code
 runs: a candidate that later replaces `torch.cuda.synchronize` or `Event.elapsed_time` does not reach this timer
 (and runner.harness.guards reports that it tried).
 """

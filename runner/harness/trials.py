@@ -9,7 +9,7 @@ from runner.contract import Candidate, TrialResult
 from runner.errors import MachineError
 from runner.harness.checks import kernel_checks
 from runner.harness.contestants import Contestants, died_label, discard_outputs, tail
-from runner.harness.procs.process import Worker, WorkerDied
+from runner.harness.procs.process import Child, ChildDied
 from runner.harness.reference import Reference
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def judged(ref: Reference, contestants: Contestants, msg: dict, timeout_s: float
     raise AssertionError("unreachable")
 
 
-def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: Candidate,
+def verify(ref: Reference, contestants: Contestants, child: Child, candidate: Candidate,
            plan: list[dict]) -> tuple[list[TrialResult], list[str]]:
     """(each trial's result, the reasons of the first failed one: none if every trial passed)."""
     timeout_s = contestants.config.trial_timeout_s
@@ -55,8 +55,8 @@ def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: 
         result = TrialResult(index=k, shape_set=p["shape_set"], distribution=label, passed=False)
         results.append(result)
         try:
-            rep = contestants.ask(worker, msg, timeout_s)
-        except WorkerDied as exc:
+            rep = contestants.ask(child, msg, timeout_s)
+        except ChildDied as exc:
             result.reasons.append(f"{died_label(exc)}: {exc}{tail(exc.log_tail)}")
             return results, result.reasons
         if not rep.get("ok"):
@@ -65,13 +65,13 @@ def verify(ref: Reference, contestants: Contestants, worker: Worker, candidate: 
         result.reasons += rep.get("reasons", [])
         if "outputs" in rep:
             check = judged(ref, contestants, {"cmd": "check", "trial": p["trial"], "outputs": rep["outputs"],
-                             "dir": str(worker.workdir), "structure": rep["structure"],
+                             "dir": str(child.workdir), "structure": rep["structure"],
                              "expected_structure": prep["structure"], "second_run": rep.get("second_run")},
                             timeout_s, "check")
             if isinstance(check, str):
                 result.reasons.append(check)
                 return results, result.reasons
-            discard_outputs(worker.workdir, rep)
+            discard_outputs(child.workdir, rep)
             log.debug("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
                      prep.get("seconds", 0.0), rep.get("seconds"), rep.get("handoff"), check.get("seconds", 0.0))
             result.reasons += check["reasons"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 
 from runner.contract import Baselines, Confirmation, ProblemSpec, Timing
+from runner.harness.refs import resolve_source
 
 SCRIPT_CONFIRM_ROUNDS = 5  # as many as the search's confirmation
 KERNEL_LABEL = "fusebot"
@@ -75,13 +76,13 @@ ROUNDS = {rounds!r}
 
 _BODY = r'''
 
+@RESOLVE@
+
 def _factory(mod, ref):
-    if ref is None:
+    """The factory `ref` names, or None: none named, or a name the module does not define."""
+    if ref is None or (":" not in ref and not hasattr(mod, ref)):
         return None
-    if ":" in ref:
-        name, attr = ref.split(":", 1)
-        return getattr(importlib.import_module(name), attr)
-    return getattr(mod, ref, None)
+    return _resolve(mod, ref)
 
 
 def _load_dropin():
@@ -344,7 +345,7 @@ def bench_source(spec: ProblemSpec, *, backend: str, target_folder: str, kernels
                         init_inputs=spec.init_inputs, init_args=list(spec.init_args),
                         init_kwargs=dict(spec.init_kwargs), input_shapes=spec.input_shapes, dtype=spec.dtype,
                         module=spec.module or "", module_file=module_file, commit=commit)
-    return head + _BODY
+    return head + _BODY.replace("@RESOLVE@", resolve_source())
 
 
 # ---- reading its figures back ------------------------------------------------------------------------------------

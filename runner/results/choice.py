@@ -35,7 +35,7 @@ REWRITE_LABEL = "PyTorch rewrite"
 
 
 def is_rewrite(candidate: Candidate | None) -> bool:
-    """A source rewrite of the user's module (runner/proposers/rewrite.py): its `rewrite` holds the new file."""
+    """A source rewrite of the user's module (runner/proposers/rewrite/): its `rewrite` holds the new file."""
     return bool(getattr(candidate, "rewrite", ""))
 
 

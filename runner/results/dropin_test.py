@@ -6,6 +6,7 @@ its switches (FUSEBOT_DISABLE, `fusebot_enabled`), the shipped library being wha
 from __future__ import annotations
 
 from runner.contract import DEFAULT_TOLERANCE, ProblemSpec
+from runner.harness.refs import resolve_source
 
 TEST_FILE = "test_dropin.py"
 DEFAULT_SEEDS = 3
@@ -20,12 +21,13 @@ def dropin_test_source(problem: ProblemSpec, backend: str, seeds: int = DEFAULT_
     """A pytest module comparing the drop-in with the original over several seeds and every declared shape, forward
     and gradients, with its guard, switches and shipped library (skipped without CUDA for a CUDA kernel)."""
     atol, rtol = tolerance(problem)
-    init = f"_resolve({problem.init_inputs!r})()" if problem.init_inputs else repr(problem.init_args)
+    init = f"_resolve(dropin._ref, {problem.init_inputs!r})()" if problem.init_inputs else repr(problem.init_args)
     dtype = f"torch.{problem.dtype}" if problem.dtype else "None"
     device = "cuda" if backend == "cuda" else "cpu"
     shapes = [problem.inputs] + ([problem.second_inputs] if problem.second_inputs else [])
     skip = ('pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel is CUDA; no GPU")\n'
             if backend == "cuda" else "")
+    resolve = resolve_source()
     return f'''"""The fused drop-in for {problem.name} against the original {problem.class_name}, by fusebot."""
 
 import copy
@@ -49,12 +51,7 @@ ATOL, RTOL = {atol!r}, {rtol!r}
 SHAPES = {shapes!r}  # the input factories: the problem's inputs and its second declared shape
 
 
-def _resolve(ref):
-    if ":" in ref:
-        mod, name = ref.split(":", 1)
-        return getattr(importlib.import_module(mod), name)
-    return getattr(dropin._ref, ref)
-
+{resolve}
 
 def _to(x):
     if isinstance(x, torch.Tensor):
@@ -76,7 +73,7 @@ def _pair(seed):
 
 def _inputs(shape, seed):
     torch.manual_seed(1000 + seed)
-    return [_to(x) for x in _resolve(shape)()]
+    return [_to(x) for x in _resolve(dropin._ref, shape)()]
 
 
 def test_same_class_state_dict_signature_guard_and_switches(monkeypatch):

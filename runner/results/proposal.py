@@ -7,10 +7,10 @@ The manifest (`fusebot.json`, runner/results/files.py) carries, besides the prob
 - `timings`: every timed contestant (eager, torch.compile, the change, the PyTorch rewrite when one was verified)
   with its median, IQR, n and every raw sample;
 - for a rewrite, `diff`: the unified diff of the module's file.
-The PR body (bot/publish/pr.py) reads these from the manifest's text, so the bot needs no schema beyond the contract.
+The PR body (bot/publish/body.py) reads these from the manifest's text, so the bot needs no schema beyond the contract.
 
 A rewrite's files: the module's file with its new text (keyed by its repository path with a leading "/", which
-bot/publish/publish.py writes at that path, not under the kernels directory), and in the kernels directory its
+bot/publish/propose.py writes at that path, not under the kernels directory), and in the kernels directory its
 BENCHMARK.md, fusebot.json and bench script.
 """
 

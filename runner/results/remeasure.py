@@ -91,25 +91,6 @@ def benchmark_kernels(job: Job, source_dir: Path, progress: Callable[[Progress],
     return results
 
 
-
-
-
-
-
-
-def run_kernel_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,
-                   workdir: Path | None = None) -> JobResult:
-    """A benchmark or hygiene job over the job's checked-out source tree."""
-    if job.kind == "benchmark":
-        results = benchmark_kernels(job, source_dir, progress, backend=backend, workdir=workdir)
-    elif job.kind == "hygiene":
-        results = reverify(Path(source_dir), job.kernels_dir, backend, folders=job.kernels or None, progress=progress)
-    else:
-        raise ValueError(f"job {job.id} is a {job.kind} job, not a benchmark or hygiene job")
-    environment = next((r.verdict.environment for r in results if r.verdict and r.verdict.environment), None)
-    return JobResult(job_id=job.id, ok=True, targets=results, environment=environment)
-
-
 # ---- hygiene: re-verify merged kernels ---------------------------------------------------------------------
 
 
@@ -220,3 +201,26 @@ def reverify(root: Path, kernels_dir: str, backend: str | None = None, *, folder
                                     message=reason or "still correct and faster", class_name=spec.class_name,
                                     files=files, kernel=f"{kernels_dir}/{folder}/{m['kernel']}"))
     return results
+
+
+def _hygiene(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,
+             workdir: Path | None = None) -> list[TargetResult]:
+    """Every merged kernel (or the job's `kernels`) re-verified and re-timed (`reverify`)."""
+    return reverify(Path(source_dir), job.kernels_dir, backend, folders=job.kernels or None, progress=progress)
+
+
+# ---- the job kinds that search nothing ---------------------------------------------------------------------
+# The runner's entry for each job kind (runner.contract.JobKind) but a search (runner/pipeline.py): the job's results
+# from its checked-out source. A new kind is one line here, and its publisher in bot/publish/kinds.py.
+KERNEL_JOBS: dict[str, Callable[..., list[TargetResult]]] = {"benchmark": benchmark_kernels, "hygiene": _hygiene}
+
+
+def run_kernel_job(job: Job, source_dir: Path, progress: Callable[[Progress], None], *, backend: str | None = None,
+                   workdir: Path | None = None) -> JobResult:
+    """A job of a kind in KERNEL_JOBS over the job's checked-out source tree."""
+    run = KERNEL_JOBS.get(job.kind)
+    if run is None:
+        raise ValueError(f"job {job.id} is a {job.kind} job, not one of {', '.join(KERNEL_JOBS)}")
+    results = run(job, source_dir, progress, backend=backend, workdir=workdir)
+    environment = next((r.verdict.environment for r in results if r.verdict and r.verdict.environment), None)
+    return JobResult(job_id=job.id, ok=True, targets=results, environment=environment)

@@ -1,4 +1,5 @@
-"""The search's budgets and its evaluation of candidates into the archive (a part of runner/search/loop.py's search).
+"""The search's budgets and its evaluation of candidates into the archive (an object runner/search/loop.py's search
+holds).
 
 Candidates go to the evaluator a chunk at a time (built in parallel, then verified and timed one at a time on each
 device: an evaluator over several GPUs shares the chunk among them, runner/harness/gpus.py); a verdict
@@ -26,28 +27,25 @@ CONFIRM_EVALUATIONS = 2.0
 
 
 class Evaluation:
-    """What the search's evaluation needs; _Search (runner/search/loop.py) sets these attributes."""
+    """The search's budgets and its evaluation of candidates into the archive. The search (runner/search/loop.py) holds
+    one, sharing with it the trace, the session (tokens), the history (the archive) and the progress; what is counted
+    against the budgets (`counted`, `gpu_seconds`) and each proposer's `wins` are kept here."""
 
-    budget: SearchBudget
-    trace: Trace
-    session: Session
-    evaluator: object
-    history: History
-    progress: Progress
-    cache: dict[str, Verdict]
-    counted: set[str]
-    gpu_seconds: float
-    chunk: int
-    round: int
-    wins: dict[str, int]
-    _best_seen: float | None
-    _eval_seconds: float
-    _eval_count: int
-    on_progress: Callable[[Progress], None]
-    deadline: Deadline | None
+    def __init__(self, *, evaluator: object, budget: SearchBudget, trace: Trace, session: Session, history: History,
+                 progress: Progress, on_progress: Callable[[Progress], None], cache: dict[str, Verdict], chunk: int,
+                 deadline: Deadline | None) -> None:
+        self.evaluator, self.budget, self.trace, self.session = evaluator, budget, trace, session
+        self.history, self.progress, self.on_progress = history, progress, on_progress
+        self.cache = cache  # candidate_key -> verdict: every verdict this search (or its killed run) got
+        self.chunk, self.deadline = chunk, deadline
+        self.counted: set[str] = set()  # candidate keys evaluated (or replayed) by this run: the candidates budget
+        self.gpu_seconds = 0.0
+        self.wins: dict[str, int] = {}  # per proposer: how often its candidate was the fastest verified so far
+        self._best_seen: float | None = None
+        self._eval_seconds, self._eval_count = 0.0, 0  # spent in the evaluator on fresh candidates, and how many
 
     # ---- budget ----------------------------------------------------------------------------------------------
-    def _check_time(self) -> None:
+    def check_time(self) -> None:
         b = self.budget
         d = self.deadline
         if d is not None and d.cancelled():
@@ -62,20 +60,21 @@ class Evaluation:
         if b.gpu_seconds is not None and self.gpu_seconds >= b.gpu_seconds:
             raise BudgetExhausted("gpu", f"{self.gpu_seconds:.1f} s of {b.gpu_seconds} s")
 
-    def _check(self, tokens: bool = True) -> None:
+    def check(self, tokens: bool = True) -> None:
         """Raise BudgetExhausted when the next step would exceed the budget; `tokens=False` for a step that spends
         none (evaluating answers already paid for)."""
         b = self.budget
-        self._check_time()
+        self.check_time()
         if b.candidates is not None and len(self.counted) >= b.candidates:
             raise BudgetExhausted("candidates", f"{len(self.counted)} of {b.candidates}")
         if tokens and b.tokens is not None and self.session.tokens_used >= b.tokens:
             raise BudgetExhausted("tokens", f"{self.session.tokens_used} of {b.tokens}")
 
     # ---- evaluation ------------------------------------------------------------------------------------------
-    def _evaluate(self, batch: list[tuple[Proposer, Idea, Candidate, str | None]]) -> list[Attempt]:
-        """Evaluate new candidates (replayed verdicts are read back, never redone); archive each as an attempt."""
-        self._check(tokens=False)
+    def evaluate(self, batch: list[tuple[Proposer, Idea, Candidate, str | None]], rnd: int) -> list[Attempt]:
+        """Evaluate new candidates (replayed verdicts are read back, never redone); archive each as an attempt of
+        round `rnd`."""
+        self.check(tokens=False)
         keys = [candidate_key(c) for _, _, c, _ in batch]
         stop: BudgetExhausted | None = None
         limit = self.budget.candidates
@@ -95,11 +94,11 @@ class Evaluation:
         while start < len(todo):  # builds run in parallel within a chunk; a kill loses one
             if start:
                 try:
-                    self._check_time()
+                    self.check_time()
                 except BudgetExhausted as e:  # what was evaluated is archived below; the rest is dropped
                     stop = e
                     break
-            chunk = todo[start : start + self._chunk_size()]
+            chunk = todo[start : start + self.chunk_size()]
             start += len(chunk)
             now = self.deadline.clock if self.deadline is not None else self.trace.elapsed_s  # (a test's fake clock)
             t0 = now()
@@ -112,19 +111,19 @@ class Evaluation:
             for i, v in verdicts.items():
                 k, (proposer, c) = chunk[i]
                 self.cache[k] = v
-                self.trace.write("evaluated", round=self.round, proposer=proposer, key=k, candidate=c.model_dump(),
+                self.trace.write("evaluated", round=rnd, proposer=proposer, key=k, candidate=c.model_dump(),
                                  verdict=v.model_dump())
-                self._account(k)
+                self.account(k)
             if stop is not None:
                 break
         attempts = []
         for k, (p, idea, c, parent) in zip(keys, batch, strict=True):
             if k not in self.cache:
                 continue
-            v = self._account(k)
+            v = self.account(k)
             if v.candidate_id != c.id:
                 v = v.model_copy(update={"candidate_id": c.id})
-            a = Attempt(round=self.round, proposer=p.name, idea=idea.text, candidate=c, verdict=v, repair_of=parent)
+            a = Attempt(round=rnd, proposer=p.name, idea=idea.text, candidate=c, verdict=v, repair_of=parent)
             self.history.attempts.append(a)
             attempts.append(a)
             if a.accepted and a.median_ms is not None and (self._best_seen is None or a.median_ms < self._best_seen):
@@ -135,7 +134,7 @@ class Evaluation:
             raise stop
         return attempts
 
-    def _prebuild(self, fut: Future) -> None:
+    def prebuild(self, fut: Future) -> None:
         """An answer's candidates go to the evaluator's builds as soon as it arrives, on the proposer's thread, while
         the harness is still timing the chunk before (an evaluator that builds ahead: runner/harness/prebuild.py)."""
         prebuild = getattr(self.evaluator, "prebuild", None)
@@ -149,7 +148,7 @@ class Evaluation:
     def _seconds_per_candidate(self) -> float:
         return self._eval_seconds / self._eval_count if self._eval_count else 0.0
 
-    def _chunk_size(self) -> int:
+    def chunk_size(self) -> int:
         """As many candidates as the remaining wall budget holds at the seconds per candidate seen so far (at least
         one per device the evaluator spreads a chunk over, at most `chunk`): on a 7 GB problem one candidate costs
         ~25 s to verify, and a full chunk of them ran a 30 s budget to 200 s on the H100. An evaluator over several
@@ -165,7 +164,7 @@ class Evaluation:
             left_s = min(left_s, self.deadline.left_s())
         return max(lanes, min(chunk, int(left_s // max(per_candidate_s, 1e-6))))
 
-    def _account(self, key: str) -> Verdict:
+    def account(self, key: str) -> Verdict:
         """Count a verdict once against the budgets and in the progress (fresh or replayed alike)."""
         v = self.cache[key]
         if key not in self.counted:

@@ -5,7 +5,7 @@
         in the first round, builtin proposers (the catalog) go first: their verified kernels are the first beam;
         a proposer of share 0 with a `first_round_ideas` quota (source rewrites) gives that many ideas then, only
         every proposer gives its share of ideas, then implementations of each idea, each call on the proposer's own
-        worker threads (as many at once as it declares), all of them concurrently
+        call threads (as many at once as it declares), all of them concurrently
         candidates queue as they arrive; the harness evaluates them (this thread) while calls are still in flight
         a rejected candidate goes back to its proposer for repair as soon as its verdict is in (`max_repairs` times)
         the beam keeps the fastest verified kernels; they are what the next round's prompts show
@@ -37,7 +37,7 @@ from runner.contract import Candidate, Progress, SearchBudget, Verdict
 from runner.search.cutoff import POLL_S
 from runner.search.deadline import Deadline
 from runner.search.evaluation import Evaluation
-from runner.search.pool import Credit, Workers, concurrency, is_remote, shares
+from runner.search.pool import CallThreads, Credit, concurrency, is_remote, shares
 from runner.search.trace import Replay, Trace, candidate_key
 from runner.search.types import (
     Answer,
@@ -104,18 +104,15 @@ class _Ready:
     depth: int  # repairs so far in this candidate's chain
 
 
-class _Search(Evaluation):
+class _Search:
     def __init__(self, ctx, evaluator, proposers, budget, trace_path, progress, min_gain, chunk, gather_s, deadline):
-        self.ctx, self.evaluator, self.budget, self.min_gain = ctx, evaluator, budget, min_gain
+        self.ctx, self.budget, self.min_gain = ctx, budget, min_gain
         self.deadline: Deadline | None = deadline
-        self.chunk, self.gather_s = max(1, chunk or os.cpu_count() or 1), gather_s
-        self._eval_seconds, self._eval_count = 0.0, 0  # spent in the evaluator on fresh candidates, and how many
+        self.gather_s = gather_s
         self.proposers: list[tuple[Proposer, float]] = [p if isinstance(p, tuple) else (p, 1.0) for p in proposers]
-        self.on_progress = progress or (lambda p: None)
         replay = Replay.load(trace_path)
         if replay.context is not None:  # prompts must be byte-identical to the killed run's to replay its answers
             self.ctx = ctx = ProblemContext.model_validate(replay.context)
-        self.cache = replay.verdicts  # candidate_key -> verdict: every verdict this search (or its killed run) got
         self.replayed = replay.attempts  # candidate_key -> the killed run's attempt, archived if this run misses it
         self.trace = Trace(trace_path, elapsed_offset_s=replay.elapsed_s)
         self.session = Session(
@@ -131,15 +128,16 @@ class _Search(Evaluation):
             self.session.count(a)
         self.history = History()
         self.tokens_spent: BudgetExhausted | None = None  # the token budget ran out: this round's answers are judged
-        self.counted: set[str] = set()  # candidate keys evaluated (or replayed) by this run: the candidates budget
-        self.gpu_seconds = 0.0
         self.progress = Progress()
+        self.on_progress = progress or (lambda p: None)
+        self.evaluation = Evaluation(evaluator=evaluator, budget=budget, trace=self.trace, session=self.session,
+                                     history=self.history, progress=self.progress, on_progress=self.on_progress,
+                                     cache=replay.verdicts, chunk=max(1, chunk or os.cpu_count() or 1),
+                                     deadline=deadline)
         self.disabled: set[str] = set()
         self.round = 0
         self.given: dict[str, int] = {}  # branches each proposer was given, over every round
-        self.wins: dict[str, int] = {}
-        self._best_seen: float | None = None
-        self.workers: dict[str, tuple[Workers, int]] = {}
+        self.threads: dict[str, tuple[CallThreads, int]] = {}
         self.pending: dict[Future, tuple[str, Proposer, Any, int]] = {}
         self.ready: list[_Ready] = []
         self._ready_since, self._seq = 0.0, 0
@@ -161,26 +159,26 @@ class _Search(Evaluation):
         self.history.attempts.append(Attempt(round=self.round, proposer=idea.proposer, idea=idea.text, failure=why))
         self.trace.write("failed", round=self.round, proposer=idea.proposer, idea=idea.text, reason=why)
 
-    # ---- proposer calls on worker threads ----------------------------------------------------------------------
+    # ---- proposer calls on their own threads -------------------------------------------------------------------
     def _live(self) -> list[tuple[Proposer, float]]:
         return [(p, w) for p, w in self.proposers if p.name not in self.disabled]
 
     def _submit(self, kind: str, p: Proposer, fn: Callable, *args: Any, tag: Any = None) -> None:
-        """Queue a call of proposer p on its own workers (at most its `max_concurrency` at once). Once the tokens
+        """Queue a call of proposer p on its own threads (at most its `max_concurrency` at once). Once the tokens
         are spent, no call is made, and the answers already in are still evaluated before the search stops."""
         try:
-            self._check()
+            self.evaluation.check()
         except BudgetExhausted as e:
             if e.resource != "tokens":
                 raise
             self.tokens_spent = self.tokens_spent or e
             return
-        if p.name not in self.workers:
-            self.workers[p.name] = (Workers(concurrency(p), f"proposer-{_slug(p.name)}"), concurrency(p))
+        if p.name not in self.threads:
+            self.threads[p.name] = (CallThreads(concurrency(p), f"proposer-{_slug(p.name)}"), concurrency(p))
         self._seq += 1
-        self.pending[fut := self.workers[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
+        self.pending[fut := self.threads[p.name][0].submit(fn, *args)] = (kind, p, tag, self._seq)
         if kind in ("implement", "repair"):  # its candidates build while the harness times the chunk before
-            fut.add_done_callback(self._prebuild)
+            fut.add_done_callback(self.evaluation.prebuild)
 
     def _handle(self, fut: Future, seen: History) -> None:
         kind, p, tag, _ = self.pending.pop(fut)
@@ -234,7 +232,7 @@ class _Search(Evaluation):
 
     def _due(self) -> bool:
         """Evaluate now: a chunk is full, nothing more is coming, or the oldest candidate waited long enough."""
-        return bool(self.ready) and (len(self.ready) >= self._chunk_size() or not self.pending
+        return bool(self.ready) and (len(self.ready) >= self.evaluation.chunk_size() or not self.pending
                                      or time.monotonic() - self._ready_since >= self.gather_s)
 
     def _run(self, group: list[tuple[Proposer, int]]) -> None:
@@ -246,14 +244,14 @@ class _Search(Evaluation):
             self._submit("ideas", p, p.ideas, self.ctx, seen, k, tag=k)
         while self.pending or self.ready:
             if self.deadline is not None:
-                self._check_time()
+                self.evaluation.check_time()
             self._harvest(seen, block=not self._due())
             if not self._due():
                 continue
-            take, self.ready = self.ready[: self._chunk_size()], self.ready[self._chunk_size():]
+            take, self.ready = self.ready[: self.evaluation.chunk_size()], self.ready[self.evaluation.chunk_size():]
             self._ready_since = time.monotonic()
             depth = {r.candidate.id: r.depth for r in take}
-            attempts = self._evaluate([(r.proposer, r.idea, r.candidate, r.parent) for r in take])
+            attempts = self.evaluation.evaluate([(r.proposer, r.idea, r.candidate, r.parent) for r in take], self.round)
             for a in attempts:
                 p = next(p for p, _ in self.proposers if p.name == a.proposer)
                 d = depth.get(a.candidate.id, 0) if a.candidate else 0
@@ -280,9 +278,9 @@ class _Search(Evaluation):
         """Archive the killed run's verdicts that this run did not reach (its budget ran out before they were proposed
         again), as they were: the search's best is then the best of everything it evaluated, and it still goes through
         the same beam, and the caller's confirmation, as a kernel found in this run."""
-        unreached = [k for k in self.replayed if k not in self.counted]
+        unreached = [k for k in self.replayed if k not in self.evaluation.counted]
         for k in unreached:
-            self._account(k)
+            self.evaluation.account(k)
             self.history.attempts.append(self.replayed[k])
         if unreached:
             log.info("archived %d verdict(s) of the resumed trace that this run did not reach", len(unreached))
@@ -317,7 +315,7 @@ class _Search(Evaluation):
                 cost_usd=u.cost_usd if u else 0.0, seconds=u.seconds if u else 0.0,
                 ideas=sum(1 for i in self.history.ideas if i.proposer == p.name),
                 candidates=sum(1 for a in mine if a.candidate is not None), verified=sum(1 for a in mine if a.accepted),
-                wins=self.wins.get(p.name, 0), best=best is not None and best.proposer == p.name))
+                wins=self.evaluation.wins.get(p.name, 0), best=best is not None and best.proposer == p.name))
         return out
 
     def run(self) -> SearchResult:
@@ -327,7 +325,7 @@ class _Search(Evaluation):
             for rnd in range(1, self.budget.rounds + 1):
                 self.round = rnd
                 self.progress.round = self.round
-                self._check()
+                self.evaluation.check()
                 self.on_progress(self.progress.model_copy())  # the round shows as it starts, not after its first chunk
                 if not self._live():
                     stop = "no proposer left"
@@ -353,8 +351,8 @@ class _Search(Evaluation):
             stop = f"budget: {e}"
             log.info("search stops: %s", e)
         finally:
-            for w, size in self.workers.values():
-                w.close(size)
+            for threads, size in self.threads.values():
+                threads.close(size)
         self._archive_unreached()
         beam = self._beam()
         self.progress.best_speedup = self._best_speedup(beam[0] if beam else None)
@@ -362,12 +360,12 @@ class _Search(Evaluation):
         credit = self.credit(beam[0] if beam else None)
         result = SearchResult(
             history=self.history, beam=beam, stop_reason=stop, rounds=self.round,
-            tokens_used=self.session.tokens_used, cost_usd=self.session.cost_usd, gpu_seconds=self.gpu_seconds,
-            wall_seconds=self.trace.elapsed_s(), candidates=len(self.counted), progress=self.progress.model_copy(),
+            tokens_used=self.session.tokens_used, cost_usd=self.session.cost_usd, gpu_seconds=self.evaluation.gpu_seconds,
+            wall_seconds=self.trace.elapsed_s(), candidates=len(self.evaluation.counted), progress=self.progress.model_copy(),
             credit=credit,
         )
         self.trace.write("end", stop_reason=stop, rounds=self.round, tokens=result.tokens_used,
-                         cost_usd=result.cost_usd, gpu_seconds=self.gpu_seconds, candidates=result.candidates,
+                         cost_usd=result.cost_usd, gpu_seconds=self.evaluation.gpu_seconds, candidates=result.candidates,
                          best=beam[0].candidate.id if beam and beam[0].candidate else None,
                          credit=[c.as_dict() for c in credit])
         self.on_progress(self.progress.model_copy())

@@ -1,4 +1,4 @@
-"""The pool of proposers: how each round's branches are shared, what each proposer is credited with, and the worker
+"""The pool of proposers: how each round's branches are shared, what each proposer is credited with, and the
 threads that call proposers while the harness evaluates.
 
 Shares rotate: `shares(total, weights, given)` hands out a round's branches one at a time to the proposer whose weight
@@ -75,7 +75,7 @@ def concurrency(proposer: object) -> int:
     return max(1, int(getattr(proposer, "max_concurrency", 1) or 1))
 
 
-class Workers:
+class CallThreads:
     """A fixed set of daemon threads running submitted calls, as futures. Daemon threads: a search that stops (its
     budget spent) does not wait for a model still thinking, nor does the process at exit; the late answer is
     dropped."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.publish import pr
+from bot.publish.plan import PullRequestPlan
 from runner.contract import TargetResult
 from runner.results.files import Provenance, target_files
 from tests.verdicts import SPEC, real_verdicts, seed_candidate
@@ -21,6 +21,11 @@ def slow_result() -> TargetResult:
                         message=f"nothing beat eager ({v.baselines.eager.median_ms:.4g} ms)", trace_markdown="r1")
 
 
-def plan_of(*results: TargetResult) -> pr.PullRequestPlan:
-    return pr.PullRequestPlan(repo="acme/models", base="main", group="examples", commit="abc123def4567890",
-                              results=list(results), environment=real_verdicts()["fused"].environment, source_pr=7)
+def plan_of(*results: TargetResult) -> PullRequestPlan:
+    return PullRequestPlan(repo="acme/models", base="main", group="examples", commit="abc123def4567890",
+                           results=list(results), environment=real_verdicts()["fused"].environment, source_pr=7)
+
+
+def row_numbers(t) -> str:
+    """A timing's median, IQR and n as a benchmark table's row shows them."""
+    return f"| {t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n} |"

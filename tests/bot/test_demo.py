@@ -15,7 +15,7 @@ from pathlib import Path
 import git
 import pytest
 
-from bot.publish import pr
+from bot.github.platform import marker
 from tests.session_env import session_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_demo_twice_opens_then_updates_one_local_pr(tmp_path):
         assert_declined_honestly(first, work)
         return
     body = first.stdout
-    assert body.startswith(pr.marker("pr", "main/examples")), body[:500]
+    assert body.startswith(marker("pr", "main/examples")), body[:500]
     assert "| PyTorch eager |" in body and "| torch.compile |" in body and "<details><summary>Search trace" in body
     repo = git.Repo(work / "repo")
     tree = repo.commit(BRANCH).tree

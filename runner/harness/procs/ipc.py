@@ -3,8 +3,8 @@
 The candidate's process keeps the output tensor alive and sends the allocation's IPC handle, the tensor's offset in
 it, its byte count; the judge maps the allocation, copies the bytes into its own memory and unmaps it before it
 compares anything. A 6.4 GB output took 4.3 s to write through /dev/shm and as long to read back on the H100; through
-IPC it is one device-to-device copy. Where IPC is unavailable (no driver library, a VMM allocation, workers in
-separate PID namespaces as under bubblewrap) the caller falls back to the file path: `export` raises IpcUnavailable
+IPC it is one device-to-device copy. Where IPC is unavailable (no driver library, a VMM allocation, processes
+in separate PID namespaces as under bubblewrap) the caller falls back to the file path: `export` raises IpcUnavailable
 with the reason.
 """
 
@@ -54,7 +54,7 @@ def export(t: torch.Tensor) -> dict:
         raise IpcUnavailable("only contiguous CUDA tensors")
     if os.environ.get("FUSEBOT_SANDBOX") == "bwrap":  # set by runner.harness.bwrap
         # legacy CUDA IPC handles are opened by PID, and the judge is in another PID namespace
-        raise IpcUnavailable("each worker has its own PID namespace (bubblewrap): CUDA IPC cannot reach the judge")
+        raise IpcUnavailable("each process has its own PID namespace (bubblewrap): CUDA IPC cannot reach the judge")
     lib = _driver()
     torch.cuda.synchronize(t.device)
     ptr = t.data_ptr()

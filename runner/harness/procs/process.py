@@ -1,8 +1,8 @@
-"""A worker process the harness talks to: JSON lines over two private pipes, with a timeout and a memory cap, run
+"""A child process the harness talks to: JSON lines over two private pipes, with a timeout and a memory cap, run
 under bubblewrap (runner.harness.bwrap): its whole process tree dies when it is killed or closed.
 
-The parent never unpickles anything a worker sends (a candidate could make pickle run code in the parent): requests
-and replies are JSON; bulk tensors travel as raw files in the worker's working directory. The worker's stdout and
+The parent never unpickles anything a child sends (a candidate could make pickle run code in the parent): requests
+and replies are JSON; bulk tensors travel as raw files in the child's working directory. The child's stdout and
 stderr go to a log file, so nothing a candidate prints can be taken for a reply.
 """
 
@@ -29,8 +29,8 @@ from runner.harness.scrub import scrub
 
 log = logging.getLogger(__name__)
 
-class WorkerDied(Exception):
-    """The worker exited, was killed, or stopped answering. `kind` is 'crash', 'timeout' or 'memory'."""
+class ChildDied(Exception):
+    """The child exited, was killed, or stopped answering. `kind` is 'crash', 'timeout' or 'memory'."""
 
     def __init__(self, kind: str, message: str, log_tail: str = ""):
         super().__init__(message)
@@ -40,12 +40,12 @@ class WorkerDied(Exception):
 
 @dataclass
 class Limits:
-    memory_bytes: int = 32 << 30  # resident memory of the worker and its children, and its private tmpfs files
+    memory_bytes: int = 32 << 30  # resident memory of the child and its own children, and its private tmpfs files
     poll_seconds: float = 0.05
     tmpfs_bytes: int | None = None  # size of each of its private /tmp and /dev/shm; None: memory_bytes
 
 
-# Caches a worker may be pointed at outside its own directory (torch.compile's, say): granted read-write.
+# Caches a child may be pointed at outside its own directory (torch.compile's, say): granted read-write.
 _CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
 _JUDGE = "runner.harness.procs.judge"
 
@@ -84,8 +84,8 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-class Worker:
-    """`Worker(module, workdir, env)` runs `python -m module` under bubblewrap with a request pipe and a reply pipe.
+class Child:
+    """`Child(module, workdir, env)` runs `python -m module` under bubblewrap with a request pipe and a reply pipe.
 
     The process starts with the first request (its `init`), whose paths it is granted: `extra_write` read-write, the
     `library` and the problem's file or root read-only, besides `read` and `write` given here. The judge (which reads
@@ -98,9 +98,9 @@ class Worker:
         self.limits = limits or Limits()
         self.mode = bwrap.require()  # SandboxUnavailable (naming the fix) before anything untrusted starts
         self.module = module
-        self.log_path = self.workdir / "worker.log"
+        self.log_path = self.workdir / "child.log"
         # The parent keeps its own descriptor of the log: whatever the candidate later puts at this path (a FIFO, a
-        # symlink to a secret, a sparse file), the tail is read from the file the worker was given, from its end.
+        # symlink to a secret, a sparse file), the tail is read from the file the child was given, from its end.
         fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._log_file = os.fdopen(fd, "ab")
         self._env = dict(env)
@@ -112,7 +112,7 @@ class Worker:
         self._rep_fd = -1
         self._buf = b""
         self.peak_rss_bytes = 0
-        self._memory_error: WorkerDied | None = None
+        self._memory_error: ChildDied | None = None
         self._inner_pid: int | None = None
 
     def _start(self, first: dict) -> None:
@@ -149,7 +149,7 @@ class Worker:
         self._rep_fd = rep_r
 
     def log_tail(self, n_bytes: int = 4000) -> str:
-        """The last `n_bytes` of the worker's output, scrubbed of credentials and of paths outside its directory."""
+        """The last `n_bytes` of the child's output, scrubbed of credentials and of paths outside its directory."""
         return scrub(read_tail(self._log_file.fileno(), n_bytes), job_dirs=[self.workdir], limit_chars=n_bytes)
 
     def _sandbox_pids(self) -> list[psutil.Process]:
@@ -188,12 +188,12 @@ class Worker:
             return 0
 
     def request(self, payload: dict, timeout_s: float) -> dict:
-        """Send one request and wait for its reply. Raises WorkerDied on crash, timeout or memory cap."""
+        """Send one request and wait for its reply. Raises ChildDied on crash, timeout or memory cap."""
         self.send(payload)
         return self.receive(payload.get("cmd", "?"), timeout_s)
 
     def send(self, payload: dict) -> None:
-        """Send a request without waiting: several workers can work on theirs at once (see `receive`)."""
+        """Send a request without waiting: several children can work on theirs at once (see `receive`)."""
         if self.proc is None:
             self._start(payload)
         try:
@@ -203,23 +203,23 @@ class Worker:
             self._raise_dead(payload.get("cmd", "?"))
 
     def check_memory(self) -> None:
-        """Kill the worker if it is over its memory cap; the next receive() then reports why."""
+        """Kill the child if it is over its memory cap; the next receive() then reports why."""
         if self._memory_error is not None or self.proc is None or self.proc.poll() is not None:
             return
         rss = self._rss()
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
         if rss > self.limits.memory_bytes:
             self.kill()
-            self._memory_error = WorkerDied(
+            self._memory_error = ChildDied(
                 "memory",
                 f"resident memory and private tmpfs files {rss / 2**30:.1f} GiB over the cap of "
                 f"{self.limits.memory_bytes / 2**30:.1f} GiB",
                 self.log_tail(),
             )
 
-    def receive(self, cmd: str, timeout_s: float, siblings: tuple[Worker, ...] = ()) -> dict:
-        """Wait for the reply to the last request. While waiting, the memory cap of this worker and of `siblings`
-        (workers with requests of their own in flight) is enforced."""
+    def receive(self, cmd: str, timeout_s: float, siblings: tuple[Child, ...] = ()) -> dict:
+        """Wait for the reply to the last request. While waiting, the memory cap of this child and of `siblings`
+        (children with requests of their own in flight) is enforced."""
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
             if self._memory_error is not None:
@@ -227,7 +227,7 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
-                raise WorkerDied("timeout", f"no answer to {cmd!r} within {timeout_s:.0f} s", self.log_tail())
+                raise ChildDied("timeout", f"no answer to {cmd!r} within {timeout_s:.0f} s", self.log_tail())
             ready, _, _ = select.select([self._rep_fd], [], [], min(remaining, self.limits.poll_seconds))
             for w in (self, *siblings):
                 w.check_memory()
@@ -243,10 +243,10 @@ class Worker:
             reply = json.loads(line)
         except json.JSONDecodeError as exc:
             self.kill()
-            raise WorkerDied("crash", f"unreadable reply: {exc}", self.log_tail()) from exc
+            raise ChildDied("crash", f"unreadable reply: {exc}", self.log_tail()) from exc
         if not isinstance(reply, dict):
             self.kill()
-            raise WorkerDied("crash", "reply is not an object", self.log_tail())
+            raise ChildDied("crash", "reply is not an object", self.log_tail())
         return reply
 
     def _raise_dead(self, cmd: str) -> None:
@@ -260,10 +260,10 @@ class Worker:
         if code is not None and self.mode.bwrap is not None and 128 < code < 128 + 65:
             code = 128 - code  # bwrap exits 128+N when its command was killed by signal N
         how = _signal_name(code) if code is not None and code < 0 else f"exit code {code}"
-        raise WorkerDied("crash", f"worker died during {cmd!r} ({how})", self.log_tail())
+        raise ChildDied("crash", f"process died during {cmd!r} ({how})", self.log_tail())
 
     def kill(self) -> None:
-        """Kill the worker's whole process tree: bwrap dies, its PID namespace's init with it (--die-with-parent),
+        """Kill the child's whole process tree: bwrap dies, its PID namespace's init with it (--die-with-parent),
         and the kernel kills every process left in the namespace (setsid daemons, double-forked orphans)."""
         if self.proc is None:
             return
@@ -272,7 +272,7 @@ class Worker:
             self.proc.wait()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        # every process of the sandbox now: when the worker exits, what it left (daemons) must be gone too
+        # every process of the sandbox now: when the child exits, what it left (daemons) must be gone too
         procs = bwrap.tree(self.proc.pid) if self.proc is not None else []
         if self.proc is not None and self.proc.poll() is None:
             try:
@@ -293,7 +293,7 @@ class Worker:
             self._rep_fd = -1
         self._log_file.close()
 
-    def __enter__(self) -> Worker:
+    def __enter__(self) -> Child:
         return self
 
     def __exit__(self, *exc) -> None:

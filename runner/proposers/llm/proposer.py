@@ -35,7 +35,7 @@ from runner.proposers.llm.client import (
 )
 from runner.proposers.llm.extract import extract_code, extract_ideas
 from runner.proposers.llm.facts import requested_flags
-from runner.search.pool import Workers
+from runner.search.pool import CallThreads
 from runner.search.types import Answer, BudgetExhausted, History, Idea, ProblemContext, Session
 
 __all__ = ["LLMProposer", "LLMSettings", "estimate_tokens", "llm_proposers", "retry_after_s", "retryable"]
@@ -75,7 +75,7 @@ class LLMProposer:
         self.session = Session()
         self.endpoint = Endpoint(settings, model, self.client, self.session)
         self._conversations: dict[str, prompts.Messages] = {}  # code key -> the conversation that wrote it
-        self._variants: Workers | None = None
+        self._variants: CallThreads | None = None
 
     @cached_property
     def abi_header(self) -> str:
@@ -158,7 +158,7 @@ class LLMProposer:
             calls = [lambda k=k: self._variant(ctx, idea, history, k, n) for k in range(n)]
         else:
             if self._variants is None:
-                self._variants = Workers(self.max_concurrency, f"llm-{self.name}")
+                self._variants = CallThreads(self.max_concurrency, f"llm-{self.name}")
             calls = [f.result for f in [self._variants.submit(self._variant, ctx, idea, history, k, n)
                                         for k in range(n)]]
         found, spent = [], None

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from bot.action import report
-from bot.publish import pr
+from bot.publish.verdicts import speedup
 from runner.contract import TargetResult
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ACTION, EXPR, ROOT, action_outputs, context_for, resolve, run_fusebot_step, step
@@ -147,7 +147,7 @@ def test_the_fusebot_step_runs_for_real_on_a_labelled_pr(world: ActionWorld, tmp
     assert outputs["pr-number"] == str(pull.number)
     assert outputs["pr-url"] == f"https://github.com/{REPO}/pull/{pull.number}"
     improved = TargetResult.model_validate_json((results / "improved.json").read_text())
-    assert outputs["best-speedup"] == f"{pr.speedup(improved.verdict):.4g}"
+    assert outputs["best-speedup"] == f"{speedup(improved.verdict):.4g}"
     assert f"#{pull.number}" in w.summary.read_text()
     assert TOKEN not in proc.stdout + proc.stderr + w.summary.read_text() + w.output.read_text()
 

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 import bot.action.entry
 from bot import cli
 from bot.github.platform import PlatformError, find_marker
-from bot.publish import pr
+from bot.publish.plan import branch_name
+from bot.publish.verdicts import speedup, target_table
 from runner.contract import ExitStatus, Job, JobResult
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_world import (
@@ -90,12 +91,12 @@ def test_a_labelled_pr_gets_one_pr_into_its_branch_opened_then_updated(world: Ac
     [status] = w.fake.comments_on(REPO, 2)
     assert f"https://github.com/{REPO}/pull/{pull.number}" in status
     out = w.outputs()
-    speedup = pr.speedup(result.verdict)
+    best = speedup(result.verdict)
     url = f"https://github.com/{REPO}/pull/{pull.number}"
     assert out == {"pr-number": str(pull.number), "pr-url": url, "pr-numbers": f"[{pull.number}]",
-                   "pr-urls": f'["{url}"]', "best-speedup": f"{speedup:.4g}"}
+                   "pr-urls": f'["{url}"]', "best-speedup": f"{best:.4g}"}
     summary = w.summary.read_text()
-    assert f"Pull request [#{pull.number}]" in summary and pr.target_table(result) in summary
+    assert f"Pull request [#{pull.number}]" in summary and target_table(result) in summary
 
     again = run_action(w, env)
     assert again.exit_code == 0, again.output
@@ -117,8 +118,8 @@ def test_a_fork_pr_gets_the_patch_as_a_comment_and_nothing_is_pushed(world: Acti
     assert "git apply fusebot" in first and all("new file mode 100644" in c for c in [first, *parts])
     assert all(f"part {k} of {1 + len(parts)}" in c for k, c in enumerate(parts, 2))
     out = w.outputs()
-    speedup = pr.speedup(w.results[0].targets[0].verdict)  # the measured one (on a loaded CPU it may be < 1)
-    assert out == {"pr-number": "", "pr-url": "", "pr-numbers": "[]", "pr-urls": "[]", "best-speedup": f"{speedup:.4g}"}
+    best = speedup(w.results[0].targets[0].verdict)  # the measured one (on a loaded CPU it may be < 1)
+    assert out == {"pr-number": "", "pr-url": "", "pr-numbers": "[]", "pr-urls": "[]", "best-speedup": f"{best:.4g}"}
     assert "a fork: nothing pushed" in w.summary.read_text()
 
 
@@ -194,13 +195,13 @@ def test_per_target_prs_are_all_in_the_outputs_and_the_best_speedup_is_over_all(
     [job] = w.jobs
     pulls = {p.head_ref: p for p in bot_prs(w)}
     names = [t.name for t in job.targets]
-    assert sorted(pulls) == sorted(pr.branch_name("main", n) for n in names)
-    ordered = [pulls[pr.branch_name("main", n)] for n in names]
+    assert sorted(pulls) == sorted(branch_name("main", n) for n in names)
+    ordered = [pulls[branch_name("main", n)] for n in names]
     urls = [f"https://github.com/{REPO}/pull/{p.number}" for p in ordered]
     out = w.outputs()
     assert (out["pr-number"], out["pr-url"]) == (str(ordered[0].number), urls[0])
     assert json.loads(out["pr-numbers"]) == [p.number for p in ordered] and json.loads(out["pr-urls"]) == urls
-    speedups = [pr.speedup(r.verdict) for r in w.results[0].targets]
+    speedups = [speedup(r.verdict) for r in w.results[0].targets]
     assert speedups[1] > speedups[0]  # the better one is in the second PR
     assert out["best-speedup"] == f"{max(speedups):.4g}"
     summary = w.summary.read_text()

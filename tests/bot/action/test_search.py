@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from bot.github.platform import find_marker
-from bot.publish import pr
+from bot.publish.plan import branch_name
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ROOT, action_outputs, context_for, run_fusebot_step
 from tests.bot.action_world import TOKEN, ActionWorld
@@ -51,7 +51,7 @@ def world(tmp_path: Path) -> Iterator[ActionWorld]:
 
 
 def medians(table_text: str) -> dict[str, float]:
-    """The median-ms column of a target's benchmark table (bot/publish/pr.py's target_table), by row."""
+    """The median-ms column of a target's benchmark table (bot/publish/verdicts.py's target_table), by row."""
     return {name: float(ms) for name, ms in ROW.findall(table_text)}
 
 
@@ -88,7 +88,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
         assert_declined_honestly(w, context, log)
         return
     [pull] = pulls
-    assert (pull.head_ref, pull.base_ref) == (pr.branch_name("feature", TARGET), "feature")
+    assert (pull.head_ref, pull.base_ref) == (branch_name("feature", TARGET), "feature")
     files = w.fake.files_at(REPO, pull.head_ref)
     body = pull.body
     assert find_marker(body, "pr") == f"feature/{TARGET.lower()}"

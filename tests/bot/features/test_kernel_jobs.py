@@ -17,8 +17,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.features.nightly import tick
-from bot.github.platform import find_marker
-from bot.publish import pr
+from bot.github.platform import find_marker, marker
 from bot.publish.benchmark import conclusion
 from bot.publish.deliver import deliver_job
 from bot.publish.notify import sync_check_runs
@@ -255,7 +254,7 @@ def test_a_fork_dressed_as_a_fusebot_pr_gets_no_benchmark(world):
     fork_sha = world.repo.commit({MODULE_PATH: EXAMPLE.read_text(), **merged(kernel_files())}, "fork", branch="fork")
     world.repo.push_ref(fork_sha, "refs/pull/7/head")
     world.fake.add_pull(Pull(REPO, 7, fork_sha, "fusebot/main/x", "forker/Hello-World", "main", world.shas["main"],
-                             body=pr.marker("job", search["id"])))
+                             body=marker("job", search["id"])))
     command(world, "/fusebot benchmark", 7, 980)
     assert kernel_jobs(world, "benchmark") == []
     assert any("fusebot's own pull requests" in c for c in world.fake.comments_on(REPO, 7))

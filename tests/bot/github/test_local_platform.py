@@ -13,9 +13,9 @@ import pytest
 
 from bot.github.github_platform import GitHubPlatform
 from bot.github.local_platform import LocalPlatform
-from bot.github.platform import Annotation, CheckOutput, Platform, PlatformError, can_write, find_marker
-from bot.publish import pr
-from bot.publish.publish import branch_files, publish
+from bot.github.platform import Annotation, CheckOutput, Platform, PlatformError, can_write, find_marker, marker
+from bot.publish.checks import CHECK_NAME, check_queued
+from bot.publish.propose import branch_files, propose
 from tests.bot.results import improved_result, plan_of, slow_result
 
 
@@ -37,20 +37,20 @@ def test_a_rerun_updates_the_same_branch_and_pr(tmp_path):
     platform = LocalPlatform(Path(repo.working_tree_dir))
     base = platform.head_sha("main")
     plan = plan_of(improved_result(), slow_result())
-    run = platform.create_check_run(base, pr.CHECK_NAME, pr.check_queued(["ScaledBiasReLU", "Slow"]))
-    first = publish(platform, plan, base_sha=base, check_run_id=run, label_pr=7)
+    run = platform.create_check_run(base, CHECK_NAME, check_queued(["ScaledBiasReLU", "Slow"]))
+    first = propose(platform, plan, base_sha=base, check_run_id=run, label_pr=7)
     assert first.pull_request.created and first.branch.changed
     assert branch_commits(repo, plan.branch) == [first.branch.sha]
     tree = repo.commit(plan.branch).tree
     for path, text in branch_files(plan).items():
         assert (tree / path).data_stream.read().decode() == text
-    again = publish(platform, plan, base_sha=base, label_pr=7)
+    again = propose(platform, plan, base_sha=base, label_pr=7)
     assert not again.pull_request.created and again.pull_request.number == first.pull_request.number
     assert not again.branch.changed and again.branch.sha == first.branch.sha  # nothing new to commit
     changed = plan_of(improved_result(trace="### Round 1\nanother search"), slow_result())
     bench = next(p for p in changed.results[0].files if p.endswith("BENCHMARK.md"))
     changed.results[0].files[bench] += "\nre-measured\n"
-    third = publish(platform, changed, base_sha=base, label_pr=7)
+    third = propose(platform, changed, base_sha=base, label_pr=7)
     assert third.pull_request.number == first.pull_request.number and third.branch.changed
     assert branch_commits(repo, plan.branch) == [third.branch.sha]  # rebuilt on the base, not stacked
     pulls = platform.pulls()
@@ -68,11 +68,11 @@ def test_the_base_moving_rebuilds_the_branch_on_it(tmp_path):
     repo = make_repo(tmp_path)
     platform = LocalPlatform(Path(repo.working_tree_dir))
     plan = plan_of(improved_result())
-    publish(platform, plan, base_sha=platform.head_sha("main"))
+    propose(platform, plan, base_sha=platform.head_sha("main"))
     (Path(repo.working_tree_dir) / "README.md").write_text("new\n")
     repo.index.add(["README.md"])
     repo.index.commit("base moves")
-    update = publish(platform, plan, base_sha=platform.head_sha("main")).branch
+    update = propose(platform, plan, base_sha=platform.head_sha("main")).branch
     assert update.changed and repo.commit(plan.branch).parents[0].hexsha == platform.head_sha("main")
     assert len(platform.pulls()) == 1
 
@@ -81,8 +81,8 @@ def test_nothing_improved_opens_no_pr(tmp_path):
     repo = make_repo(tmp_path)
     platform = LocalPlatform(Path(repo.working_tree_dir))
     base = platform.head_sha("main")
-    run = platform.create_check_run(base, pr.CHECK_NAME, pr.check_queued(["Slow"]))
-    out = publish(platform, plan_of(slow_result()), base_sha=base, check_run_id=run, label_pr=7)
+    run = platform.create_check_run(base, CHECK_NAME, check_queued(["Slow"]))
+    out = propose(platform, plan_of(slow_result()), base_sha=base, check_run_id=run, label_pr=7)
     assert out.pull_request is None and out.conclusion == "neutral"
     assert platform.pulls() == [] and not [b for b in repo.branches if b.name.startswith("fusebot/")]
     assert platform.check_runs()[0].conclusion == "neutral"
@@ -94,8 +94,8 @@ def test_a_fork_gets_a_patch_comment_and_no_branch(tmp_path):
     platform = LocalPlatform(Path(repo.working_tree_dir))
     base = platform.head_sha("main")
     plan = plan_of(improved_result())
-    publish(platform, plan, base_sha=base, label_pr=7, fork=True)
-    publish(platform, plan, base_sha=base, label_pr=7, fork=True)
+    propose(platform, plan, base_sha=base, label_pr=7, fork=True)
+    propose(platform, plan, base_sha=base, label_pr=7, fork=True)
     assert platform.pulls() == [] and not [b for b in repo.branches if b.name.startswith("fusebot/")]
     comments = platform.comments(7)  # the drop-in alone is over half a comment: the patch takes two, posted once
     assert len(comments) == 2 and "The patch comes in 2 parts" in comments[0].body
@@ -127,7 +127,7 @@ def test_the_local_platform_answers_what_the_apps_features_ask(tmp_path):
     platform = LocalPlatform(Path(repo.working_tree_dir))
     base = platform.head_sha("main")
     update = platform.commit_files("feature", base, {"models/new.py": "x = 1\n"}, "new module")
-    ref = platform.upsert_pull_request(branch="feature", base="main", title="t", body=pr.marker("pr", "k"), key="k")
+    ref = platform.upsert_pull_request(branch="feature", base="main", title="t", body=marker("pr", "k"), key="k")
     pull = platform.pull(ref.number)
     assert (pull.head_sha, pull.head_ref, pull.base_ref, pull.state, pull.is_fork) == (
         update.sha, "feature", "main", "open", False)

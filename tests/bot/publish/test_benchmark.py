@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
-from bot.github.platform import find_marker
-from bot.publish import pr
+from bot.github.platform import find_marker, marker
 from bot.publish.benchmark import benchmark_check, benchmark_comment, beside_line, branch_manifests, conclusion, state
 from bot.publish.hygiene import hygiene_check
-from bot.publish.publish import same_but_timestamps
+from bot.publish.propose import same_but_timestamps
+from bot.publish.text import BODY_LIMIT
+from bot.publish.verdicts import environment_line
 from bot.repo.discovery import kernel_folders, touched_kernel_folders
 from runner.contract import Baselines, DropinCheck, Job, JobResult, TargetResult, Verdict
 from tests.fakes.evaluators import timing
@@ -53,7 +54,7 @@ def test_each_state_gets_its_table_and_its_verdict_line():
     assert "- drop-in test: 1 failed" in body
     assert "**Not measured**: not measured: import: models/x.py: No module" in body
     assert "Not proposed" not in body and f"Kernel measured: `{KERNEL}`" in body
-    assert pr.environment_line(v.environment) in body
+    assert environment_line(v.environment) in body
 
     assert conclusion([faster]) == "success" and conclusion([faster, slower]) == "neutral"
     assert conclusion(results) == "failure" and conclusion([gone]) == "failure"
@@ -67,7 +68,7 @@ def test_a_long_benchmark_comment_fits_githubs_limit():
     many = v.model_copy(update={"accepted": False, "reasons": ["mismatch: " + "x" * 5000] * 50})
     results = [measured(f"T{i}", False, "not verified", verdict=many) for i in range(60)]
     body = benchmark_comment(JOB, JobResult(job_id=JOB.id, ok=True, targets=results))
-    assert len(body) <= pr.BODY_LIMIT and body.startswith(pr.marker("benchmark", JOB.id))
+    assert len(body) <= BODY_LIMIT and body.startswith(marker("benchmark", JOB.id))
     assert "…and 42 more" in body  # eight reasons shown per kernel, each cut short
 
 

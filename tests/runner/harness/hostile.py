@@ -1,4 +1,4 @@
-"""A worker that runs whatever Python it is sent, confined as a candidate is (bubblewrap, then confine()): the
+"""A child that runs whatever Python it is sent, confined as a candidate is (bubblewrap, then confine()): the
 hostile side of the sandbox tests. `{"cmd": "run", "code": ...}` executes the code; its `result` is the reply."""
 
 import os

@@ -130,12 +130,12 @@ def test_load_inline_cuda_candidate_is_accepted(tmp_path):
 
 
 def test_cuda_outputs_reach_the_judge_by_the_path_the_sandbox_allows(gpu_evaluator, caplog):
-    """Under bubblewrap each worker has its own PID namespace, which CUDA IPC cannot cross: outputs go through files,
+    """Under bubblewrap each child has its own PID namespace, which CUDA IPC cannot cross: outputs go through files,
     and the trial log says why; unconfined, they go by CUDA IPC. Either way the verdict is the honest one."""
     with caplog.at_level("DEBUG", logger="runner.harness.trials"):  # a trial's line is a debug record
         v = gpu_evaluator.evaluate(cand("honest-cu-ipc", HONEST_FAST_CU))
     assert v.accepted, v.reasons
     trials = [r.getMessage() for r in caplog.records if " trial " in r.getMessage()]
     confined = (v.environment.sandbox or {}).get("bwrap")
-    hand_off = "outputs by files (each worker has its own PID namespace" if confined else "outputs by cuda-ipc"
+    hand_off = "outputs by files (each process has its own PID namespace" if confined else "outputs by cuda-ipc"
     assert trials and all(hand_off in m for m in trials), trials

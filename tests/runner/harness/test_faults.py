@@ -43,7 +43,7 @@ def test_a_judge_killed_by_a_candidate_is_that_candidate_s_crash(cpu_evaluator):
         "        import os, signal\n        os.kill(os.getpid(), signal.SIGKILL)\n",
         "        return scale_relu(x, self.bias)\n")})
     cpu_evaluator.reference.start()
-    judge = cpu_evaluator.reference._worker  # noqa: SLF001 - the test plays the candidate that reached the judge
+    judge = cpu_evaluator.reference._child  # noqa: SLF001 - the test plays the candidate that reached the judge
     v = cpu_evaluator.evaluate(killer.model_copy(update={"id": "before-kill"}))
     assert v.accepted, v.reasons
     judge.kill()

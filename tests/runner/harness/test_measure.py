@@ -1,4 +1,4 @@
-"""The parent's wall-clock cross-check of a candidate's own timer (runner.harness.measure), with a stand-in worker:
+"""The parent's wall-clock cross-check of a candidate's own timer (runner.harness.measure), with a stand-in child:
 on every backend, the calls' own time (calls with their `before` steps, less the steps alone) by the parent's clock
 must not be more than twice what the timer saw."""
 
@@ -17,7 +17,7 @@ from ..conftest import scale_relu_spec
 
 class StandIn:
     """Answers `time` with a timing its process reported; on `wall` spends `call_ms` of CPU per call plus `hook_ms`
-    per `before` step (the step alone with hooks_only), in this process, which stands in for the worker's."""
+    per `before` step (the step alone with hooks_only), in this process, which stands in for the child's."""
 
     def __init__(self, reported_ms: float, call_ms: float, hook_ms: float = 0.0, burn: bool = True):
         self.reported_ms, self.call_ms, self.hook_ms, self.burn = reported_ms, call_ms, hook_ms, burn
@@ -54,7 +54,7 @@ def ev():
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_a_timer_that_sees_less_than_half_the_wall_time_is_an_escape(ev, device, monkeypatch):
     ev.contestants.device = device  # the stand-in needs no GPU
-    monkeypatch.setattr("psutil.Process.cpu_affinity", lambda self: [0])  # one core, as a pinned worker has
+    monkeypatch.setattr("psutil.Process.cpu_affinity", lambda self: [0])  # one core, as a pinned child has
     reported_ms = 0.5 if device == "cuda" else 0.1  # under half (CUDA) or a tenth (CPU) of the calls' cost
     timing, reasons = measure(ev.contestants, StandIn(reported_ms=reported_ms, call_ms=2.0, burn=device == "cpu"),
                               ev.reference)

@@ -1,4 +1,4 @@
-"""The parent's side of a worker: reading what the candidate controls without trusting it, starting it confined."""
+"""The parent's side of a child: reading what the candidate controls without trusting it, starting it confined."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _in_thread(fn, timeout_s: float = 5.0):
 
 
 def test_read_tail_reads_only_the_end_of_a_regular_file(tmp_path):
-    f = tmp_path / "worker.log"
+    f = tmp_path / "child.log"
     f.write_bytes(b"x" * 10_000 + b"the end")
     assert read_tail(f, 7) == "the end"
     with open(f, "rb") as fh:
@@ -28,20 +28,20 @@ def test_read_tail_reads_only_the_end_of_a_regular_file(tmp_path):
 
 
 def test_read_tail_of_a_fifo_returns_at_once(tmp_path):
-    f = tmp_path / "worker.log"
+    f = tmp_path / "child.log"
     os.mkfifo(f)
     assert _in_thread(lambda: read_tail(f, 4000)) == ""
 
 
 def test_read_tail_never_follows_a_symlink(tmp_path, monkeypatch):
     monkeypatch.setenv("PLANTED_TOKEN", "tail-must-not-see-this")
-    f = tmp_path / "worker.log"
+    f = tmp_path / "child.log"
     f.symlink_to("/proc/self/environ")
     assert read_tail(f, 4000) == ""
 
 
 def test_read_tail_of_a_2_gib_sparse_file_reads_n_bytes(tmp_path):
-    f = tmp_path / "worker.log"
+    f = tmp_path / "child.log"
     with open(f, "wb") as fh:
         fh.truncate(2 << 30)
     start = time.monotonic()

@@ -1,4 +1,4 @@
-"""Adversarial tests of the confinement: what a hostile candidate tries, from inside a worker confined exactly as a
+"""Adversarial tests of the confinement: what a hostile candidate tries, from inside a child confined exactly as a
 candidate is (runner.harness.bwrap + runner.harness.sandbox.confine). Each attack here worked before bubblewrap."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from runner.contract import Candidate
 from runner.harness import build, bwrap
-from runner.harness.procs.process import Limits, Worker, WorkerDied
+from runner.harness.procs.process import Child, ChildDied, Limits
 from runner.harness.sandbox import confined_env
 
 HERE = Path(__file__).resolve().parent
@@ -29,17 +29,17 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ
 
 
 class Hostile:
-    """A confined worker that runs the code it is given; its working directory is <eval>/cand, beside others."""
+    """A confined child that runs the code it is given; its working directory is <eval>/cand, beside others."""
 
     def __init__(self, root: Path, limits: Limits | None = None, *, confine: bool = True, read: tuple[Path, ...] = ()):
         self.workdir = root / "eval" / "cand"
         env = confined_env(self.workdir)
         env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(HERE)])
-        self.worker = Worker("hostile", self.workdir, env, limits or Limits(memory_bytes=2 << 30), read=list(read))
-        self.confinement = self.worker.request({"cmd": "init", "confine": confine}, 60)["confinement"]
+        self.child = Child("hostile", self.workdir, env, limits or Limits(memory_bytes=2 << 30), read=list(read))
+        self.confinement = self.child.request({"cmd": "init", "confine": confine}, 60)["confinement"]
 
     def run(self, code: str, timeout_s: float = 60) -> object:
-        reply = self.worker.request({"cmd": "run", "code": textwrap.dedent(code)}, timeout_s)
+        reply = self.child.request({"cmd": "run", "code": textwrap.dedent(code)}, timeout_s)
         assert reply.get("ok"), reply
         return reply["result"]
 
@@ -48,7 +48,7 @@ class Hostile:
 def hostile(tmp_path):
     h = Hostile(tmp_path)
     yield h
-    h.worker.close()
+    h.child.close()
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def bystander(tmp_path):
     proc.wait()
 
 
-def test_the_worker_runs_under_bubblewrap_and_says_so(hostile):
+def test_the_child_runs_under_bubblewrap_and_says_so(hostile):
     assert hostile.confinement["bwrap"] and hostile.confinement["user_namespace"]
     assert not hostile.confinement["unsafe_no_sandbox"]
     assert hostile.run("import os; result = os.getpid()") < 10  # its own PID namespace
@@ -196,14 +196,14 @@ def test_setsid_daemons_and_double_forked_orphans_die_with_the_evaluation(tmp_pa
             time.sleep(0.05)
         assert len(_alive_with(f"sleep {secs}")) == 2
     finally:
-        h.worker.close()
+        h.child.close()
     assert _alive_with(f"sleep {secs}") == []  # gone when close() returns
 
 
 def test_private_tmpfs_files_count_against_the_memory_cap(tmp_path):
     h = Hostile(tmp_path, Limits(memory_bytes=160 << 20), confine=False)
     try:
-        with pytest.raises(WorkerDied) as died:
+        with pytest.raises(ChildDied) as died:
             h.run("""
                 import time
                 for path in ('/dev/shm/fill', '/tmp/fill'):
@@ -214,22 +214,22 @@ def test_private_tmpfs_files_count_against_the_memory_cap(tmp_path):
             """, timeout_s=20)
         assert died.value.kind == "memory"
     finally:
-        h.worker.close()
+        h.child.close()
 
 
 @pytest.mark.parametrize("trap", ["fifo", "symlink", "sparse"])
-def test_a_planted_worker_log_neither_hangs_nor_leaks_the_log_tail(tmp_path, monkeypatch, trap):
+def test_a_planted_child_log_neither_hangs_nor_leaks_the_log_tail(tmp_path, monkeypatch, trap):
     h = Hostile(tmp_path)
-    plant = {"fifo": "os.mkfifo('worker.log')", "symlink": "os.symlink('/proc/self/environ', 'worker.log')",
-             "sparse": "open('worker.log', 'wb').truncate(2 << 30)"}[trap]
-    code = f"import os, sys; print('last words', flush=True); os.unlink('worker.log'); {plant}; os._exit(3)"
+    plant = {"fifo": "os.mkfifo('child.log')", "symlink": "os.symlink('/proc/self/environ', 'child.log')",
+             "sparse": "open('child.log', 'wb').truncate(2 << 30)"}[trap]
+    code = f"import os, sys; print('last words', flush=True); os.unlink('child.log'); {plant}; os._exit(3)"
     monkeypatch.setenv("FUSEBOT_TEST_TOKEN", SECRET)  # in the parent's environment: /proc/self/environ of the parent
     start = time.monotonic()
     try:
-        with pytest.raises(WorkerDied) as died:
+        with pytest.raises(ChildDied) as died:
             h.run(code, timeout_s=20)
     finally:
-        h.worker.close()
+        h.child.close()
     assert time.monotonic() - start < 10
     assert SECRET not in died.value.log_tail and len(died.value.log_tail) <= 4000
     assert "last words" in died.value.log_tail
@@ -241,7 +241,7 @@ def test_without_bubblewrap_nothing_untrusted_starts_unless_the_user_opts_out(tm
     bwrap._mode.cache_clear()
     try:
         with pytest.raises(bwrap.SandboxUnavailable, match="apt-get install bubblewrap"):
-            Worker("hostile", tmp_path / "w", {})
+            Child("hostile", tmp_path / "w", {})
         monkeypatch.setenv(bwrap.UNSAFE_ENV, "yes")
         with pytest.raises(Exception, match="must be 1"):
             bwrap.require()
@@ -285,7 +285,7 @@ def test_a_cuda_kernel_built_and_run_inside_the_sandbox(tmp_path):
                                                                                   if p.isdigit())]
         """, timeout_s=300)
     finally:
-        h.worker.close()
+        h.child.close()
     rc, total, devices, max_pid = result
     assert rc == 0 and total == 2048.0 and max_pid < 50, result
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} <= set(devices), devices

@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from runner.contract import Job, JobResult, Verdict
+from runner.contract import Job, JobKind, JobResult, Verdict
 from runner.harness.config import HarnessConfig, timing_cores
 from runner.pipeline import run_job
 from runner.results.figures import assessment
 from runner.results.files import Provenance, slug, target_files, write_files
-from runner.results.remeasure import merged_kernels
+from runner.results.remeasure import KERNEL_JOBS, merged_kernels
 from tests.verdicts import EXAMPLE, SPEC, seed_candidate
 
 KERNELS = "fusebot_kernels"
@@ -98,3 +99,8 @@ def test_old_job_payloads_still_parse_as_searches():
     old = {"schema_version": 1, "id": "j", "repo": "o/r", "sha": "0" * 40, "targets": []}
     job = Job.model_validate(old)
     assert (job.kind, job.kernels_dir, job.kernels) == ("search", "fusebot_kernels", [])
+
+
+def test_every_kind_that_searches_nothing_has_a_runner_entry():
+    """runner/pipeline.py searches; each other kind runs from KERNEL_JOBS (its publisher: tests/bot/publish/test_kinds.py)."""
+    assert set(KERNEL_JOBS) == set(get_args(JobKind)) - {"search"}

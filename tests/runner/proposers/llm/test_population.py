@@ -10,7 +10,7 @@ from runner.errors import UsageError
 from runner.pipeline import make_proposers
 from runner.proposers.catalog import CatalogProposer
 from runner.proposers.llm.proposer import LLMProposer, llm_proposers
-from runner.proposers.rewrite import RewriteProposer
+from runner.proposers.rewrite.proposer import RewriteProposer
 from runner.results.outcome import outcome, report_markdown
 from runner.search.loop import search
 from runner.search.types import Idea

@@ -1,13 +1,13 @@
-"""Hand-written activations to library calls, found by value (runner/proposers/rewrite_activations.py): every
+"""Hand-written activations to library calls, found by value (runner/proposers/rewrite/activations.py): every
 spelling that computes the activation is rewritten, and nothing that only looks like one."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner.proposers.rewrite import rewrites
+from runner.proposers.rewrite.proposer import rewrites
 
-from .test_rewrite_rules import X3, changed, equivalent, module
+from .test_rules import X3, changed, equivalent, module
 
 
 @pytest.mark.parametrize("expr, new", [

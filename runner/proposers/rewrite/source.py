@@ -1,6 +1,6 @@
 """What the source rewrites read: the functions a module's forward reaches in its own file, and what is known of each
 name there (imports, tensor dims from constructors, unpacking, views, shape comments and annotations, purity).
-Edits to the text are runner/proposers/rewrite_edit.py's.
+Edits to the text are runner/proposers/rewrite/edit.py's.
 """
 
 from __future__ import annotations

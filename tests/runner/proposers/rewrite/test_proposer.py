@@ -1,5 +1,5 @@
-"""The source-rewrite proposer (runner/proposers/rewrite.py): ideas and KernelBench candidates from the user's module
-file, nothing for a module with nothing to rewrite, its first-round quota in the search, and the rewrite of
+"""The source-rewrite proposer (runner/proposers/rewrite/proposer.py): ideas and KernelBench candidates from the
+user's module file, nothing for a module with nothing to rewrite, its first-round quota in the search, and the rewrite of
 examples/row_gain.py verified by the real harness on the CPU."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from runner.contract import ProblemSpec, SearchBudget
 from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import kernelbench_aliases
-from runner.proposers.rewrite import (
+from runner.proposers.rewrite.proposer import (
     ALIASES_MARK,
     CANDIDATE_FILE,
     RewriteProposer,
@@ -24,10 +24,10 @@ from runner.search.loop import search
 from runner.search.types import Attempt, History, Idea, ProblemContext
 from tests.fakes.evaluators import TableEvaluator
 
-from ..conftest import FAST_TIMER
-from .test_rewrite_rules import changed, module
+from ...conftest import FAST_TIMER
+from .test_rules import changed, module
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 ROW_GAIN = ROOT / "examples" / "row_gain.py"
 
 

@@ -1,15 +1,22 @@
-"""The PR body as a reviewer reads it: the title names module, speedup and device; the verdict comes first, then one
+"""The PR body (and title) as a reviewer reads it: the title names module, speedup and device; the verdict comes first, then one
 summary table; the compatibility block states backend, shapes, dtypes, tolerance and what works on that backend; one
 line per declined target; the trace folded and clipped; the footer says how to reproduce, roll back and decline.
-A PyTorch rewrite is shown as its diff, and its row appears wherever one was verified."""
+A PyTorch rewrite is shown as its diff, and its row appears wherever one was verified. From real Verdicts: the numbers
+as the harness measured them, the markers, GitHub's limit kept with a huge trace, the confirmation rounds per round."""
 
 from __future__ import annotations
 
 import json
+import re
 
-from bot.publish import pr, review
-from bot.publish.publish import branch_files
+from bot.github.platform import find_marker, marker
+from bot.publish.body import DIFF_CHARS, compatibility, pr_body, pr_title, rewrite_diff
+from bot.publish.plan import PullRequestPlan
+from bot.publish.propose import branch_files
+from bot.publish.text import BODY_LIMIT
+from bot.publish.verdicts import manifest_of, target_table
 from runner.contract import Baselines, Confirmation, Environment, Roofline, TargetResult, TrialResult, Verdict
+from tests.bot.results import improved_result, plan_of, row_numbers, slow_result
 from tests.fakes.evaluators import timing
 
 CPU = Environment(device="cpu", cpu="AMD EPYC 7B13", torch="2.13.0", python="3.11.4", fusebot="0.1")
@@ -63,21 +70,21 @@ def declined(name: str, why: str) -> TargetResult:
                         class_name=name, trace_markdown="| c | x | rejected at verify | mismatch: bad |")
 
 
-def plan(*results: TargetResult, env: Environment = CPU) -> pr.PullRequestPlan:
-    return pr.PullRequestPlan(repo="acme/m", base="main", group="examples", commit="abcdef1234567890",
-                              results=list(results), environment=env, source_pr=7)
+def plan(*results: TargetResult, env: Environment = CPU) -> PullRequestPlan:
+    return PullRequestPlan(repo="acme/m", base="main", group="examples", commit="abcdef1234567890",
+                           results=list(results), environment=env, source_pr=7)
 
 
 def test_the_title_names_module_speedup_and_device():
-    assert pr.pr_title(plan(kernel_result())) == \
+    assert pr_title(plan(kernel_result())) == \
         "fusebot: RowGain 2.00x faster than torch.compile (fused kernel, CPU AMD EPYC 7B13)"
-    assert pr.pr_title(plan(kernel_result(GPU), env=GPU)).endswith("(fused kernel, NVIDIA H100 80GB HBM3)")
-    assert pr.pr_title(plan(rewrite_result())).endswith("(PyTorch rewrite, CPU AMD EPYC 7B13)")
+    assert pr_title(plan(kernel_result(GPU), env=GPU)).endswith("(fused kernel, NVIDIA H100 80GB HBM3)")
+    assert pr_title(plan(rewrite_result())).endswith("(PyTorch rewrite, CPU AMD EPYC 7B13)")
 
 
 def test_what_a_reviewer_needs_comes_first():
-    body = pr.pr_body(plan(kernel_result(), declined("ScaledSoftmax", "below the minimum effect: 1.01x"),
-                           declined("SwishBias", "nothing beat torch.compile in every round")))
+    body = pr_body(plan(kernel_result(), declined("ScaledSoftmax", "below the minimum effect: 1.01x"),
+                        declined("SwishBias", "nothing beat torch.compile in every round")))
     lines = body.splitlines()
     assert lines[1].startswith("**Proposed**: a fused kernel for `RowGain`, **2.00x** faster than torch.compile on "
                                "CPU AMD EPYC 7B13; 2 of 3 target(s) declined.")
@@ -108,19 +115,19 @@ def test_what_a_reviewer_needs_comes_first():
 
 
 def test_a_cuda_kernel_states_what_holds_on_a_gpu():
-    compat = review.compatibility(kernel_result(GPU), GPU, "row_gain", "fusebot_kernels")
+    compat = compatibility(kernel_result(GPU), GPU, "row_gain", "fusebot_kernels")
     assert "| Runs on | NVIDIA H100 80GB HBM3 (cuda backend: `row_gain/kernel.cu`" in compat
     assert "| CUDA graphs | ✅ the kernel launches on torch's current stream" in compat
     assert "nvcc (the CUDA toolkit) to build the kernel" in compat and "this GPU model" in compat
     prebuilt = kernel_result(GPU)
     prebuilt = prebuilt.model_copy(update={"files": {**prebuilt.files, "row_gain/kernel.sm_90.so.b64": "f0VMRg=="}})
-    shipped = review.compatibility(prebuilt, GPU, "row_gain", "fusebot_kernels")
+    shipped = compatibility(prebuilt, GPU, "row_gain", "fusebot_kernels")
     assert "torch only: the library built on the runner ships beside the drop-in" in shipped
 
 
 def test_a_rewrite_is_shown_as_its_diff_with_no_dropin_promises():
     r = rewrite_result()
-    body = pr.pr_body(plan(r))
+    body = pr_body(plan(r))
     assert "a PyTorch rewrite of `RowGain`" in body.splitlines()[1]
     assert "| PyTorch rewrite of `examples/row_gain.py` |" in body
     assert "```diff\n--- a/examples/row_gain.py\n+++ b/examples/row_gain.py" in body
@@ -134,15 +141,72 @@ def test_a_rewrite_is_shown_as_its_diff_with_no_dropin_promises():
 
 def test_a_long_diff_is_cut_and_says_where_the_whole_is():
     r = rewrite_result()
-    m = review.manifest_of(r) | {"diff": "".join(f"+line {i}\n" for i in range(5000))}
+    m = manifest_of(r) | {"diff": "".join(f"+line {i}\n" for i in range(5000))}
     r = r.model_copy(update={"files": {**r.files, "row_gain/fusebot.json": json.dumps(m)}})
-    shown = review.rewrite_diff(r)
-    assert len(shown) < review.DIFF_CHARS + 300 and "diff cut at" in shown and "see the PR's files" in shown
+    shown = rewrite_diff(r)
+    assert len(shown) < DIFF_CHARS + 300 and "diff cut at" in shown and "see the PR's files" in shown
 
 
 def test_without_a_manifest_the_body_still_says_what_the_verdict_knows():
     r = kernel_result()
     r = r.model_copy(update={"files": {k: v for k, v in r.files.items() if not k.endswith(".json")}})
-    compat = review.compatibility(r, CPU, "row_gain", "fusebot_kernels")
+    compat = compatibility(r, CPU, "row_gain", "fusebot_kernels")
     assert "| Verified on | 2 shape set(s): 7 of 7 trials passed" in compat
-    assert "the dtype's default tolerance" in compat and review.manifest_of(r) == {}
+    assert "the dtype's default tolerance" in compat and manifest_of(r) == {}
+
+
+# ---- from real Verdicts (the CPU harness run once per session) ------------------------------------------------
+
+def test_the_body_carries_the_verdicts_numbers_markers_and_adoption():
+    r = improved_result()
+    v = r.verdict
+    body = pr_body(plan_of(r, slow_result()))
+    assert body.startswith("<!-- fusebot:pr key=main/examples -->")
+    assert find_marker(body, "pr") == "main/examples"
+    for t in (v.baselines.eager, v.baselines.compile, v.timing):
+        assert row_numbers(t) in body
+    base = min(v.baselines.eager.median_ms, v.baselines.compile.median_ms)
+    assert f"**{base / v.timing.median_ms:.2f}x** faster" in body  # the verdict line
+    assert f"{v.speedup_vs_eager:.2f}x" in body and f"{v.speedup_vs_compile:.2f}x" in body
+    assert f"{100 * v.roofline.floor_ms / v.timing.median_ms:.2f}%" in body
+    passed = sum(t.passed for t in v.trials)
+    assert f"{passed}/{len(v.trials)} trials passed" in body
+    assert f"{max(t.max_abs_err for t in v.trials):.3g}" in body
+    e = v.environment
+    assert f"torch {e.torch}" in body and (e.cpu or e.gpu) in body and f"Python {e.python}" in body
+    assert "from fusebot_kernels.scaledbiasrelu.dropin import ScaledBiasReLU" in body
+    assert "<details><summary>Search trace: ScaledBiasReLU</summary>" in body
+    assert "\n- `Slow`: nothing beat eager" in body  # the slow target: one line with why, not proposed
+    assert "/fusebot benchmark" in body and "#7" in body
+
+def test_a_huge_trace_is_truncated_never_the_tables():
+    huge = "\n".join(f"| r{i} | idea {i} | rejected at verify | mismatch {'x' * 80} |" for i in range(20_000))
+    r = improved_result(trace=huge)
+    body = pr_body(plan_of(r, slow_result()))
+    assert len(body) <= BODY_LIMIT < len(huge)
+    assert target_table(r) in body and target_table(slow_result().model_copy(update={"message": ""})) in body
+    assert "| r24 | idea 24 |" in body and "| r25 |" not in body  # clipped to its first rows, saying so
+    assert "…19975 more candidate(s) left out; `/fusebot explain` posts the whole trace." in body
+    long_rows = "\n".join(f"| r{i} | {'y' * 4000} |" for i in range(20))  # few rows, each enormous
+    body = pr_body(plan_of(improved_result(trace=long_rows), slow_result()), limit=30_000)
+    cut = re.search(r"trace truncated \((\d+) characters left out\)", body)
+    assert len(body) <= 30_000 and cut and int(cut.group(1)) > 0
+    assert marker("pr", "main/examples") in body
+
+def test_the_confirmation_rounds_are_shown_per_round():
+    from runner.contract import Confirmation
+
+    r = improved_result()
+    v = r.verdict
+    e, c, k = v.baselines.eager.median_ms, v.baselines.compile.median_ms, v.timing.median_ms
+    conf = Confirmation(rounds=2, candidate_ms=[k, k * 1.1], eager_ms=[e, e], compile_ms=[c, c],
+                        speedup_vs_eager=[e / k, e / (k * 1.1)], speedup_vs_compile=[c / k, c / (k * 1.1)])
+    r = r.model_copy(update={"verdict": v.model_copy(update={"confirmation": conf})})
+    body = pr_body(plan_of(r))
+    per_round = ", ".join(f"{x:.2f}x" for x in conf.speedup_vs_faster())
+    assert "Timed in 2 alternating rounds (fusebot, eager, torch.compile, ...), one process:" in body
+    assert per_round in body
+    pooled = r.model_copy(update={"verdict": v.model_copy(update={"confirmation": conf.model_copy(
+        update={"processes": 2})})})  # a bench script's two runs, as a PR on CUDA states them
+    assert "Timed in 2 alternating rounds (fusebot, eager, torch.compile, ...), 2 processes one after the other:" in \
+        pr_body(plan_of(pooled))

@@ -1,6 +1,6 @@
 """From a search's results to what users see, on any Platform: the branch, the PR, the check run, the comments.
 
-    publish(platform, plan, base_sha=..., check_run_id=..., label_pr=..., fork=...)
+    propose(platform, plan, base_sha=..., check_run_id=..., label_pr=..., fork=...)
 
 - nothing improved: the check run completes `neutral` with the reasons; no branch, no PR; the status comment says so;
 - a fork's PR: no push; the results and a `git apply`-able patch go into comments (whole files in each, as many as
@@ -22,7 +22,12 @@ from dataclasses import dataclass
 
 from bot.github.patch import unified_patch
 from bot.github.platform import BranchUpdate, CheckOutput, Platform, PlatformError, PullRequestRef, find_marker
-from bot.publish import pr
+from bot.publish.body import pr_body, pr_title
+from bot.publish.checks import check_completed
+from bot.publish.comments import fork_comments, status_comment
+from bot.publish.plan import PullRequestPlan
+from bot.publish.text import BODY_LIMIT, clip
+from bot.publish.verdicts import speedup
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +40,7 @@ class Published:
     conclusion: str
 
 
-def branch_files(plan: pr.PullRequestPlan) -> dict[str, str | None]:
+def branch_files(plan: PullRequestPlan) -> dict[str, str | None]:
     """Repository path -> text of every improved target's files: under the kernels directory, except a key starting
     with "/" (a PyTorch rewrite's module: its repository path, runner/results/proposal.py)."""
     return {path[1:] if path.startswith("/") else f"{plan.kernels_dir}/{path}": text
@@ -69,23 +74,23 @@ def keep_unchanged(platform: Platform, branch: str, files: dict[str, str | None]
     return out
 
 
-def commit_message(plan: pr.PullRequestPlan) -> str:
-    lines = [pr.pr_title(plan), ""]
+def commit_message(plan: PullRequestPlan) -> str:
+    lines = [pr_title(plan), ""]
     for r in plan.improved:
-        s = pr.speedup(r.verdict)
+        s = speedup(r.verdict)
         lines.append(f"- {r.class_name or r.target}: {s:.2f}x over the faster baseline" if s is not None
                      else f"- {r.class_name or r.target}")
     return "\n".join(lines) + f"\n\nSearched at {plan.commit}.\n"
 
 
-def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, check_run_id: int | None = None,
+def propose(platform: Platform, plan: PullRequestPlan, *, base_sha: str, check_run_id: int | None = None,
             label_pr: int | None = None, fork: bool = False) -> Published:
     if not plan.improved:
-        out = pr.check_completed(plan)
+        out = check_completed(plan)
         _finish_check(platform, check_run_id, out)
         if label_pr is not None:
             platform.upsert_comment(label_pr, "status", f"pr-{label_pr}",
-                                    pr.status_comment(label_pr, "no faster kernel found", plan))
+                                    status_comment(label_pr, "no faster kernel found", plan))
         log.info("%s: nothing improved; no pull request", plan.repo)
         return Published(None, None, out.summary, "neutral")
     files = branch_files(plan)
@@ -93,24 +98,24 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
         if label_pr is None:
             raise ValueError("a fork's results go to its PR: label_pr is required")
         patch = unified_patch({p: platform.read_file(base_sha, p) for p in files}, files)
-        comments = pr.fork_comments(plan, patch)
+        comments = fork_comments(plan, patch)
         for text in comments:
             platform.upsert_comment(label_pr, "fork", find_marker(text, "fork") or f"pr-{label_pr}", text)
         body = comments[0]
-        out = pr.check_completed(plan)
+        out = check_completed(plan)
         _finish_check(platform, check_run_id, CheckOutput(out.status, out.title, out.summary, out.conclusion,
                                                              _patch_text(patch)))
         return Published(None, None, body, out.conclusion or "success")
     update = platform.commit_files(plan.branch, base_sha, keep_unchanged(platform, plan.branch, files),
                                    commit_message(plan))
-    body = pr.pr_body(plan)
-    ref = platform.upsert_pull_request(branch=plan.branch, base=plan.base, title=pr.pr_title(plan), body=body,
+    body = pr_body(plan)
+    ref = platform.upsert_pull_request(branch=plan.branch, base=plan.base, title=pr_title(plan), body=body,
                                        key=plan.key)
-    out = pr.check_completed(plan, pr_url=ref.url)
+    out = check_completed(plan, pr_url=ref.url)
     _finish_check(platform, check_run_id, out)
     if label_pr is not None:
         platform.upsert_comment(label_pr, "status", f"pr-{label_pr}",
-                                pr.status_comment(label_pr, "done", plan, pr_url=ref.url))
+                                status_comment(label_pr, "done", plan, pr_url=ref.url))
     log.info("%s: %s pull request %s on %s", plan.repo, "opened" if ref.created else "updated", ref.number,
              plan.branch)
     return Published(ref, update, body, out.conclusion or "success")
@@ -118,10 +123,10 @@ def publish(platform: Platform, plan: pr.PullRequestPlan, *, base_sha: str, chec
 
 def _patch_text(patch: str) -> str:
     text = f"Apply with `git apply`:\n\n```diff\n{patch}\n```"
-    if len(text) > pr.BODY_LIMIT:  # a cut patch does not apply: point to the comments that hold it whole
+    if len(text) > BODY_LIMIT:  # a cut patch does not apply: point to the comments that hold it whole
         return f"The patch ({len(patch)} characters) is more than a check run holds: it is in fusebot's comments on " \
                "the pull request, whole files in each."
-    return pr.clip(text, keep_paths=True)
+    return clip(text, keep_paths=True)
 
 
 def _finish_check(platform: Platform, check_run_id: int | None, out: CheckOutput) -> None:

@@ -1,64 +1,164 @@
-"""The parts of a fusebot PR body a reviewer reads first: pure text from TargetResults and their manifests.
+"""A fusebot pull request's title and body: pure text from the plan's TargetResults and their manifests, in the order
+a reviewer needs it.
 
-    summary_table(results)          module, before -> after, speedup over the faster baseline, spread, % of floor
-    compatibility(r, env, ...)      device and backend, shapes and dtypes verified, tolerance and accuracy, what
-                                    works (autograd, torch.compile, CUDA graphs, jit, other devices), run-time needs
-    declined_lines(results)         one line per target not proposed
-    footer(...)                     how to reproduce, how to roll back, what closing the PR does
+    pr_title(plan)                  module, speedup and device
+    pr_body(plan)                   the verdict line; one summary table (module, before -> after, speedup over the
+                                    faster baseline, spread, % of floor); one line per declined target; per proposed
+                                    target its compatibility block (device and backend, shapes and dtypes verified,
+                                    tolerance and accuracy, what works, run-time needs), a rewrite's diff and how to
+                                    adopt it; folded, the benchmark details, the files and the search traces; last,
+                                    the footer (how to reproduce, roll back and decline) and the commands
 
-What was verified and every contestant's timing come from the result's manifest (`fusebot.json`, written by
-runner/results/proposal.py); the drop-in's behaviour is its contract (runner/harness/dropin.py): it defers to the
-original module whenever gradients are needed, falls back to the original forward outside the verified sizes, dtypes
-and devices, and `FUSEBOT_DISABLE=1` turns it off.
+The body carries a hidden marker (`<!-- fusebot:pr key=... -->`, bot/github/platform.py) by which the bot finds its
+PR again and updates it in place. It fits GitHub's limit: the search traces are cut, the tables never are. The
+drop-in's behaviour stated here is its contract (runner/harness/dropin.py): it defers to the original module whenever
+gradients are needed, falls back to the original forward outside the verified sizes, dtypes and devices, and
+`FUSEBOT_DISABLE=1` turns it off.
 """
 
 from __future__ import annotations
 
-import json
-
+from bot.github.platform import marker
+from bot.publish.plan import PullRequestPlan
+from bot.publish.text import BODY_LIMIT, clip
+from bot.publish.verdicts import (
+    REWRITE_LABEL,
+    device_text,
+    environment_line,
+    gain,
+    is_rewrite,
+    manifest_of,
+    name,
+    speedup,
+    target_table,
+    times,
+    verdict_line,
+)
 from runner.contract import Environment, TargetResult, Verdict, faster_baseline, table_cell
 
-MANIFEST_SUFFIX = "/fusebot.json"
-REWRITE_LABEL = "PyTorch rewrite"
+COMMANDS = (("/fusebot rerun", "search again from this PR's base branch as it is now"),
+            ("/fusebot benchmark", "run each change's bench script on this branch, your edits included"),
+            ("/fusebot explain", "post the full search trace"))
 DIFF_CHARS = 6000  # a rewrite's diff shown in the body at most; the PR's files hold it whole
 YES, NO, UNKNOWN = "✅", "❌", "❔"
+TRACE_ROWS = 25  # table rows of one search trace shown in the body; `/fusebot explain` posts all
 
 
-def manifest_of(r: TargetResult) -> dict:
-    """The result's fusebot.json, parsed ({} when it has none or it does not parse)."""
-    for path, text in sorted(r.files.items()):
-        if path.endswith(MANIFEST_SUFFIX) or path == MANIFEST_SUFFIX[1:]:
-            try:
-                data = json.loads(text)
-            except ValueError:
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
+def _device(plan: PullRequestPlan) -> str:
+    envs = [r.verdict.environment for r in plan.improved if r.verdict and r.verdict.environment]
+    return device_text(envs[0] if envs else plan.environment)
 
 
-def is_rewrite(r: TargetResult) -> bool:
-    return manifest_of(r).get("change") == "rewrite" or any(p.startswith("/") for p in r.files)
+def pr_title(plan: PullRequestPlan) -> str:
+    """Module, speedup and GPU (or "CPU <model>")."""
+    won = plan.improved
+    if len(won) == 1:
+        r = won[0]
+        fb = faster_baseline(r.verdict.baselines) if r.verdict else None
+        what = "PyTorch rewrite" if is_rewrite(r) else "fused kernel"
+        return (f"fusebot: {r.class_name or r.target} {times(speedup(r.verdict))} faster than "
+                f"{fb[0] if fb else 'baseline'} ({what}, {_device(plan)})")
+    best = max((s for s in (speedup(r.verdict) for r in won) if s is not None), default=None)
+    return f"fusebot: {len(won)} modules faster, up to {times(best)} ({_device(plan)})"
 
 
-def name(r: TargetResult) -> str:
-    return r.class_name or r.target
+def module_path(kernels_dir: str, target_folder: str) -> str:
+    return ".".join([*kernels_dir.strip("/").split("/"), target_folder, "dropin"])
 
 
-def device_text(env: Environment | None) -> str:
-    """The GPU's name, or "CPU <model>"."""
-    if env is None:
-        return "an unreported device"
-    if env.gpu:
-        return env.gpu
-    return f"CPU {env.cpu}" if env.cpu else "CPU"
+def _folder(r: TargetResult) -> str | None:
+    return next((p.split("/")[0] for p in sorted(r.files) if p.endswith("/fusebot.json")), None)
 
 
-def gain(v: Verdict | None) -> tuple[str, float, float] | None:
-    """(faster baseline's name, its median ms, speedup over it) or None."""
-    fb = faster_baseline(v.baselines) if v else None
-    if v is None or v.timing is None or fb is None or v.timing.median_ms <= 0:
-        return None
-    return fb[0], fb[1].median_ms, fb[1].median_ms / v.timing.median_ms
+def adopt_lines(plan: PullRequestPlan, r: TargetResult) -> list[str]:
+    """How to use one proposed change."""
+    folder = _folder(r)
+    if is_rewrite(r):
+        return [f"Adopt: merge; `{r.file}` itself changes (the diff above), nothing else to import."]
+    if folder is None:
+        return []
+    cls = r.class_name or r.target
+    was = f"`from {r.file.removesuffix('.py').replace('/', '.')} import {cls}`" if r.file else "your class"
+    return [f"Adopt: `from {module_path(plan.kernels_dir, folder)} import {cls}` in place of {was} (a subclass: "
+            "same constructor, same `state_dict` keys, so existing checkpoints load)."]
+
+
+def _files_section(plan: PullRequestPlan) -> str:
+    paths = sorted({p[1:] if p.startswith("/") else f"{plan.kernels_dir}/{p}" for r in plan.improved for p in r.files})
+    return "<details><summary>Files</summary>\n\n" + "\n".join(f"- `{p}`" for p in paths) + "\n\n</details>"
+
+
+def _commands_section() -> str:
+    return "Commands: " + " · ".join(f"`{c}` ({what})" for c, what in COMMANDS) + "."
+
+
+def _details_block(r: TargetResult, env_line: str) -> str:
+    table = target_table(r.model_copy(update={"message": ""}))
+    choice = manifest_of(r).get("choice")
+    if choice:
+        table += f"\n\nWhy this change: {choice}."
+    return (f"<details><summary>Benchmark details: {r.class_name or r.target}</summary>\n\n{table}\n\n{env_line}"
+            "\n\n</details>\n")
+
+
+def _trace_block(r: TargetResult, text: str, cut: int) -> str:
+    note = f"\n\n*…trace truncated ({cut} characters left out); `/fusebot explain` posts it whole.*" if cut else ""
+    return (f"<details><summary>Search trace: {r.class_name or r.target}</summary>\n\n{text}{note}\n\n</details>")
+
+
+def fit_traces(fixed: str, results: list[TargetResult], limit: int = BODY_LIMIT) -> list[str]:
+    """Trace blocks (each clipped to TRACE_ROWS rows) that fit beside `fixed` within `limit`: each trace gets an
+    equal share, cut at a line end."""
+    traces = [(r, clip_trace(r.trace_markdown)) for r in results if r.trace_markdown]
+    blocks = [_trace_block(r, t, 0) for r, t in traces]
+    if len(fixed) + sum(len(b) + 2 for b in blocks) <= limit:
+        return blocks
+    overhead = sum(len(_trace_block(r, "", 10 ** 9)) + 2 for r, _ in traces)
+    share = max(0, (limit - len(fixed) - overhead) // max(1, len(traces)))
+    out = []
+    for r, text in traces:
+        if len(text) > share:
+            cut_at = text.rfind("\n", 0, share)
+            kept = text[: cut_at if cut_at > 0 else share]
+            out.append(_trace_block(r, kept, len(text) - len(kept)))
+        else:
+            out.append(_trace_block(r, text, 0))
+    return out
+
+
+def pr_body(plan: PullRequestPlan, limit: int = BODY_LIMIT) -> str:
+    """The PR body, in the order a reviewer needs it: verdict, one summary table, the declined targets, per proposed
+    target its compatibility block, the change (a rewrite's diff) and how to adopt it; then, folded, the benchmark
+    details, the files and the search traces; last, how to reproduce, roll back and decline."""
+    env_line = environment_line(plan.environment)
+    parts = [marker("pr", plan.key) + (marker("job", plan.job_id) if plan.job_id else ""), verdict_line(plan.results),
+             "", summary_table(plan.results), ""]
+    declined = declined_lines(plan.results)
+    if declined:
+        parts += ["**Declined**:", *declined, ""]
+    folders = {}
+    for r in plan.improved:
+        folder = _folder(r) or r.target
+        folders[r.target] = folder
+        env = r.verdict.environment if r.verdict and r.verdict.environment else plan.environment
+        diff = rewrite_diff(r)
+        parts += [compatibility(r, env, folder, plan.kernels_dir), "", *([diff, ""] if diff else []),
+                  *adopt_lines(plan, r), ""]
+    source = f" for #{plan.source_pr}" if plan.source_pr else ""
+    tail = ["", footer(plan.results, plan.kernels_dir, folders), "", _commands_section(),
+            f"Searched `{plan.repo}` at `{plan.commit[:12]}`{source} ({plan.trigger}); base `{plan.base}`.", ""]
+    parts += [_details_block(r, env_line) for r in plan.results if r.verdict is not None]
+    parts += ["", _files_section(plan)]
+    fixed = "\n".join(parts)
+    tail_text = "\n".join(tail)
+    if len(fixed) + len(tail_text) > limit:
+        raise ValueError(f"the tables alone take {len(fixed) + len(tail_text)} characters, over the {limit} limit: "
+                         "split the group")
+    traces = fit_traces(fixed + tail_text + "\n\n", plan.results, limit)
+    body = fixed + ("\n\n" + "\n\n".join(traces) if traces else "") + "\n" + tail_text
+    if len(body) > limit:  # the joins tipped it over: drop traces
+        body = fixed + "\n" + tail_text
+    return clip(body, limit)
 
 
 def _ms(x: float) -> str:
@@ -102,30 +202,6 @@ def declined_lines(results: list[TargetResult]) -> list[str]:
     return [f"- `{name(r)}`: {table_cell(r.message or 'no verified kernel', 600)}" for r in results if not r.improved]
 
 
-def with_rewrite_row(table: str, r: TargetResult) -> str:
-    """A benchmark table (runner.contract.benchmark_table) with the PyTorch rewrite's row, from the manifest, when one
-    was verified beside the proposed kernel; the columns: median, IQR, n, vs eager, vs torch.compile, % of floor."""
-    other = (manifest_of(r).get("timings") or {}).get(REWRITE_LABEL)
-    v = r.verdict
-    if not other or is_rewrite(r) or v is None:
-        return table
-    ms = other["median_ms"]
-    b = v.baselines
-
-    def vs(t) -> str:
-        return f"{t.median_ms / ms:.2f}x" if t is not None else "n/a"
-
-    floor = f"{100 * v.roofline.floor_ms / ms:.2f}%" if v.roofline else "n/a"
-    row = (f"| {REWRITE_LABEL} (not proposed) | {ms:.4g} | {other['iqr_ms']:.3g} | {other['n']} | "
-           f"{vs(b.eager if b else None)} | {vs(b.compile if b else None)} | {floor} | n/a |")
-    lines = table.splitlines()
-    at = next((i for i, line in enumerate(lines) if line.startswith("| roofline floor |")), len(lines))
-    return "\n".join([*lines[:at], row, *lines[at:]])
-
-
-TRACE_ROWS = 25  # table rows of one search trace shown in the body; `/fusebot explain` posts all
-
-
 def clip_trace(text: str, rows: int = TRACE_ROWS) -> str:
     """The trace with at most `rows` candidate rows (ideas and headings kept), saying how many were left out."""
     out, shown, left = [], 0, 0
@@ -139,8 +215,6 @@ def clip_trace(text: str, rows: int = TRACE_ROWS) -> str:
     note = f"\n\n*…{left} more candidate(s) left out; `/fusebot explain` posts the whole trace.*" if left else ""
     return "\n".join(out) + note
 
-
-# ---- compatibility ------------------------------------------------------------------------------------------------
 
 def _shapes(verified: dict) -> tuple[str, list[str]]:
     """("(4096, 1024) float32; (17, 1000) float32", ["float32"]) from the manifest's shapes."""
@@ -230,8 +304,6 @@ def rewrite_diff(r: TargetResult) -> str:
     cut = "" if shown is diff else f"\n*…diff cut at {len(shown)} of {len(diff)} characters: see the PR's files.*"
     return f"#### The change: `{r.file}`\n\n```diff\n{shown.rstrip()}\n```{cut}"
 
-
-# ---- footer -------------------------------------------------------------------------------------------------------
 
 def footer(results: list[TargetResult], kernels_dir: str, folders: dict[str, str]) -> str:
     """How to reproduce and roll back, and what closing the PR does (bot/features: closing cancels this PR's queued

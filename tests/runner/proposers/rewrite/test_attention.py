@@ -1,4 +1,4 @@
-"""Attention written out to F.scaled_dot_product_attention (runner/proposers/rewrite_attention.py): timm's and
+"""Attention written out to F.scaled_dot_product_attention (runner/proposers/rewrite/attention.py): timm's and
 nanoGPT's blocks, checked by running them before and after; left alone where the probabilities are used again, the
 softmax is over another dim, or the mask is not -inf."""
 
@@ -9,9 +9,9 @@ import textwrap
 import pytest
 import torch
 
-from runner.proposers.rewrite import rewrites
+from runner.proposers.rewrite.proposer import rewrites
 
-from .test_rewrite_rules import changed, load
+from .test_rules import changed, load
 
 TIMM = textwrap.dedent('''\
     import torch

@@ -1,4 +1,4 @@
-"""The algebraic and library rewrites (runner/proposers/rewrite_rules.py): each rule where it is equivalent, checked
+"""The algebraic and library rewrites (runner/proposers/rewrite/rules.py): each rule where it is equivalent, checked
 by running the module before and after on the same parameters, and left alone where it is not."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from runner.proposers.rewrite import Rewrite, rewrites
+from runner.proposers.rewrite.proposer import Rewrite, rewrites
 
 HEAD = """import math
 

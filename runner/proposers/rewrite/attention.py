@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 import copy
 
-from runner.proposers.rewrite_match import Ctx, Match, arg, literal
-from runner.proposers.rewrite_rules import matmul_operands
-from runner.proposers.rewrite_source import dotted
+from runner.proposers.rewrite.match import Ctx, Match, arg, literal
+from runner.proposers.rewrite.rules import matmul_operands
+from runner.proposers.rewrite.source import dotted
 
 F = "torch.nn.functional"
 NEG_INF = {"float('-inf')", 'float("-inf")', "-math.inf", "-torch.inf", "-float('inf')", '-float("inf")'}

@@ -1,8 +1,8 @@
 """Source rewrites: the user's own module, made faster by rewriting its PyTorch source, no kernel.
 
 The proposer reads the module file (the target class's forward and what it reaches in the same file:
-runner/proposers/rewrite_source.py), finds algebraic and library rewrites there (runner/proposers/rewrite_rules.py,
-rewrite_activations.py), and proposes each rewritten file as a KernelBench candidate: the file with the target
+runner/proposers/rewrite/source.py), finds algebraic and library rewrites there (runner/proposers/rewrite/rules.py,
+activations.py), and proposes each rewritten file as a KernelBench candidate: the file with the target
 class aliased to `ModelNew`, so the harness builds it with the reference's constructor arguments and seed (the same
 parameters) and verifies and times it as any candidate. `Candidate.rewrite` carries the file's full new text, which
 a PR shows as a diff of the user's own file.
@@ -19,13 +19,13 @@ import logging
 from dataclasses import dataclass
 
 from runner.contract import Candidate, Verdict
-from runner.proposers.rewrite_activations import activation
-from runner.proposers.rewrite_attention import attention
-from runner.proposers.rewrite_copies import clone_copy, contiguous_copy, named_clone, repeated_conversion
-from runner.proposers.rewrite_edit import apply
-from runner.proposers.rewrite_match import Rule, Site, scan
-from runner.proposers.rewrite_rules import diag_product, layer_norm, linear_bias, log_softmax, rms_norm, softmax
-from runner.proposers.rewrite_source import Module
+from runner.proposers.rewrite.activations import activation
+from runner.proposers.rewrite.attention import attention
+from runner.proposers.rewrite.copies import clone_copy, contiguous_copy, named_clone, repeated_conversion
+from runner.proposers.rewrite.edit import apply
+from runner.proposers.rewrite.match import Rule, Site, scan
+from runner.proposers.rewrite.rules import diag_product, layer_norm, linear_bias, log_softmax, rms_norm, softmax
+from runner.proposers.rewrite.source import Module
 from runner.search.types import History, Idea, ProblemContext, Session
 
 log = logging.getLogger(__name__)

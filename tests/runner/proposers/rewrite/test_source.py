@@ -1,14 +1,14 @@
-"""What the source rewrites read (runner/proposers/rewrite_source.py): the functions a forward reaches in its file and
+"""What the source rewrites read (runner/proposers/rewrite/source.py): the functions a forward reaches in its file and
 the dims the source shows; and that a rewrite keeps every other byte of the file."""
 
 from __future__ import annotations
 
 import textwrap
 
-from runner.proposers.rewrite import rewrites
-from runner.proposers.rewrite_source import Module
+from runner.proposers.rewrite.proposer import rewrites
+from runner.proposers.rewrite.source import Module
 
-from .test_rewrite_rules import changed
+from .test_rules import changed
 
 FILE = textwrap.dedent('''\
     """A user's module: comments, blank lines and odd spacing must survive a rewrite."""

@@ -1,13 +1,13 @@
-"""Copies nothing needs (runner/proposers/rewrite_copies.py): removed before ops that read any layout and return a
+"""Copies nothing needs (runner/proposers/rewrite/copies.py): removed before ops that read any layout and return a
 new tensor, kept where the layout or the copy matters."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner.proposers.rewrite import rewrites
+from runner.proposers.rewrite.proposer import rewrites
 
-from .test_rewrite_rules import X3, changed, equivalent, module
+from .test_rules import X3, changed, equivalent, module
 
 
 @pytest.mark.parametrize("expr, new", [

@@ -1,7 +1,7 @@
 """Copies nothing needs: `.contiguous()` right before an op that reads any layout and returns a new contiguous
 tensor, `.clone()` of a tensor only read by an op that returns a new one (in the expression, or under a name that
 nothing writes), and a conversion repeated in a row (`x.float().float()`). Each rule is `(node, ctx) -> Match | None`
-(runner/proposers/rewrite_match.py).
+(runner/proposers/rewrite/match.py).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 import copy
 
-from runner.proposers.rewrite_match import Ctx, Match
-from runner.proposers.rewrite_source import plain, root_name
+from runner.proposers.rewrite.match import Ctx, Match
+from runner.proposers.rewrite.source import plain, root_name
 
 F = "torch.nn.functional"
 

@@ -2,7 +2,7 @@
 single-use temporaries seen through (`e = torch.exp(x - m)` then `e / e.sum(-1, keepdim=True)` is one softmax).
 
 A rule is a function `(node, ctx) -> Match | None`. A match's dims conditions are checked against what the source
-shows (runner/proposers/rewrite_source.py); an unknown one becomes a guard (`new if x.dim() == 1 else old`) where the
+shows (runner/proposers/rewrite/source.py); an unknown one becomes a guard (`new if x.dim() == 1 else old`) where the
 tested expression is plain, else the match is dropped. A temporary the match folded in goes (its statement is deleted)
 only when every read of it is inside the match.
 """
@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from runner.proposers.rewrite_edit import Edit
-from runner.proposers.rewrite_source import Func, plain, root_name, same
+from runner.proposers.rewrite.edit import Edit
+from runner.proposers.rewrite.source import Func, plain, root_name, same
 
 log = logging.getLogger(__name__)
 

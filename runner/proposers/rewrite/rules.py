@@ -1,7 +1,7 @@
 """The algebraic and library rewrites, each only where it is equivalent: diag products, softmax and log-softmax,
 RMSNorm and LayerNorm written out, a matmul plus bias. Activations are found by value
-(runner/proposers/rewrite_activations.py), copies nothing needs in runner/proposers/rewrite_copies.py. Each rule is
-`(node, ctx) -> Match | None` (runner/proposers/rewrite_match.py).
+(runner/proposers/rewrite/activations.py), copies nothing needs in runner/proposers/rewrite/copies.py. Each rule is
+`(node, ctx) -> Match | None` (runner/proposers/rewrite/match.py).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import ast
 
 import torch
 
-from runner.proposers.rewrite_match import Ctx, Match, arg, literal
-from runner.proposers.rewrite_source import plain
+from runner.proposers.rewrite.match import Ctx, Match, arg, literal
+from runner.proposers.rewrite.source import plain
 
 F = "torch.nn.functional"
 HAS_RMS_NORM = hasattr(torch.nn.functional, "rms_norm")  # torch 2.4 and later

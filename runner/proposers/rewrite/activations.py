@@ -10,8 +10,8 @@ import ast
 import math
 from collections.abc import Callable
 
-from runner.proposers.rewrite_match import Ctx, Match
-from runner.proposers.rewrite_source import plain, same
+from runner.proposers.rewrite.match import Ctx, Match
+from runner.proposers.rewrite.source import plain, same
 
 PROBES = (-6.1, -4.3, -3.0, -2.2, -1.5, -1.0, -0.7, -0.35, -0.1, 0.05, 0.2, 0.45, 0.8, 1.1, 1.6, 2.3, 3.1, 4.4,
           5.9, 7.5)

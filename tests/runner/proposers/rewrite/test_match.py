@@ -1,12 +1,12 @@
-"""Finding rewrite sites (runner/proposers/rewrite_match.py): temporaries are folded in only while their inputs
+"""Finding rewrite sites (runner/proposers/rewrite/match.py): temporaries are folded in only while their inputs
 hold, only from the same block, and go only when nothing else reads them; an unknown dim is guarded where it can be
 tested, and the rewrite dropped where it cannot."""
 
 from __future__ import annotations
 
-from runner.proposers.rewrite import rewrites
+from runner.proposers.rewrite.proposer import rewrites
 
-from .test_rewrite_rules import X3, X, changed, equivalent, module
+from .test_rules import X3, X, changed, equivalent, module
 
 
 def test_a_temporary_whose_input_is_rebound_before_its_use_is_not_folded():

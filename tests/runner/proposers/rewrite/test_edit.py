@@ -1,14 +1,14 @@
-"""Text edits (runner/proposers/rewrite_edit.py): parentheses only where needed, the file's own quotes, long calls
+"""Text edits (runner/proposers/rewrite/edit.py): parentheses only where needed, the file's own quotes, long calls
 one argument a line, and edits that overlap, delete a shared line or do not parse back to their tree refused."""
 
 from __future__ import annotations
 
 import ast
 
-from runner.proposers.rewrite import rewrites
-from runner.proposers.rewrite_edit import Edit, apply
+from runner.proposers.rewrite.edit import Edit, apply
+from runner.proposers.rewrite.proposer import rewrites
 
-from .test_rewrite_rules import changed
+from .test_rules import changed
 
 
 def test_parentheses_only_where_the_context_needs_them():

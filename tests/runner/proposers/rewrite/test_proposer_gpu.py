@@ -11,12 +11,12 @@ import pytest
 from runner.contract import ProblemSpec
 from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import kernelbench_aliases
-from runner.proposers.rewrite import RewriteProposer
+from runner.proposers.rewrite.proposer import RewriteProposer
 from runner.search.types import History
 
-from ..conftest import FAST_TIMER
-from .test_rewrite import context, row_gain_spec
-from .test_rewrite_attention import TIMM
+from ...conftest import FAST_TIMER
+from .test_attention import TIMM
+from .test_proposer import context, row_gain_spec
 
 pytestmark = pytest.mark.gpu
 log = logging.getLogger(__name__)
