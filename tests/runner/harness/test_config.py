@@ -3,9 +3,11 @@ configured."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from runner.harness.config import HarnessConfig, cpu_check_setting
+from runner.harness.config import HarnessConfig, cpu_check_setting, timer_setting
 
 
 def test_the_cpu_cross_checks_span_is_400_ms_unless_the_host_sets_one(monkeypatch):
@@ -20,3 +22,19 @@ def test_the_cpu_cross_checks_span_is_400_ms_unless_the_host_sets_one(monkeypatc
 def test_a_cpu_cross_check_under_ten_cpu_time_ticks_is_refused(raw):
     with pytest.raises(ValueError, match="FUSEBOT_CPU_CHECK_MS must be a number of milliseconds, at least 100"):
         cpu_check_setting({"FUSEBOT_CPU_CHECK_MS": raw})
+
+
+def test_the_timer_cap_is_read_from_the_environment_and_validated(monkeypatch):
+    monkeypatch.delenv("FUSEBOT_TIMER_MAX_SECONDS", raising=False)
+    assert HarnessConfig().timer == {}  # the timer's own cap
+    monkeypatch.setenv("FUSEBOT_TIMER_MAX_SECONDS", "1.5")
+    assert HarnessConfig().timer == {"max_seconds": 1.5}
+    assert HarnessConfig(timer={"max_reps": 7}).timer == {"max_reps": 7}  # a configuration's own value wins
+    for raw in ("0", "-1", "soon", "nan"):
+        with pytest.raises(ValueError, match="FUSEBOT_TIMER_MAX_SECONDS must be a positive number of seconds"):
+            timer_setting({"FUSEBOT_TIMER_MAX_SECONDS": raw})
+
+
+@pytest.mark.timing
+def test_a_timing_test_runs_with_the_products_own_timer():
+    assert "FUSEBOT_TIMER_MAX_SECONDS" not in os.environ and HarnessConfig().timer == {}
