@@ -49,12 +49,16 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The harness's cache (FUSEBOT_CACHE_DIR: compiled kernels, torch.compile's inductor cache, load_inline
-    extensions, the measured memory bandwidth), one per test session (per process under `pytest -n`), as one runner
+    extensions, the measured memory bandwidth), one per test run (shared by the processes of `pytest -n`), as one runner
     machine keeps it. Each entry is keyed by what was built or measured, so sharing it changes no verdict; it spares
     the tests building the same kernel, compiling the same module (a cold torch.compile of a small module is ~10 s on
     a 2-core CI machine) and measuring the same bandwidth again. It also keeps the tests off the user's own
     ~/.cache/fusebot. Tests that start processes with an environment of their own pass FUSEBOT_CACHE_DIR on."""
-    path = tmp_path_factory.mktemp("harness-cache")
+    # under pytest -n, the run's folder that every process's own temporary folder sits in: one cache for the run
+    # (its entries are written whole or not at all, as two searches on one runner machine need)
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "harness-cache"
+    path.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FUSEBOT_CACHE_DIR", str(path))
         yield path

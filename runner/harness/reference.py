@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 from pathlib import Path
 
 from runner.contract import Baselines, Environment, ProblemSpec, Roofline, Timing
@@ -109,13 +111,19 @@ class Reference:
         env = self.environment()
         gpu = env.gpu or env.cpu or "cpu"
         path = self.cache_dir / "bandwidth.json"
-        known = json.loads(path.read_text()) if path.exists() else {}
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
         if gpu not in known:
             nbytes = (4 << 30) if self.device == "cuda" else (256 << 20)  # large: the sync and flush amortised
             reply = self.ask({"cmd": "bandwidth", "bytes": nbytes}, 300, "bandwidth")
             known[gpu] = reply["bandwidth_bytes_per_s"]
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(known, indent=1))
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".bandwidth-")
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(known, indent=1))
+            os.replace(tmp, path)  # whole or not at all: searches on one machine share the cache
         return known[gpu], f"device copy measured on {gpu}"
 
     def roofline(self) -> Roofline | None:
