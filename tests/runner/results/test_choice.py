@@ -1,5 +1,5 @@
 """What a search proposes: the minimum effect on both sides of its margin, and the PyTorch rewrite against the best
-kernel (as fast within the margin: the rewrite; clearly slower: the kernel)."""
+kernel (within 10%, or not slower in every round: the rewrite; clearly slower: the kernel)."""
 
 from __future__ import annotations
 
@@ -82,9 +82,10 @@ def test_the_finalists_are_the_fastest_kernel_and_the_fastest_rewrite_and_both_a
 
 
 @pytest.mark.parametrize(("kernel_ms", "rewrite_ms", "chosen"), [
-    (1.0, 1.02, "rewrite"),  # 2% slower than the kernel: within the 3% margin, the simpler change wins
+    (1.0, 1.02, "rewrite"),  # 2% slower than the kernel: the simpler change wins
+    (1.0, 1.09, "rewrite"),  # 9% slower: under the 10% a kernel must gain over a rewrite
     (1.0, 0.9, "rewrite"),  # faster
-    (1.0, 1.2, "kernel"),  # 20% slower: the kernel
+    (1.0, 1.2, "kernel"),  # 20% slower, in every round: the kernel
     (1.0, 1.99, "kernel"),  # the rewrite does not clear the minimum effect over the 2 ms baseline: the kernel
 ])
 def test_the_rewrite_wins_when_it_is_as_fast_as_the_kernel_within_the_margin(kernel_ms, rewrite_ms, chosen):
@@ -98,6 +99,19 @@ def test_the_rewrite_wins_when_it_is_as_fast_as_the_kernel_within_the_margin(ker
     assert "| PyTorch rewrite" in table  # the rewrite's row, whichever is proposed
     assert f"Proposed change: {'a PyTorch rewrite of the module' if chosen == 'rewrite' else 'a kernel'}" in \
         report_markdown(o)
+
+
+def test_a_kernel_faster_pooled_but_not_in_every_round_leaves_the_rewrite_proposed():
+    """Pooled, the kernel is 25% faster than the rewrite, past both margins; but its slowest round (2.27x) is slower
+    than the rewrite's fastest (2.35x): not faster in every round, so the simpler change is proposed."""
+    k = claim(attempt("k", 1.0), confirmed([0.8, 0.8, 0.88], [2.0] * 3))
+    w = claim(attempt("w", 1.0, rewrite="x"), confirmed([1.0, 1.0, 0.85], [2.0] * 3))
+    assert k.eligible and w.eligible and k.speedup > w.speedup * (1 + max(k.margin, w.margin, 0.1))
+    chosen, why = choose(k, w)
+    assert chosen is w and "not faster than the PyTorch rewrite" in why and "in every round" in why, why
+    steady = claim(attempt("w", 1.0, rewrite="x"), confirmed([1.0, 1.0, 0.9], [2.0] * 3))  # fastest round 2.22x
+    chosen, why = choose(k, steady)
+    assert chosen is k and "in every round and by more than the 11% margin" in why, why
 
 
 def test_a_rewrite_alone_is_proposed_and_nothing_that_misses_the_margin_is():
