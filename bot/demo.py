@@ -167,7 +167,7 @@ def demo(
                            environment=env, trigger="demo")
     out = propose(platform, plan, base_sha=base_sha, check_run_id=check_id)
     if out.pull_request is None:
-        err.print("[yellow]nothing beat the faster baseline: no branch, no pull request[/yellow] (check run: neutral)")
+        err.print("[yellow]nothing proposed: no branch, no pull request[/yellow] (check run: neutral)")
         typer.echo(out.body)
         return
     what = "opened" if out.pull_request.created else "updated"

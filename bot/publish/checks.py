@@ -1,5 +1,5 @@
 """The check run's texts: queued, in progress (the search's progress), completed (success with the tables when a change
-is proposed; neutral, with why, when nothing beat the faster baseline; failure when the job itself failed).
+is proposed; neutral, with each target's reason, when nothing is; failure when the job itself failed).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def check_in_progress(p: Progress, rounds: int, target: str = "") -> CheckOutput
 
 
 def check_completed(plan: PullRequestPlan, pr_url: str | None = None, error: str | None = None) -> CheckOutput:
-    """success with the tables when a kernel is proposed; neutral, with why, when nothing beat the faster baseline;
+    """success with the tables when a kernel is proposed; neutral, with each target's reason, when nothing is;
     failure when the job itself failed."""
     if error:
         return CheckOutput("completed", "fusebot could not finish", clip(f"The optimization job failed: {error}"),
@@ -41,7 +41,7 @@ def check_completed(plan: PullRequestPlan, pr_url: str | None = None, error: str
         summary = (f"{verdict_line(plan.results)}\n\n{why}\n\nNo pull request is opened: a change is proposed only "
                    "when it is verified and faster than both PyTorch eager and torch.compile, in every confirmation "
                    "round and by the minimum effect (the larger of 3% and the rounds' spread).")
-        return CheckOutput("completed", "No faster kernel", clip(summary), "neutral",
+        return CheckOutput("completed", "Nothing proposed", clip(summary), "neutral",
                            clip(f"{tables}\n\n{env}"))
     link = f"\n\nProposed in {pr_url}." if pr_url else ""
     title = ", ".join(f"{r.class_name or r.target} {times(speedup(r.verdict))}" for r in plan.improved)

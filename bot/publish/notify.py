@@ -87,9 +87,11 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
         if len(units) > 1:
             targets = "\n".join(_unit_line(u) for u in units[:50])
         return CheckOutput("in_progress", f"Searching: {detail}", again + targets)
-    improved = [t for t in (job.result.targets if job.result else []) if t.improved]
+    targets = job.result.targets if job.result else []
+    improved = [t for t in targets if t.improved]
     if not improved:
-        return CheckOutput("completed", "No faster kernel found", "Nothing beat the faster baseline.", "neutral")
+        why = "\n".join(f"- `{t.target}`: {t.message}" for t in targets[:50]) or "No target was searched."
+        return CheckOutput("completed", "Nothing proposed", why, "neutral")
     lines = "\n".join(f"- `{t.target}`: {t.message}" for t in improved)
     return CheckOutput("completed", f"Faster kernels for {len(improved)} of {n} target(s)", lines, "success")
 

@@ -132,8 +132,8 @@ def environment_line(env: Environment | None) -> str:
 def verdict_line(results: list[TargetResult]) -> str:
     won = [r for r in results if r.improved]
     if not won:
-        return (f"**No faster kernel** for {len(results)} target(s): nothing beat the faster of PyTorch eager and "
-                "torch.compile by the minimum effect, so nothing is proposed.")
+        return (f"**Nothing proposed** for {len(results)} target(s): no change was verified and proven faster than "
+                "both PyTorch eager and torch.compile; each target's reason says which.")
     parts = []
     for r in won:
         fb, s = faster_baseline(r.verdict.baselines) if r.verdict else None, speedup(r.verdict)

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.contract import Candidate, Progress, Verdict, faster_baseline
+from runner.contract import Candidate, Confirmation, Progress, Verdict, faster_baseline
 from runner.harness.confirm import EXTREMES, MIN_EFFECT, agreeing, margin, spread, won_every_round
 from runner.search.deadline import Cancelled, Deadline
 from runner.search.loop import SearchResult
@@ -141,6 +141,8 @@ def claim(best: Attempt, v: Verdict) -> Claim:
     what = REWRITE_LABEL if is_rewrite(best.candidate) else "kernel"
     c = v.confirmation
     fb = faster_baseline(v.baselines)
+    if c is not None and v.timing is not None and fb is not None and _only_unstable(v):
+        return Claim(best, False, _unprovable(what, v, c, fb[0]))
     if not v.accepted or c is None or v.timing is None or fb is None:
         return Claim(best, False, f"the fastest {what} failed when verified again: " + "; ".join(v.reasons[:2]))
     if v.degenerate:
@@ -163,6 +165,25 @@ def claim(best: Attempt, v: Verdict) -> Claim:
     message = (f"{v.timing.median_ms:.4g} ms, {s:.2f}x faster than {faster} ({base_ms:.4g} ms; {rounds}; margin "
                f"{100 * m:.0f}%)")
     return Claim(best, True, message, s, m, faster)
+
+
+def _only_unstable(v: Verdict) -> bool:
+    """Verified again and timed, and refused only because its rounds spread too far for a figure."""
+    return bool(v.reasons) and all(r.startswith("unstable-measurement") for r in v.reasons)
+
+
+def _unprovable(what: str, v: Verdict, c: Confirmation, faster: str) -> str:
+    """What a confirmation whose rounds spread too far says: slower in every round, faster in every round but not
+    provably, or neither."""
+    per_round = c.speedup_vs_faster()
+    rounds = f"{min(per_round):.2f}-{max(per_round):.2f}x against {faster} over {c.rounds} rounds"
+    why = v.reasons[0].removeprefix("unstable-measurement: ")
+    if max(per_round) < 1.0:
+        return f"slower: the fastest verified {what} lost every round ({rounds}); not proposed"
+    if min(per_round) > 1.0:
+        return (f"faster but not provable on this host: the fastest verified {what} won every round ({rounds}), but "
+                f"{why}; rerun on an idle host; not proposed")
+    return f"not provable on this host: the fastest verified {what} measured {rounds}, and {why}; not proposed"
 
 
 def choose(kernel: Claim | None, rewrite: Claim | None) -> tuple[Claim | None, str]:

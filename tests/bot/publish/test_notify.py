@@ -6,7 +6,7 @@ from __future__ import annotations
 from bot.publish.notify import check_run_view
 from bot.store.jobs import JobInfo
 from bot.store.units import UnitInfo
-from runner.contract import Job, Progress, TargetSpec
+from runner.contract import Job, JobResult, Progress, TargetResult, TargetSpec
 
 
 def _job(state: str, names: list[str]) -> JobInfo:
@@ -52,3 +52,16 @@ def test_a_target_whose_worker_was_lost_says_which_attempt_and_why():
 def test_a_finished_job_no_longer_shows_the_retry_note():
     job = JobInfo(**{**_job("failed", ["Norm"]).__dict__, "retry_note": LOST, "error": "out of memory"})
     assert "previous worker" not in check_run_view(job).summary
+
+
+def test_a_search_that_proposes_nothing_gives_each_target_s_own_reason():
+    """Declined for different reasons, declined in different words: no blanket "nothing beat the faster baseline"
+    over a kernel that won every round on a host too noisy to prove it."""
+    slow = "slower: the fastest verified kernel lost every round (0.02-0.12x against eager over 5 rounds)"
+    noisy = "faster but not provable on this host: ... rerun on an idle host; not proposed"
+    result = JobResult(job_id="j1", ok=True, targets=[TargetResult(target="Norm", improved=False, message=slow),
+                                                      TargetResult(target="Gain", improved=False, message=noisy)])
+    job = JobInfo(**{**_job("succeeded", ["Norm", "Gain"]).__dict__, "result": result})
+    out = check_run_view(job)
+    assert (out.status, out.conclusion, out.title) == ("completed", "neutral", "Nothing proposed")
+    assert out.summary.splitlines() == [f"- `Norm`: {slow}", f"- `Gain`: {noisy}"]

@@ -149,3 +149,22 @@ def test_of_five_rounds_the_lowest_is_left_out_of_every_round(base_ms, proposed)
     if not proposed:
         assert o.message.startswith("nothing beat torch.compile in every round")  # the helper's baselines: both
         assert ("highest and the lowest left out" in o.message) is (len(base_ms) >= 5)
+
+
+@pytest.mark.parametrize(("cand_ms", "said"), [
+    ([40.0, 50.0, 8.0, 45.0, 30.0], "slower: the fastest verified kernel lost every round (0.02-0.12x"),
+    ([0.15, 0.07, 0.1, 0.12, 0.08], "faster but not provable on this host: the fastest verified kernel won every "
+                                    "round (6.67-14.29x"),
+    ([0.5, 2.0, 0.8, 1.5, 0.9], "not provable on this host: the fastest verified kernel measured 0.50-2.00x"),
+])
+def test_a_confirmation_too_noisy_for_a_figure_says_slower_unprovable_or_mixed(cand_ms, said):
+    """The unstable-measurement rule refuses a figure; the claim still says what every round showed, so a kernel 40x
+    slower and one that won every round by 7x are not given the same words."""
+    v = confirmed(cand_ms, [1.0] * 5)
+    v = v.model_copy(update={"accepted": False, "reasons": ["unstable-measurement: the rounds' medians spread by up "
+                                                            "to 85% (more than 50%): ...; the host is too noisy"]})
+    c = claim(attempt("k", 1.0), v)
+    assert not c.eligible and c.message.startswith(said) and c.message.endswith("not proposed"), c.message
+    assert ("rerun on an idle host" in c.message) is said.startswith("faster")
+    other = v.model_copy(update={"reasons": ["mismatch: output 0", "unstable-measurement: spread"]})
+    assert claim(attempt("k", 1.0), other).message.startswith("the fastest kernel failed when verified again")
