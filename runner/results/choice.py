@@ -37,6 +37,18 @@ MIN_CONFIRM_ROUNDS = 2
 KERNEL_OVER_REWRITE = 0.10
 
 KERNEL, REWRITE = "kernel", "rewrite"
+
+# A claim's speed verdict, apart from its correctness (a table's column beside "verified").
+SPEED = {
+    "faster": "faster than both baselines in every round, by the minimum effect",
+    "slower": "slower than the faster baseline in every round",
+    "unprovable": "faster in every round, but the host was too noisy to prove it",
+    "noisy": "the rounds spread too far for any figure",
+    "not faster": "not faster in every round",
+    "below margin": "faster, but under the minimum effect",
+    "failed": "failed when verified and timed again",
+    "degenerate": "the output does not depend on the input",
+}
 REWRITE_LABEL = "PyTorch rewrite"
 
 
@@ -122,6 +134,7 @@ class Claim:
     speedup: float | None = None  # over the faster baseline, pooled over the rounds
     margin: float | None = None  # the minimum effect it was held to (0.03: 3%)
     baseline: str = ""  # "eager" or "torch.compile"
+    speed: str = ""  # the speed verdict in a word or two (SPEED), apart from correctness
 
     @property
     def kind(self) -> str:
@@ -142,11 +155,13 @@ def claim(best: Attempt, v: Verdict) -> Claim:
     c = v.confirmation
     fb = faster_baseline(v.baselines)
     if c is not None and v.timing is not None and fb is not None and _only_unstable(v):
-        return Claim(best, False, _unprovable(what, v, c, fb[0]))
+        speed, message = _unprovable(what, v, c, fb[0])
+        return Claim(best, False, message, speed=speed)
     if not v.accepted or c is None or v.timing is None or fb is None:
-        return Claim(best, False, f"the fastest {what} failed when verified again: " + "; ".join(v.reasons[:2]))
+        return Claim(best, False, f"the fastest {what} failed when verified again: " + "; ".join(v.reasons[:2]),
+                     speed="failed")
     if v.degenerate:
-        return Claim(best, False, DEGENERATE)
+        return Claim(best, False, DEGENERATE, speed="degenerate")
     faster, base_ms = fb[0], fb[1].median_ms
     per_round = c.speedup_vs_faster()
     m = margin(c)
@@ -156,15 +171,15 @@ def claim(best: Attempt, v: Verdict) -> Claim:
     if not won_every_round(c):
         message = (f"nothing beat {faster} in every round{EXTREMES if c.rounds >= 5 else ''}: the fastest verified "
                    f"{what} took {figures}; not proposed")
-        return Claim(best, False, message, s, m, faster)
+        return Claim(best, False, message, s, m, faster, "not faster")
     if s < 1.0 + m:
         message = (f"below the minimum effect: the fastest verified {what} is {s:.2f}x faster than {faster}, under the "
                    f"{100 * m:.0f}% margin (the larger of a {100 * MIN_EFFECT:.0f}% floor and the rounds' "
                    f"{100 * spread(agreeing(c)):.0f}% spread); {figures}; not proposed")
-        return Claim(best, False, message, s, m, faster)
+        return Claim(best, False, message, s, m, faster, "below margin")
     message = (f"{v.timing.median_ms:.4g} ms, {s:.2f}x faster than {faster} ({base_ms:.4g} ms; {rounds}; margin "
                f"{100 * m:.0f}%)")
-    return Claim(best, True, message, s, m, faster)
+    return Claim(best, True, message, s, m, faster, "faster")
 
 
 def _only_unstable(v: Verdict) -> bool:
@@ -172,18 +187,18 @@ def _only_unstable(v: Verdict) -> bool:
     return bool(v.reasons) and all(r.startswith("unstable-measurement") for r in v.reasons)
 
 
-def _unprovable(what: str, v: Verdict, c: Confirmation, faster: str) -> str:
-    """What a confirmation whose rounds spread too far says: slower in every round, faster in every round but not
-    provably, or neither."""
+def _unprovable(what: str, v: Verdict, c: Confirmation, faster: str) -> tuple[str, str]:
+    """(the SPEED word, the message) of a confirmation whose rounds spread too far: slower in every round, faster in
+    every round but not provably, or neither."""
     per_round = c.speedup_vs_faster()
     rounds = f"{min(per_round):.2f}-{max(per_round):.2f}x against {faster} over {c.rounds} rounds"
     why = v.reasons[0].removeprefix("unstable-measurement: ")
     if max(per_round) < 1.0:
-        return f"slower: the fastest verified {what} lost every round ({rounds}); not proposed"
+        return "slower", f"slower: the fastest verified {what} lost every round ({rounds}); not proposed"
     if min(per_round) > 1.0:
-        return (f"faster but not provable on this host: the fastest verified {what} won every round ({rounds}), but "
-                f"{why}; rerun on an idle host; not proposed")
-    return f"not provable on this host: the fastest verified {what} measured {rounds}, and {why}; not proposed"
+        return "unprovable", (f"faster but not provable on this host: the fastest verified {what} won every round "
+                              f"({rounds}), but {why}; rerun on an idle host; not proposed")
+    return "noisy", f"not provable on this host: the fastest verified {what} measured {rounds}, and {why}; not proposed"
 
 
 def choose(kernel: Claim | None, rewrite: Claim | None) -> tuple[Claim | None, str]:

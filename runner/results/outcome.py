@@ -40,6 +40,7 @@ class Outcome:
     margin: float | None = None  # the minimum effect the claim was held to (0.03: 3% over the faster baseline)
     rewrite: Attempt | None = None  # the best verified PyTorch rewrite (shown in every table), whichever is proposed
     choice: str = ""  # why the kernel and not the rewrite, or the other way round ("" with no rewrite)
+    speed: str = ""  # the speed verdict apart from correctness (a key of choice.SPEED; "" with nothing verified)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -63,24 +64,25 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
         return Outcome(problem=problem, improved=chosen.eligible, message=chosen.message, best=chosen.attempt,
                        baselines=v.baselines if v else baselines, roofline=roofline or (v.roofline if v else None),
                        change=chosen.kind, margin=chosen.margin, rewrite=w.attempt if w else rewrite, choice=why,
-                       **stats)
+                       speed=chosen.speed, **stats)
     best = result.best
     fb = faster_baseline(baselines)
     faster, base_ms = (fb[0], fb[1].median_ms) if fb else ("eager", None)
+    speed = ""
     if best is None or best.median_ms is None:
         improved, message = False, "no candidate was verified: no kernel is proposed"
     elif best.verdict is not None and best.verdict.degenerate:
-        improved, message = False, DEGENERATE
+        improved, message, speed = False, DEGENERATE, "degenerate"
     elif base_ms is not None and best.median_ms >= base_ms:
-        improved, message = False, (f"nothing beat {faster} ({base_ms:.4g} ms): the fastest verified kernel took "
-                                    f"{best.median_ms:.4g} ms; no kernel is proposed")
+        improved, message, speed = False, (f"nothing beat {faster} ({base_ms:.4g} ms): the fastest verified kernel "
+                                           f"took {best.median_ms:.4g} ms; no kernel is proposed"), "not faster"
     else:
-        improved = True
+        improved, speed = True, "faster"
         message = f"{best.median_ms:.4g} ms, {base_ms / best.median_ms:.2f}x faster than {faster} ({base_ms:.4g} ms)" \
             if base_ms else f"{best.median_ms:.4g} ms (no baseline was measured)"
     return Outcome(problem=problem, improved=improved, message=message, best=best, baselines=baselines,
                    roofline=roofline, change=REWRITE if best is not None and is_rewrite(best.candidate) else KERNEL,
-                   rewrite=rewrite if rewrite is not best else None, **stats)
+                   rewrite=rewrite if rewrite is not best else None, speed=speed, **stats)
 
 
 def proposal(o: Outcome) -> dict[str, Any]:
@@ -198,6 +200,7 @@ def result_json(o: Outcome, files: list[str] | None = None) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "problem": o.problem,
         "improved": o.improved,
+        "speed": o.speed,
         "message": o.message,
         "change": o.change,
         "margin": o.margin,

@@ -17,6 +17,7 @@ from runner.cli import bench as bench_module
 from runner.cli.bench import BenchRow, bench_app, bench_markdown, geomean, write_table
 from runner.contract import ExitStatus
 from runner.errors import MachineError
+from runner.results.choice import SPEED
 from tests.session_env import denied_by_noise, session_env
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,17 +34,20 @@ def env_without_llm(tmp: Path) -> dict[str, str]:
 
 
 def test_bench_markdown_has_one_line_per_problem_and_geometric_means():
-    rows = [BenchRow("softmax", "row", True, True, 2.0, 1.0, 0.5, 4.0, 2.0, 0.25, 50.0, 12.0),
-            BenchRow("gelu", "elementwise", True, False, 1.0, 0.5, 1.0, 1.0, 0.5, 0.5, 50.0, 7.0),
+    rows = [BenchRow("softmax", "row", True, True, 2.0, 1.0, 0.5, 4.0, 2.0, 0.25, 50.0, 12.0, speed="faster"),
+            BenchRow("gelu", "elementwise", True, False, 1.0, 0.5, 1.0, 1.0, 0.5, 0.5, 50.0, 7.0, speed="unprovable"),
             BenchRow("broken", error="ProblemError: import failed")]
     md = bench_markdown(rows, {"suite": "s", "backend": "cuda", "budget_seconds": 300})
     lines = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln]
     assert len(lines) == 4  # the header and three problems
-    assert "| softmax | row | yes | yes | 2 | 1 | 0.5 | 4.00x | 2.00x | 50.0% | 12 |" in md
+    assert "| softmax | row | yes | faster | yes | 2 | 1 | 0.5 | 4.00x | 2.00x | 50.0% | 12 |" in md
     # % of floor to a tenth: the target is 90%, and 89.6% is not 90%
     close = BenchRow("l1", "row", True, True, 15.7, 13.1, 6.367, 2.47, 2.06, 5.708, 89.64, 52.0)
     assert "| 89.6% |" in bench_markdown([close], {})
-    assert "| gelu | elementwise | yes | no |" in md and "broken (error: ProblemError: import failed)" in md
+    # correct, and faster in every round on a host too noisy to prove it: verified yes, its speed its own column
+    assert "| gelu | elementwise | yes | unprovable | no |" in md and "broken (error: ProblemError: import failed)" in md
+    assert "| broken (error: ProblemError: import failed) | - | no | - | no |" in md
+    assert "unprovable: faster in every round, but the host was too noisy to prove it" in md
     assert "2.00x vs eager, 1.00x vs torch.compile" in md  # geomean(4, 1) and geomean(2, 0.5)
     assert geomean([]) is None and geomean([2.0, 8.0]) == pytest.approx(4.0)
 
@@ -104,6 +108,7 @@ def test_bench_runs_every_problem_of_a_folder_and_writes_its_table(tmp_path):
     assert sorted(rows) == ["mingpt_gelu", "rmsnorm"] and data["budget_seconds"] == 1800
     for r in rows.values():
         assert r["verified"] and r["fusebot_ms"] > 0 and r["eager_ms"] > 0 and r["compile_ms"] is None
+        assert r["speed"] in SPEED and r["improved"] is (r["speed"] == "faster")  # correct, then its own speed word
         assert r["speedup_vs_eager"] == pytest.approx(r["eager_ms"] / r["fusebot_ms"])
         assert r["pct_of_floor"] == pytest.approx(100 * r["floor_ms"] / r["fusebot_ms"])
         # the catalog's one kernel, and for mingpt_gelu the source rewrite of its tanh-GELU formula to F.gelu
