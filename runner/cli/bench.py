@@ -2,9 +2,9 @@
 
 Each problem file (KernelBench format, or a module with one class marked `# fusebot: optimize`) gets its own search
 (the builtin catalog unless an LLM is configured) with a per-problem wall budget, and its own result folder under
-NAME/problems/. The table, in NAME/README.md and NAME/results.json: problem, pattern, verified, improved, eager ms,
-torch.compile ms, fusebot ms, speedup against each, % of the roofline floor, search seconds. A problem that fails to
-load is a row with its error, not a crash.
+NAME/problems/. The table, in NAME/README.md and NAME/results.json: problem, pattern, verified (correct), speed (the
+confirmation's word), improved, eager ms, torch.compile ms, fusebot ms, speedup against each, % of the roofline floor,
+search seconds. A problem that fails to load is a row with its error, not a crash.
 A suite can be benched in batches (`--pattern`, or a run killed and started again: each problem's search resumes
 from its trace): the table keeps the rows of problems a later run did not redo.
 """
