@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +17,7 @@ from pydantic import AliasChoices, ValidationError
 
 from bot.web.settings import Settings
 from runner.contract import ExitStatus
+from runner.version import fusebot_version
 
 HELP_OPTIONS = ["-h", "--help"]
 
@@ -36,13 +36,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=N
                   context_settings={"help_option_names": HELP_OPTIONS},
                   help="fusebot: verified fused kernels as pull requests.\n\n"
                        "Run `fusebot COMMAND -h` for a command's options.")
-
-
-def fusebot_version() -> str:
-    try:
-        return version("fusebot")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _print_version(value: bool) -> None:

@@ -3,13 +3,14 @@
 - No import circle: every module imports first in a clean interpreter state (no project module loaded before it).
 - Imports point down. Each package of a tower has a rank; a module may import its own package and packages of a
   lower rank, never one of the same or a higher rank. runner/, from the bottom:
-      errors, dtypes < contract < harness < search, catalog < results, proposers < pipeline < cli
+      errors, dtypes, version < contract < harness < search, catalog < results, proposers < pipeline < cli
   (the harness builds, verifies and times; search is the loop and the Proposer interface; catalog is the IR and the
   code generators; results turn verdicts into files; proposers bring ideas from the catalog or an LLM; pipeline is
   the one path from a problem to its result folder; cli are the typer shells.) bot/, from the bottom:
       logs, web.settings, web.metrics < repo < github < store < publish < context < features < web, action, demo < cli
-  bot/ imports runner.contract only (the schema between the towers), except bot.demo and bot.action, which run the
-  search in their own process; they too never load torch when imported (only when a search runs).
+  bot/ imports runner.contract (the schema between the towers) and runner.version (the version both state) only,
+  except bot.demo and bot.action, which run the search in their own process; they too never load torch when imported
+  (only when a search runs).
   Imports under `if TYPE_CHECKING:` are annotations, not dependencies, and are not counted.
   (tests/bot/test_layout.py checks, by loading them, that bot/ never loads torch or runner internals and the
   runner's worker never loads PyGithub or FastAPI.)
@@ -41,6 +42,7 @@ MAX_LINES = 400
 RANKS = {
     "runner.errors": 0,
     "runner.dtypes": 0,
+    "runner.version": 0,
     "runner.contract": 1,
     "runner.harness": 2,
     "runner.search": 3,
@@ -174,7 +176,7 @@ def test_imports_point_down():
             if theirs == mine or name in TOWERS or target in TOWERS:
                 continue
             if mine.startswith("bot.") and theirs.startswith("runner."):
-                if theirs == "runner.contract" or mine in RUNS_THE_SEARCH:
+                if theirs in ("runner.contract", "runner.version") or mine in RUNS_THE_SEARCH:
                     continue
                 found.add(f"{name} -> {theirs}")  # bot/ reaching past the contract
             elif RANKS.get(theirs, 99) >= RANKS.get(mine, -1):

@@ -317,11 +317,9 @@ def footer(results: list[TargetResult], kernels_dir: str, folders: dict[str, str
                      "the way fusebot's harness did, in alternating rounds; needs only torch)"
                      + (f"; correctness: `python -m pytest -q {kernels_dir}` (pytest checks correctness only)."
                         if kernels else "."))
-    roll = ["**Roll back**: "]
-    if kernels:
-        roll.append("set `FUSEBOT_DISABLE=1` and every drop-in runs your original forward, no code change; ")
-    roll.append("or revert this PR's commit.")
-    lines += ["", "".join(roll), "",
+    roll = ("**Roll back**: set `FUSEBOT_DISABLE=1` and every drop-in runs your original forward, no code change; or "
+            "revert this PR's commit." if kernels else "**Roll back**: revert this PR's commit.")
+    lines += ["", roll, "",
               "**Closing this PR** does not stop fusebot: the next labelled or nightly run searches these modules "
               "again and, if a change still wins, opens a new PR. To stop that, list the file under `ignore:` in "
               "`.github/fusebot.yml` or remove its `# fusebot: optimize` mark."]

@@ -16,6 +16,7 @@ from runner.harness.baseline_cache import baseline_key, cached_baselines
 from runner.harness.config import HarnessConfig, child_env, timing_cores
 from runner.harness.plan import Seeds
 from runner.harness.procs.process import Child, ChildDied, Limits
+from runner.version import fusebot_version
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ class Reference:
 
     def environment(self, confinement: dict | None = None) -> Environment:
         self.start()
-        return Environment(**dict(self.info["environment"]), sandbox=confinement or self.info.get("confinement", {}))
+        # the version the parent runs (the judge's sandbox may not see the package's metadata or the checkout's .git)
+        return Environment(**{**self.info["environment"], "fusebot": fusebot_version()},
+                           sandbox=confinement or self.info.get("confinement", {}))
 
     def measure_baselines(self, label: str) -> Baselines:
         """Eager (and torch.compile) timed once more on inputs drawn from the seed of `label`."""

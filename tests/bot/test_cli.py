@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.version import fusebot_version
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -23,7 +25,8 @@ def fusebot(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 def test_version():
     p = fusebot("--version")
-    assert p.returncode == 0 and p.stdout == f"fusebot {version('fusebot')}\n"
+    assert p.returncode == 0 and p.stdout == f"fusebot {fusebot_version()}\n"
+    assert p.stdout.startswith(f"fusebot {version('fusebot')}+g")  # the release, and the checkout's commit
 
 
 @pytest.mark.parametrize("flag", ["-h", "--help"])

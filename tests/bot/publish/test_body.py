@@ -109,7 +109,8 @@ def test_what_a_reviewer_needs_comes_first():
     assert "| PyTorch rewrite (not proposed) | 0.9 |" in body  # the details table's row too
     tail = body[body.rindex("---"):]
     assert "**Reproduce** the figures: `python fusebot_kernels/row_gain/bench_row_gain.py`" in tail
-    assert "pytest checks correctness only" in tail and "`FUSEBOT_DISABLE=1`" in tail
+    assert "pytest checks correctness only" in tail and "**Roll back**: set `FUSEBOT_DISABLE=1` and every drop-in " \
+        "runs your original forward, no code change; or revert this PR's commit." in tail
     assert "**Closing this PR** does not stop fusebot" in tail and "`ignore:`" in tail
     assert body.index("#### `RowGain`: compatibility") < body.index("<details>") < body.index("**Reproduce**")
 
@@ -132,7 +133,8 @@ def test_a_rewrite_is_shown_as_its_diff_with_no_dropin_promises():
     assert "| PyTorch rewrite of `examples/row_gain.py` |" in body
     assert "```diff\n--- a/examples/row_gain.py\n+++ b/examples/row_gain.py" in body
     assert "+x = torch.addcmul(c, a, b)" in body and "Why this change: the PyTorch rewrite (1.96x)" in body
-    assert "FUSEBOT_DISABLE" not in body and "revert this PR's commit" in body and "dropin" not in body
+    assert "FUSEBOT_DISABLE" not in body and "dropin" not in body
+    assert "**Roll back**: revert this PR's commit." in body.splitlines()  # one way back, said as one sentence
     assert "- `examples/row_gain.py`" in body  # the files list names the module at its own path
     files = branch_files(plan(r))
     assert files["examples/row_gain.py"] == "x = torch.addcmul(c, a, b)\n"
