@@ -68,8 +68,9 @@ def margin(conf: Confirmation, floor: float = MIN_EFFECT) -> float:
     return max(floor, spread(agreeing(conf)))
 
 
-def spread_text(conf: Confirmation) -> str:
-    parts = [f"the kernel {min(conf.candidate_ms):.4g}-{max(conf.candidate_ms):.4g} ms "
+def spread_text(conf: Confirmation, what: str = "the kernel") -> str:
+    """Each contestant's range of round medians and its spread; `what` names the candidate ("the PyTorch rewrite")."""
+    parts = [f"{what} {min(conf.candidate_ms):.4g}-{max(conf.candidate_ms):.4g} ms "
              f"({100 * spread(conf.candidate_ms):.0f}%)",
              f"eager {min(conf.eager_ms):.4g}-{max(conf.eager_ms):.4g} ms ({100 * spread(conf.eager_ms):.0f}%)"]
     if conf.compile_ms:
@@ -78,12 +79,12 @@ def spread_text(conf: Confirmation) -> str:
     return f"over {conf.rounds} rounds: " + ", ".join(parts)
 
 
-def unstable(conf: Confirmation, threshold: float) -> str | None:
-    """Why the rounds do not agree enough for a claim (a spread above `threshold` of the kernel's or a baseline's
+def unstable(conf: Confirmation, threshold: float, what: str = "the kernel") -> str | None:
+    """Why the rounds do not agree enough for a claim (a spread above `threshold` of the candidate's or a baseline's
     round medians), or None."""
     worst = max(spread(conf.candidate_ms), spread(conf.eager_ms), spread(conf.compile_ms))
     if conf.rounds > 1 and worst > threshold:
         return (f"the rounds' medians spread by up to {100 * worst:.0f}% (more than {100 * threshold:.0f}%): "
-                f"{spread_text(conf)}; the host is too noisy for a figure that holds (pin the runner, or run it "
+                f"{spread_text(conf, what)}; the host is too noisy for a figure that holds (pin the runner, or run it "
                 "on an idle host)")
     return None

@@ -359,9 +359,10 @@ class Evaluator:
         timing, baselines, verdict.confirmation = confirming.confirmation(cand, rounds_b)
         score(verdict, timing, baselines, self.roofline())
         warn_if_degenerate(verdict, self.reference)
-        verdict.warnings.append(f"spread: {confirming.spread_text(verdict.confirmation)}")
+        what = "the PyTorch rewrite" if candidate.rewrite else "the kernel"
+        verdict.warnings.append(f"spread: {confirming.spread_text(verdict.confirmation, what)}")
         verdict.stage = "done"
-        why = confirming.unstable(verdict.confirmation, self.config.unstable_spread)
+        why = confirming.unstable(verdict.confirmation, self.config.unstable_spread, what)
         if why:
             verdict.reasons.append(f"unstable-measurement: {why}")
         verdict.accepted = not verdict.reasons

@@ -32,6 +32,9 @@ def test_rounds_that_disagree_are_an_unstable_measurement():
     assert "51%" in confirm.unstable(noisy_kernel, 0.25)
     noisy_baseline = _conf([1.0, 1.02, 0.99, 1.01, 1.0], [2.0, 4.0, 1.98, 2.0, 2.01])
     assert confirm.unstable(noisy_baseline, 0.25) is not None
+    # a rewrite's confirmation names the rewrite, never "the kernel"
+    said = confirm.unstable(noisy_kernel, 0.25, "the PyTorch rewrite")
+    assert "the PyTorch rewrite 0.99-1.5 ms (51%)" in said and "kernel" not in said
 
 
 def test_cpu_timing_is_pinned_to_the_configured_cores(harness_cache):
