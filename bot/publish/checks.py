@@ -23,7 +23,8 @@ def check_in_progress(p: Progress, rounds: int, target: str = "") -> CheckOutput
     best = times(p.best_speedup) if p.best_speedup is not None else "none yet"
     what = f" `{target}`:" if target else ""
     summary = (f"Searching{what} round {p.round}/{rounds}; {p.built} candidate(s) built, {p.verified} verified, "
-               f"{p.rejected} rejected; best so far {best} over the faster baseline.")
+               f"{p.rejected} rejected; best so far {best} over the faster baseline, as the search timed it (the "
+               "confirmation's alternating rounds decide the figure a PR states).")
     return CheckOutput("in_progress", f"Round {p.round}/{rounds}: best {best}",
                        clip(summary + (f" {p.message}" if p.message else "")))
 

@@ -83,7 +83,7 @@ def _view(job: JobInfo, units: Sequence[UnitInfo] = ()) -> CheckOutput:
         p = job.progress
         detail = f"round {p.round}, {p.built} built, {p.verified} verified" if p else "starting"
         if p is not None and p.best_speedup is not None:
-            detail += f", best {p.best_speedup:.2f}x"
+            detail += f", best {p.best_speedup:.2f}x unconfirmed"
         if len(units) > 1:
             targets = "\n".join(_unit_line(u) for u in units[:50])
         return CheckOutput("in_progress", f"Searching: {detail}", again + targets)

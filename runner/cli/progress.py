@@ -21,11 +21,17 @@ def started(p: Progress) -> bool:
     return bool(p.round or p.built or p.verified or p.rejected or not p.message)
 
 
+# The search's best is one process's timing of the fastest of many candidates: the confirmation's rounds decide the
+# figure the report gives (and may refuse it), so the live figure says it is not that one.
+UNCONFIRMED = "unconfirmed"
+
+
 def progress_line(p: Progress, rounds: int) -> str:
-    """`round 2/3: built 5, verified 3, rejected 2, best 1.42x (confirming ...)`; before the search, its message."""
+    """`round 2/3: built 5, verified 3, rejected 2, best 1.42x unconfirmed (confirming ...)`; before the search, its
+    message."""
     if not started(p):
         return p.message
-    best = f"{p.best_speedup:.2f}x" if p.best_speedup is not None else "-"
+    best = f"{p.best_speedup:.2f}x {UNCONFIRMED}" if p.best_speedup is not None else "-"
     text = f"round {p.round}/{rounds}: built {p.built}, verified {p.verified}, rejected {p.rejected}, best {best}"
     return text + (f" ({p.message})" if p.message else "")
 
@@ -47,7 +53,7 @@ class ProgressView:
         best = f"{p.best_speedup:.2f}x" if p.best_speedup is not None else "-"
         text = Text.assemble(("fusebot ", "bold"), f"round {p.round}/{self.rounds}  built {p.built}  ",
                              (f"verified {p.verified}", "green"), "  ", (f"rejected {p.rejected}", "red"),
-                             "  best ", (best, "bold cyan"))
+                             "  best ", (best, "bold cyan"), f" {UNCONFIRMED}" if p.best_speedup is not None else "")
         if p.message:
             text.append(f"  ({p.message})")
         return text

@@ -22,7 +22,7 @@ def test_check_run_stages():
     assert q.status == "queued" and "`ScaledSoftmax`" in q.summary
     p = check_in_progress(Progress(round=2, built=5, verified=3, rejected=2, best_speedup=1.375), rounds=3)
     assert p.status == "in_progress" and "round 2/3" in p.summary and "3 verified" in p.summary
-    assert "1.38x" in p.title
+    assert "1.38x" in p.title and "as the search timed it" in p.summary
     done = check_completed(plan_of(improved_result()), pr_url="https://example.test/pr/9")
     assert done.conclusion == "success" and "https://example.test/pr/9" in done.summary
     assert row_numbers(real_verdicts()["fused"].timing) in done.summary

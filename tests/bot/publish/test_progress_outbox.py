@@ -50,7 +50,7 @@ def test_the_check_run_follows_the_progress_at_most_once_every_10_s(world):
     clock.t += PROGRESS_INTERVAL_S
     beat(round=2, built=6, verified=3, best_speedup=1.4)
     world.drain()
-    assert titles(world)[shown:] == ["Searching: round 2, 6 built, 3 verified, best 1.40x"]
+    assert titles(world)[shown:] == ["Searching: round 2, 6 built, 3 verified, best 1.40x unconfirmed"]
 
     clock.t += 60
     world.drain()  # nothing moved: nothing is written
@@ -58,4 +58,4 @@ def test_the_check_run_follows_the_progress_at_most_once_every_10_s(world):
 
     beat(round=3, built=9, verified=5, best_speedup=1.6)
     world.drain()
-    assert titles(world)[-1] == "Searching: round 3, 9 built, 5 verified, best 1.60x"
+    assert titles(world)[-1] == "Searching: round 3, 9 built, 5 verified, best 1.60x unconfirmed"
