@@ -22,7 +22,7 @@ class Context:
     store: Store
     github: GitHubApp
     metrics: Metrics
-    # set when new work arrives; a multiprocessing.Event when the background worker is a child process
+    # set when new work arrives; a multiprocessing.Event when the background loop is a child process
     wake: Any = field(default_factory=threading.Event)
 
     def platform(self, installation_id: int, repo: str) -> Platform:

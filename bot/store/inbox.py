@@ -1,5 +1,5 @@
 """The webhook inbox: each delivery stored once (its X-GitHub-Delivery id is the primary key, so a replay is
-refused by the database), then claimed by the background worker with an expiring claim: a worker that dies while
+refused by the database), then claimed by the background loop with an expiring claim: a loop that dies while
 handling one leaves it to be claimed again. Failed handling is retried with back-off, then marked failed."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bot.store.db import Delivery, utcnow
 class Inbox(StoreBase):
     @writes
     def record_delivery(self, ev: Event, raw_body: bytes | None = None) -> bool:
-        """Store a delivery for the background worker. False when this delivery id was seen before.
+        """Store a delivery for the background loop. False when this delivery id was seen before.
         `raw_body`, when given, is stored as received (it is `ev.data` as JSON: no second serialisation)."""
         payload = raw_body.decode() if raw_body is not None else json.dumps(ev.data)
         with self._s() as s:

@@ -1,6 +1,6 @@
 """Prometheus metrics, one registry per app instance (so tests can build several apps in one process).
 
-Counters count what this process did; under `fusebot serve` the background worker is a child process, so the
+Counters count what this process did; under `fusebot serve` the background loop is a child process, so the
 authoritative numbers are the gauges read from the database at scrape time (`fusebot_jobs`, `fusebot_deliveries`).
 """
 
@@ -21,7 +21,7 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.processed = Counter(
-            "fusebot_deliveries_processed", "Deliveries handled by the background worker", ["outcome"],
+            "fusebot_deliveries_processed", "Deliveries handled by the background loop", ["outcome"],
             registry=self.registry,
         )
         self.jobs_created = Counter("fusebot_jobs_created", "Jobs recorded", ["trigger"], registry=self.registry)

@@ -1,6 +1,6 @@
 """The web service: `create_app(settings)` and the `fusebot serve` command.
 
-POST /webhook verifies, records the delivery and answers at once (202 new, 200 repeat); the background worker does
+POST /webhook verifies, records the delivery and answers at once (202 new, 200 repeat); the background loop does
 everything that talks to GitHub: a thread for tests and embedding, a child process under `fusebot serve`, so its
 work never holds the web process's GIL while a burst of webhooks waits for an answer (tests/bot/test_load.py, 2
 shared cores, p99 at 16 / 64 concurrent deliveries: thread ~75 / ~200 ms, process ~37 / ~150 ms).
@@ -62,7 +62,7 @@ def build_context(settings: Settings, github_app: GitHubApp | None = None) -> Co
 
 
 def _background_process(settings: Settings, wake_reader: Connection, parent_pid: int) -> None:
-    """The background worker as a child process of `fusebot serve` (spawned: a fresh interpreter). SIGTERM stops it
+    """The background loop as a child process of `fusebot serve` (spawned: a fresh interpreter). SIGTERM stops it
     after the delivery in hand; it also stops by itself when the web process is gone."""
     setup_logging(settings.log_level, settings.secrets())
     ctx = build_context(settings)
@@ -145,11 +145,11 @@ def create_app(
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:
-        """200 when the database answers and the background worker is alive; 503 otherwise."""
+        """200 when the database answers and the background loop is alive; 503 otherwise."""
         with ctx.store.sessions() as s:
             s.execute(text("SELECT 1"))
         if (child and not child[0].is_alive()) or (background is True and not worker.alive()):
-            return JSONResponse({"ok": False, "error": "background worker is not running"}, status_code=503)
+            return JSONResponse({"ok": False, "error": "background loop is not running"}, status_code=503)
         return JSONResponse({"ok": True})
 
     @app.get("/metrics")

@@ -1,4 +1,4 @@
-"""The bot's worker thread (miss-islington's split): the web process only records deliveries; this loop handles
+"""The bot's background loop (miss-islington's split): the web process only records deliveries; this loop handles
 them, requeues expired unit leases (a job whose last unit finished is gathered by the store), keeps check runs
 current and ticks the nightly scheduler."""
 
@@ -137,7 +137,7 @@ class Background:
         return self._parent_pid is not None and os.getppid() != self._parent_pid
 
     def run(self) -> None:
-        log.info("background worker started")
+        log.info("background loop started")
         while not self._stop.is_set() and not self._orphaned():
             try:
                 busy = False
@@ -152,7 +152,7 @@ class Background:
             if not busy:
                 self.ctx.wake.wait(self.idle_seconds)
                 self.ctx.wake.clear()
-        log.info("background worker stopped")
+        log.info("background loop stopped")
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="fusebot-background", daemon=True)

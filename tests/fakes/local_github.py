@@ -2,6 +2,7 @@
 every request checked against GitHub's OpenAPI description) serving one repository with a pull request that adds a
 module marked `# fusebot: optimize`, and the App's key, webhook secret and runner token to go with it.
 
+\b
     python -m tests.fakes.local_github setup --workdir DIR     # the repository, its PR, keys; DIR/env.sh for the bot
     python -m tests.fakes.local_github serve --workdir DIR &   # GitHub, until stopped
     source DIR/env.sh && fusebot serve &                       # the bot, pointed at it

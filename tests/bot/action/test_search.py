@@ -75,7 +75,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     env = w.event("pull_request", w.labeled())
     context = context_for(env, budget="1800")
     proc = run_fusebot_step(w, env, context, {
-        "PYTHONPATH": str(ROOT),  # the harness's worker processes import this checkout's runner
+        "PYTHONPATH": str(ROOT),  # the harness's processes import this checkout's runner
         **session_env(), "FUSEBOT_DROPIN_CACHE": str(w.tmp / "dropin-cache"),
     }, timeout=540)
     log = proc.stdout + proc.stderr

@@ -46,7 +46,7 @@ def setup(tmp_path, fake_github: FakeGitHub) -> Iterator[tuple[BotProcess, FakeG
         bot.stop()
     # no secret ever reaches the log: webhook secret, App key, runner tokens, installation tokens
     log = bot.log()
-    assert "fusebot serve on" in log and "background worker started" in log  # the check below means something
+    assert "fusebot serve on" in log and "background loop started" in log  # the check below means something
     for secret in [WEBHOOK_SECRET, *RUNNER_TOKENS.values(), *fake_github.tokens]:
         assert secret not in log
     assert rsa_keys()[0].splitlines()[1] not in log
@@ -123,10 +123,10 @@ def test_healthz_reports_a_dead_background_worker(setup):
     import psutil
 
     bot, _fake, _sha = setup
-    wait_for(lambda: "background worker started" in bot.log(), what="the background process")
+    wait_for(lambda: "background loop started" in bot.log(), what="the background process")
     assert httpx.get(f"{bot.url}/healthz").json() == {"ok": True}
     [child] = [c for c in psutil.Process(bot.proc.pid).children()
-               if "resource_tracker" not in " ".join(c.cmdline())]  # the background worker process
+               if "resource_tracker" not in " ".join(c.cmdline())]  # the background loop process
     os.kill(child.pid, signal.SIGKILL)
     wait_for(lambda: httpx.get(f"{bot.url}/healthz").status_code == 503, what="healthz to notice")
     assert "background" in httpx.get(f"{bot.url}/healthz").json()["error"]

@@ -1,7 +1,7 @@
 """Load: a burst of 600 signed deliveries against `fusebot serve` on loopback, 16 and then 64 at a time.
 
 Every delivery must be answered 2xx well inside GitHub's 10 seconds, replays must be recognised, and once the
-background worker has caught up every label delivery must have become exactly one job. The measured latencies are
+background loop has caught up every label delivery must have become exactly one job. The measured latencies are
 printed and written to $FUSEBOT_LOAD_REPORT when set. The client runs in its own process (tests/bot/load_client.py).
 """
 

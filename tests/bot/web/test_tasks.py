@@ -1,4 +1,4 @@
-"""The background worker's pieces that the other tests reach only indirectly."""
+"""The background loop's pieces that the other tests reach only indirectly."""
 
 from __future__ import annotations
 
