@@ -45,8 +45,9 @@ def evaluate_until(evaluator: Any, candidates: list[Candidate], deadline: Deadli
         finally:
             done.set()
 
-    threading.Thread(target=work, name="evaluate", daemon=True).start()
-    try:
+    thread = threading.Thread(target=work, name="evaluate", daemon=True)
+    try:  # from the start: a Ctrl-C the moment the chunk begins aborts it too
+        thread.start()
         while not done.wait(poll_s):
             if deadline.over():
                 _abort(evaluator, done, grace_s)

@@ -9,6 +9,8 @@ READY_FILE is written when the first chunk is in evaluation.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -34,6 +36,7 @@ class Endless(PipelineTable):
 
 def main() -> None:
     out, ready = sys.argv[1], Path(sys.argv[2])
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for every thread's stack if it hangs
 
     @contextlib.contextmanager
     def fake_evaluators(*args, **kwargs):

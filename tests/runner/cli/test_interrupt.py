@@ -24,7 +24,14 @@ def test_ctrl_c_says_the_same_command_resumes_from_the_trace_and_exits_130(tmp_p
             assert time.monotonic() - waited < 120, "the search never started"
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, for the failure's message
+            time.sleep(2)
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            raise AssertionError(f"still running 60 s after Ctrl-C:\n{stderr[-8000:]}") from None
     finally:
         proc.kill()
     assert proc.returncode == 130, (stdout, stderr)
