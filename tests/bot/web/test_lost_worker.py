@@ -11,32 +11,20 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 from starlette.testclient import TestClient
 
-from bot.store.db import utcnow
 from runner.cli.worker import JobStopped, Worker, WorkerSettings
 from runner.contract import Job, JobResult, Progress, TargetResult
 from tests.bot.conftest import make_world
 from tests.bot.helpers import REPO, RUNNER_TOKENS, comment_payload, pr_payload
+from tests.bot.store.test_units import Clock
 from tests.bot.web.test_worker import wait_for
 
 LEASE_S = 60.0
 NOTE = "attempt 2 of 3: the previous worker stopped answering (runner gpu-a)"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = utcnow()
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 class Line(TestClient):
