@@ -37,6 +37,9 @@ class Endless(PipelineTable):
 def main() -> None:
     out, ready = sys.argv[1], Path(sys.argv[2])
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for every thread's stack if it hangs
+    # Ctrl-C as in a terminal: a test run started in the background by a non-interactive shell (as `make test &` is)
+    # hands its processes SIGINT ignored, and Python then installs no KeyboardInterrupt for it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     @contextlib.contextmanager
     def fake_evaluators(*args, **kwargs):
