@@ -52,11 +52,15 @@ log = logging.getLogger("realworld_floor")
 
 # The rows measured first where a folder is given: the modules the floor work was measured on (causal softmax, RoPE,
 # bf16 softmax in fp32, LlamaRMSNorm, tanh-GELU, cross-entropy, LayerNorm, GroupNorm + SiLU, masked mean pooling),
-# then the ones never measured on a GPU.
+# then the timm, torchvision and diffusers modules and the losses never measured on a GPU.
 FIRST = ("fp32/gpt2_causal_softmax", "fp32/llama_rope", "bf16/llama_causal_softmax_fp32", "bf16/llama_rmsnorm",
          "bf16/gelu_pytorch_tanh", "fp32/llama_causal_lm_loss", "fp32/bert_residual_layernorm",
-         "fp32/diffusers_groupnorm_silu", "fp32/masked_mean_pooling", "bf16/t5_position_bias_softmax",
-         "fp32/gpt2_lm_loss", "fp32/t5_layernorm", "bf16/gptj_interleaved_rope", "bf16/diffusers_groupnorm_silu")
+         "fp32/diffusers_groupnorm_silu", "fp32/masked_mean_pooling",
+         "bf16/diffusers_flux_rope", "bf16/diffusers_fp32_layernorm", "fp32/bert_masked_lm_loss",
+         "fp32/timm_layernorm2d", "fp32/timm_global_response_norm", "fp32/torchvision_frozen_batchnorm",
+         "fp32/torchvision_sigmoid_focal_loss", "bf16/diffusers_adaln_zero",
+         "bf16/t5_position_bias_softmax", "fp32/gpt2_lm_loss", "fp32/t5_layernorm", "bf16/gptj_interleaved_rope",
+         "bf16/diffusers_groupnorm_silu")
 
 
 def problem_key(path: Path) -> str:
