@@ -36,6 +36,7 @@ from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filen
 from runner.results.dropin_test import dropin_test_source
 from runner.results.figures import stated
 from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff
+from runner.results.shapes import calls as shape_calls
 from runner.results.shapes import verified_inputs
 from runner.search.types import Attempt
 
@@ -181,8 +182,9 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     files = {
         f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
-        **{f"{folder}/{name}": text for name, text in dropin.dropin_files(  # the drop-in and its shipped library
-            spec, candidate, digest, built_for=built_for, root_depth=root_depth).items()},
+        **{f"{folder}/{name}": text for name, text in dropin.dropin_files(  # the drop-in and what it ships
+            spec, candidate, digest, built_for=built_for, root_depth=root_depth,
+            calls=shape_calls({"shape_sets": ((extra or {}).get("verified") or {}).get("shapes", [])})).items()},
         f"{folder}/{test_name}": dropin_test_source(spec, candidate.backend),
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check,
