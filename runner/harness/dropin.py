@@ -4,16 +4,20 @@ The drop-in is a subclass of the user's class (same constructor, state_dict and 
 calls the fused kernel through ctypes and the C ABI of runner/csrc/fusebot.h, guarded: only for calls the kernel was
 verified for, and for inference; everything else runs the original forward (runner/harness/dropin_guard.py). Under
 torch.compile the kernel is a `torch.library` custom op. It is self-contained (it never imports fusebot) and needs
-nothing but torch at run time: it loads the library the runner shipped beside it (`kernel.<arch>.so.b64`, its sha256
-recorded here and checked), and builds from source only where that library does not fit this host and a compiler is
-present (runner/harness/dropin_runtime.py). Its parts:
+nothing but torch at run time. A catalog CUDA kernel ships device code only: its cubin (`kernel.<arch>.cubin.b64`,
+made again from kernel.cu by the command its first line states), PTX for later GPUs and the launch plans of the
+verified calls, run through the CUDA driver (runner/harness/dropin_device.py, launch_plan.py). Any other kernel loads
+the library the runner shipped beside it (`kernel.<arch>.so.b64`, its sha256 recorded here and checked), and builds
+from source only where that library does not fit this host and a compiler is present
+(runner/harness/dropin_runtime.py). Its parts:
 
-- dropin_runtime.py: loading (the shipped library, the per-user build cache);
+- dropin_runtime.py: loading a library (the shipped one, the per-user build cache);
+- dropin_device.py: loading device code through the driver and launching its plans;
 - dropin_guard.py: what is checked, the kernel call, the custom op;
 - dropin_forward.py: the forward's paths (eager, torch.compile, the original) and the class;
-- dropin_ship.py: the runner's build of the shipped library.
+- dropin_ship.py: the runner's build of what ships (the library; the device code and its plans).
 
-Files the drop-in expects beside it: the kernel source, fusebot.h, the shipped libraries it names, and for a
+Files the drop-in expects beside it: the kernel source, fusebot.h, the shipped device code or libraries it names, and for a
 KernelBench-format problem the reference file as `reference.py`. A repository module is imported by name, with the
 repository root (found from the drop-in's own place in the kernels directory) put on sys.path when the module is not
 importable already.
@@ -25,9 +29,10 @@ import re
 
 from runner.contract import Candidate, ProblemSpec
 from runner.harness import build, dropin_ship
+from runner.harness.dropin_device import DEVICE_LOAD
 from runner.harness.dropin_forward import CLASS, RUNTIME_FORWARD
 from runner.harness.dropin_guard import RUNTIME_GUARD
-from runner.harness.dropin_runtime import DEVICE_LOAD, RUNTIME_LOAD
+from runner.harness.dropin_runtime import RUNTIME_LOAD
 
 # The harness's flags (runner/harness/build.py), so a drop-in built from source runs the code the harness measured.
 CPU_FLAGS = list(build.CPU_FLAGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import subprocess
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def shipped_device_code(source: str, calls: list[dict], arch: str | None = None)
         with tempfile.TemporaryDirectory(prefix="fusebot-device-") as tmp:
             cubin, ptx = launch_plan.device_code(source, arch, Path(tmp))
             plans = launch_plan.record(source, arch, calls, Path(tmp), cubin=cubin)
-    except (launch_plan.PlanError, MachineError, OSError) as exc:
+    except (launch_plan.PlanError, MachineError, OSError, subprocess.SubprocessError) as exc:
         log.warning("the device code was not made (%s); the drop-in ships a host library instead", exc)
         return None
     virt = "compute_" + arch.removeprefix("sm_")

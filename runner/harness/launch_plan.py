@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import os
 import shutil
 import struct
 import sys
@@ -44,7 +45,7 @@ class PlanError(RuntimeError):
 
 def cubin_command(arch: str, source: str = "kernel.cu", out: str = "") -> list[str]:
     """The command that makes the shipped cubin from the kernel's source (run beside fusebot.h)."""
-    return ["nvcc", "-cubin", f"-arch={arch}", *DEVICE_FLAGS, "-I", ".", source, "-o", out or cubin_filename(arch)]
+    return ["nvcc", "-cubin", f"-arch={arch}", *DEVICE_FLAGS, "-I", ".", source, "-o", out or f"kernel.{arch}.cubin"]
 
 
 def ptx_command(arch: str, source: str = "kernel.cu", out: str = "") -> list[str]:
@@ -54,6 +55,7 @@ def ptx_command(arch: str, source: str = "kernel.cu", out: str = "") -> list[str
 
 
 def cubin_filename(arch: str) -> str:
+    """The shipped cubin's file: base64 text of what cubin_command writes to `kernel.<arch>.cubin`."""
     return f"kernel.{arch}.cubin.b64"
 
 
@@ -161,9 +163,10 @@ def record(source: str, arch: str, calls: list[dict], work: Path, *, cubin: byte
     (work / "params.json").write_text(json.dumps(kernel_params(cubin)))
     (work / "fb_record.cpp").write_text(RECORDER.read_text())
     num = arch.removeprefix("sm_")
+    rpath = [f"-Xlinker=-rpath={d}" for d in _runtime_dirs()]  # the toolkit's libcudart, wherever ld.so looks
     _run(["nvcc", *DEVICE_FLAGS, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-Xlinker", "-Bsymbolic",
-          f"-gencode=arch=compute_{num},code={arch}", "-I", ".", "kernel.cu", "fb_record.cpp", "-o", "record.so"],
-         work, timeout_s)
+          *rpath, f"-gencode=arch=compute_{num},code={arch}", "-I", ".", "kernel.cu", "fb_record.cpp", "-o",
+          "record.so"], work, timeout_s)
     (work / "calls.json").write_text(json.dumps(calls))
     _run([sys.executable, "-m", "runner.harness.launch_plan", "record.so", "params.json", "calls.json"], work,
          timeout_s)
@@ -171,6 +174,16 @@ def record(source: str, arch: str, calls: list[dict], work: Path, *, cubin: byte
     if "error" in data:
         raise PlanError(data["error"])
     return data["plans"]
+
+
+def _runtime_dirs() -> list[str]:
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        homes.append(str(Path(nvcc).resolve().parents[1]))
+    homes.append("/usr/local/cuda")
+    dirs = [Path(h) / sub for h in homes if h for sub in ("lib64", "targets/x86_64-linux/lib")]
+    return list(dict.fromkeys(str(d) for d in dirs if d.is_dir()))
 
 
 def record_in(source: str, arch: str, calls: list[dict], **kw) -> list[dict]:

@@ -76,7 +76,7 @@ def test_the_stated_command_makes_the_shipped_cubin_again(recorded, tmp_path):
     assert cmd == launch_plan.cubin_command("sm_90")
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (tmp_path / launch_plan.cubin_filename("sm_90")).read_bytes() == dropin_ship.decode_cubin(text)
+    assert (tmp_path / "kernel.sm_90.cubin").read_bytes() == dropin_ship.decode_cubin(text)
     assert ".entry" in ptx and ".target sm_90" in ptx
 
 
