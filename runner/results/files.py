@@ -36,6 +36,7 @@ from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filen
 from runner.results.dropin_test import dropin_test_source
 from runner.results.figures import stated
 from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff
+from runner.results.rewrite_test import rewrite_test_source
 from runner.results.shapes import calls as shape_calls
 from runner.results.shapes import verified_inputs
 from runner.search.types import Attempt
@@ -226,15 +227,20 @@ def rewrite_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, pro
     the kernels directory BENCHMARK.md, fusebot.json (with the diff) and the bench script. Pure."""
     folder = slug(spec.name)
     bench = bench_filename(folder)
+    test_name = dropin_test_filename(spec.name)
     new_text = getattr(candidate, "rewrite", "")
     diff = unified_diff(module_file, original_text, new_text)
     data = {"schema_version": 1, "problem": spec.model_dump(exclude={"path", "root"}), "kind": REWRITE,
-            "module_file": module_file, "candidate": candidate.id} | (extra or {}) | {"diff": diff}
+            "module_file": module_file, "candidate": candidate.id,
+            "preconditions": list(getattr(candidate, "preconditions", []))} | (extra or {}) | {"diff": diff}
     return {
         f"{ROOT_PREFIX}{module_file}": new_text,
-        f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance, "", None,
+        f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
+                                                         f"{kernels_dir}/{folder}/{test_name}", None,
                                                          bench_path=f"{kernels_dir}/{folder}/{bench}",
                                                          label=REWRITE_LABEL),
+        f"{folder}/{test_name}": rewrite_test_source(spec, backend=candidate.backend, target_folder=folder,
+                                                     kernels_dir=kernels_dir),
         f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
                                           kernels_dir=kernels_dir, kind=REWRITE, module_file=module_file,
                                           commit=provenance.commit),
@@ -326,7 +332,18 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                                 "known: nothing is proposed", **base)
         files = rewrite_files(spec, candidate, verdict, provenance, module_file=file,
                               original_text=(root / file).read_text(), kernels_dir=kernels_dir, extra=extra)
-        return TargetResult(improved=True, message=_with_choice(message, choice), files=files, **base)
+        write_files(root / kernels_dir, files)
+        (root / file).write_text(files[f"{ROOT_PREFIX}{file}"])  # the scratch copy, as the PR's branch has it
+        check = check_dropin(root, kernels_dir, spec.name, env=check_env,
+                             **({"timeout_s": min(timeout_s, CHECK_TIMEOUT_S)} if timeout_s else {}))
+        if not check.passed:
+            log.warning("%s: the PyTorch rewrite failed its equivalence test: %s", spec.name, "; ".join(check.reasons))
+            why = _failure(check)
+            return TargetResult(improved=False, dropin_check=check, **base,
+                                message=f"the PyTorch rewrite was verified by the harness but changes what the module "
+                                        f"does elsewhere ({why}); it is not proposed")
+        return TargetResult(improved=True, message=_with_choice(message, choice), files=files, dropin_check=check,
+                            **base)
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
                          extra=extra)
     write_files(root / kernels_dir, files)
@@ -356,6 +373,12 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
     write_files(root / kernels_dir, files)
     return TargetResult(improved=True, message=_with_choice(message, choice), files=files, dropin_check=check,
                         **base)
+
+
+def _failure(check: DropinCheck) -> str:
+    """The generated test's own words for what failed (its assertion), else the check's reasons."""
+    found = re.findall(r"AssertionError: (.+)", check.output_tail)
+    return found[-1][:600] if found else "; ".join(check.reasons)
 
 
 def _with_choice(message: str, choice: str) -> str:

@@ -32,6 +32,11 @@ class Match:
     words: str
     dims: list[tuple[ast.expr, int]] = field(default_factory=list)
     drop: list[ast.stmt] = field(default_factory=list)  # statements the new expression takes the place of
+    # tested at run time whatever the source shows (shapes and dtypes where the original refuses what the new
+    # expression broadcasts or promotes), over the plain expressions `reads`
+    guards: list[ast.expr] = field(default_factory=list)
+    reads: list[ast.expr] = field(default_factory=list)
+    precondition: str = ""  # what must hold that no guard can test cheaply (the values), stated in the PR
 
 
 @dataclass
@@ -44,6 +49,7 @@ class Site:
     line: int
     old: str
     new: str
+    precondition: str = ""
 
     @property
     def lines(self) -> str:
@@ -202,6 +208,10 @@ def _guarded(m: Match, node: ast.expr, ctx: Ctx) -> tuple[ast.expr, str] | None:
     """The match's expression with guards for the dims the source does not show; None when one is shown wrong or
     cannot be tested."""
     tests = []
+    if m.guards:
+        if not all(plain(e) and not (isinstance(e, ast.Name) and e.id in ctx.temps) for e in m.reads):
+            return None
+        tests += m.guards
     for expr, want in m.dims:
         known = ctx.f.dims_of(expr)
         if known is not None:
@@ -254,7 +264,8 @@ def _visit(node: ast.expr, f: Func, where: tuple, rules: list[tuple[str, Rule]],
         if note and m.drop:
             continue  # the original, the guard's other branch, needs the statements the rewrite would remove
         edits = [Edit.of(node, new)] + [Edit.of(s) for s in folded(f, node, new, ctx) + m.drop]
-        sites.append(Site(name, m.words + note, edits, node.lineno, ast.unparse(node), ast.unparse(new)))
+        sites.append(Site(name, m.words + note, edits, node.lineno, ast.unparse(node), ast.unparse(new),
+                          m.precondition))
         return
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.expr):
