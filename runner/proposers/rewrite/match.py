@@ -204,14 +204,22 @@ def folded(f: Func, node: ast.AST, new: ast.AST, ctx: Ctx) -> list[ast.stmt]:
 Rule = Callable[[ast.expr, Ctx], Match | None]
 
 
+def _viewed(node: ast.expr) -> bool:
+    """A plain expression, or a transpose of one (`x.t()`, `x.T`, `x.mT`): reading it twice costs a view."""
+    if isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
+        return _viewed(node.value)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "t" \
+            and not node.args and not node.keywords:
+        return _viewed(node.func.value)
+    return plain(node)
+
+
 def _guarded(m: Match, node: ast.expr, ctx: Ctx) -> tuple[ast.expr, str] | None:
     """The match's expression with guards for the dims the source does not show; None when one is shown wrong or
     cannot be tested."""
     tests = []
-    if m.guards:
-        if not all(plain(e) and not (isinstance(e, ast.Name) and e.id in ctx.temps) for e in m.reads):
-            return None
-        tests += m.guards
+    if m.guards and not all(_viewed(e) and not (isinstance(e, ast.Name) and e.id in ctx.temps) for e in m.reads):
+        return None
     for expr, want in m.dims:
         known = ctx.f.dims_of(expr)
         if known is not None:
@@ -221,9 +229,11 @@ def _guarded(m: Match, node: ast.expr, ctx: Ctx) -> tuple[ast.expr, str] | None:
         if not plain(expr) or (isinstance(expr, ast.Name) and expr.id in ctx.temps):
             return None
         tests.append(ctx.build(f"E.dim() == {want}" if want > 0 else f"E.dim() >= {-want}", E=expr))
+    tests += m.guards  # after the dims: a guard may index a shape the dims tests make sure of
     if not tests:
         return m.new, ""
-    test = tests[0] if len(tests) == 1 else ast.BoolOp(op=ast.And(), values=tests)
+    flat = [v for t in tests for v in (t.values if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) else [t])]
+    test = flat[0] if len(flat) == 1 else ast.BoolOp(op=ast.And(), values=flat)
     ctx.used.clear()  # the original stays as the other branch, and with it the temporaries it reads
     shown = " and ".join(ast.unparse(t) for t in tests)
     return ast.IfExp(test=test, body=m.new, orelse=copy.deepcopy(node)), f" (guarded: only where {shown}, which the " \
