@@ -333,9 +333,13 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
         files = rewrite_files(spec, candidate, verdict, provenance, module_file=file,
                               original_text=(root / file).read_text(), kernels_dir=kernels_dir, extra=extra)
         write_files(root / kernels_dir, files)
-        (root / file).write_text(files[f"{ROOT_PREFIX}{file}"])  # the scratch copy, as the PR's branch has it
-        check = check_dropin(root, kernels_dir, spec.name, env=check_env,
-                             **({"timeout_s": min(timeout_s, CHECK_TIMEOUT_S)} if timeout_s else {}))
+        original = (root / file).read_text()
+        (root / file).write_text(files[f"{ROOT_PREFIX}{file}"])  # the scratch copy as the PR's branch has it
+        try:
+            check = check_dropin(root, kernels_dir, spec.name, env=check_env,
+                                 **({"timeout_s": min(timeout_s, CHECK_TIMEOUT_S)} if timeout_s else {}))
+        finally:
+            (root / file).write_text(original)  # another target of the same file diffs against the original
         if not check.passed:
             log.warning("%s: the PyTorch rewrite failed its equivalence test: %s", spec.name, "; ".join(check.reasons))
             why = _failure(check)

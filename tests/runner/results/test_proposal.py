@@ -70,7 +70,8 @@ def test_a_rewrite_changes_the_module_file_with_a_diff_that_applies(tmp_path):
                           extra=manifest_extra(v, backend="cpu", change="rewrite"))
     assert files["/examples/mlp_epilogue.py"] == new
     assert sorted(files) == sorted(["/examples/mlp_epilogue.py", f"{FOLDER}/BENCHMARK.md", f"{FOLDER}/fusebot.json",
-                                    f"{FOLDER}/bench_{FOLDER}.py"])
+                                    f"{FOLDER}/bench_{FOLDER}.py", f"{FOLDER}/test_{FOLDER}.py"])
+    assert f"python -m pytest -q fusebot_kernels/{FOLDER}/test_{FOLDER}.py" in files[f"{FOLDER}/bench_{FOLDER}.py"]
     m = json.loads(files[f"{FOLDER}/fusebot.json"])
     assert m["kind"] == "rewrite" and "kernel" not in m and set(m["timings"]) == {"PyTorch eager", "torch.compile",
                                                                                 "PyTorch rewrite"}
@@ -83,7 +84,8 @@ def test_a_rewrite_changes_the_module_file_with_a_diff_that_applies(tmp_path):
     assert (repo / "examples" / "mlp_epilogue.py").read_text() == new
     assert unified_diff("a.py", "x\n", "x\n") == ""
     assert "| PyTorch rewrite | 0.5 |" in files[f"{FOLDER}/BENCHMARK.md"]
-    assert "pytest" not in files[f"{FOLDER}/BENCHMARK.md"].split("## Reproduce", 1)[1]  # a rewrite has no drop-in test
+    reproduce = files[f"{FOLDER}/BENCHMARK.md"].split("## Reproduce", 1)[1]
+    assert f"python -m pytest -q fusebot_kernels/{FOLDER}/test_{FOLDER}.py" in reproduce  # its equivalence test
 
 
 def test_the_pipeline_writes_no_rewrite_path_under_the_kernels_directory(tmp_path):
