@@ -15,6 +15,7 @@ import pytest
 from runner.harness import dropin_ship, launch_plan
 from runner.harness.dropin import dropin_source
 from runner.proposers.catalog import CatalogProposer
+from runner.results.licence import with_spdx
 from runner.search.types import History, ProblemContext
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")]
@@ -127,12 +128,16 @@ def test_a_dropin_with_device_code_ships_no_host_code_and_falls_back_without_a_g
     text = dropin_source(spec, "cuda", [], built_arch="sm_90", device_code=dev.code, plans=dev.plans)
     (tmp_path / "dropin.py").write_text(text)
     (tmp_path / "kernel.cu").write_text(src)
-    for name, body in dev.files.items():
+    for name, body in with_spdx(dev.files, "MIT").items():  # as a PR ships them: a licence line first
         (tmp_path / name).write_text(body)
     probe = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import dropin; "
              "m = dropin.Model(1024).eval(); x = torch.randn(1024, 512)\n"
              "with torch.no_grad(): torch.testing.assert_close(m(x), torch.diag(m.gain) @ x)\n"
              "assert dropin.Model.kernel_calls == 0 and dropin._LIBS == {} and dropin._sizes() is None\n"
+             "dropin._host_arch = lambda d: 'sm_90'; image, arch = dropin._device_image(None)\n"
+             "assert arch == 'sm_90' and image[:4] == b'\\x7fELF'\n"
+             "dropin._host_arch = lambda d: 'sm_100'; image, arch = dropin._device_image(None)\n"
+             "assert arch == 'compute_90' and image.endswith(b'\\0') and b'.entry' in image\n"
              "print(sorted(dropin.DEVICE_CODE), len(dropin.PLANS))")
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
