@@ -8,7 +8,8 @@
 Per target, under `<kernels_dir>/<target>/`: the kernel source with a provenance header, fusebot.h, the drop-in
 module (dropin.py), its pytest test (test_<target>.py: a name of its own, so several targets' tests collect in one
 pytest run), the benchmark script (bench_<target>.py, runner/results/bench_script.py), BENCHMARK.md and fusebot.json
-(runner/results/proposal.py: what was verified, every timed contestant's raw samples); for a KernelBench-format file,
+(runner/results/proposal.py: what was verified, every timed contestant's figures, its raw samples left in the run's
+result.json); for a KernelBench-format file,
 the reference as reference.py. A PyTorch rewrite (runner/results/choice.py) instead changes the module's own file,
 with BENCHMARK.md, fusebot.json and the bench script beside nothing else.
 """
@@ -143,7 +144,8 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
            f"{abs_err if abs_err is not None else 'n/a'}, largest relative error {rel_err if rel_err is not None else 'n/a'}.",
            "", f"Environment: {env}.", "",
            "Times are medians of n calls with the last-level cache flushed before each; spread is the interquartile "
-           "range. Every raw sample is in fusebot.json beside this file."
+           "range. fusebot.json beside this file holds each contestant's median, IQR and n; the raw samples stay "
+           "in the run's result (result.json), out of this branch."
            + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else "")
            + (f" {v.timing.lead_text().capitalize()} in the run's report." if v.timing and v.timing.lead_text() else ""),
            ""]
@@ -197,8 +199,9 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
                                           kernels_dir=kernels_dir),
     }
-    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(manifest(spec, candidate, kernel_name) | (extra or {})
-                                                    | {"licence": licence[0]}, indent=1) + "\n"
+    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(without_samples(manifest(spec, candidate, kernel_name)
+                                                                    | (extra or {}) | {"licence": licence[0]}),
+                                                    indent=1) + "\n"
     files[f"{folder}/{BENCHMARK_FILE}"] += "\n" + licence_note(*licence) + "\n"
     if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package
         files["__init__.py"] = ""
@@ -206,6 +209,13 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     if spec.path and reference_text is not None:
         files[f"{folder}/{dropin.REFERENCE_FILE}"] = reference_text
     return with_spdx(files, licence[0], skip=(f"{folder}/{dropin.REFERENCE_FILE}",))
+
+
+def without_samples(data: dict) -> dict:
+    """A manifest as its branch holds it: each timing's median, IQR, n and clock, not its raw samples (those stay
+    in the run's result.json and its verdicts: a maintainer owns the change, its test and its bench script)."""
+    timings = {name: {k: v for k, v in t.items() if k != "samples_ms"} for name, t in (data.get("timings") or {}).items()}
+    return data | ({"timings": timings} if "timings" in data else {})
 
 
 def manifest(spec: ProblemSpec, candidate: Candidate, kernel_name: str) -> dict:
@@ -249,7 +259,7 @@ def rewrite_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, pro
         f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
                                           kernels_dir=kernels_dir, kind=REWRITE, module_file=module_file,
                                           commit=provenance.commit),
-        f"{folder}/{MANIFEST_FILE}": json.dumps(data, indent=1) + "\n",
+        f"{folder}/{MANIFEST_FILE}": json.dumps(without_samples(data), indent=1) + "\n",
     }, licence[0])
 
 
