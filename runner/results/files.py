@@ -37,7 +37,7 @@ from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filen
 from runner.results.dropin_test import dropin_test_source
 from runner.results.figures import stated
 from runner.results.licence import NOASSERTION, licence_note, repo_licence, with_spdx
-from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff
+from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff, without_samples
 from runner.results.rewrite_test import rewrite_test_source
 from runner.results.shapes import calls as shape_calls
 from runner.results.shapes import verified_inputs
@@ -209,13 +209,6 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     if spec.path and reference_text is not None:
         files[f"{folder}/{dropin.REFERENCE_FILE}"] = reference_text
     return with_spdx(files, licence[0], skip=(f"{folder}/{dropin.REFERENCE_FILE}",))
-
-
-def without_samples(data: dict) -> dict:
-    """A manifest as its branch holds it: each timing's median, IQR, n and clock, not its raw samples (those stay
-    in the run's result.json and its verdicts: a maintainer owns the change, its test and its bench script)."""
-    timings = {name: {k: v for k, v in t.items() if k != "samples_ms"} for name, t in (data.get("timings") or {}).items()}
-    return data | ({"timings": timings} if "timings" in data else {})
 
 
 def manifest(spec: ProblemSpec, candidate: Candidate, kernel_name: str) -> dict:
