@@ -8,7 +8,9 @@ line. The drop-in records its sha256 and refuses a library whose bytes do not ha
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import json
 import logging
 import subprocess
 import tempfile
@@ -115,6 +117,12 @@ def shipped_device_code(source: str, calls: list[dict], arch: str | None = None)
     arch = arch or current_arch("cuda")
     if arch is None or not calls or not is_catalog(source):
         return None
+    return _device_code(source, json.dumps(calls, sort_keys=True), arch)
+
+
+@functools.lru_cache(maxsize=16)  # a result's files are made twice (before and after its check): one build
+def _device_code(source: str, calls_json: str, arch: str) -> DeviceCode | None:
+    calls = json.loads(calls_json)
     try:
         with tempfile.TemporaryDirectory(prefix="fusebot-device-") as tmp:
             cubin, ptx = launch_plan.device_code(source, arch, Path(tmp))

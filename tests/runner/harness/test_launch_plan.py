@@ -5,6 +5,7 @@ the plans launched on a GPU: test_dropin_cuda.py."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -60,12 +61,17 @@ def call(rows: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded():
+    """The device code the runner ships for the catalog's RowGain kernel (made for sm_90 without a GPU here)."""
     src = catalog_kernel(REFERENCE)
-    work = tmp_path_factory.mktemp("plan")
-    cubin, ptx = launch_plan.device_code(src, "sm_90", work)
-    plans = launch_plan.record(src, "sm_90", [call(ROWS), call(2 * ROWS)], work, cubin=cubin)
-    return src, cubin, ptx, plans
+    dev = dropin_ship.shipped_device_code(src, [call(ROWS), call(2 * ROWS)], arch="sm_90")
+    assert dev is not None and sorted(dev.code) == ["compute_90", "sm_90"]
+    assert dropin_ship.shipped_device_code(src, [call(ROWS), call(2 * ROWS)], arch="sm_90") is dev  # built once
+    assert dropin_ship.shipped_device_code("// an LLM's kernel\n" + src, [call(ROWS)], arch="sm_90") is None
+    cubin = dropin_ship.decode_cubin(dev.files[launch_plan.cubin_filename("sm_90")])
+    ptx = dev.files[launch_plan.ptx_filename("sm_90")]
+    assert dev.code["sm_90"][1] == hashlib.sha256(cubin).hexdigest()
+    return src, cubin, ptx, dev.plans
 
 
 def test_the_stated_command_makes_the_shipped_cubin_again(recorded, tmp_path):
