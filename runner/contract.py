@@ -119,6 +119,8 @@ class Candidate(_Model):
     # a source rewrite (runner/proposers/rewrite/): the user's module file's full new text, to be shown as a diff
     # against the file in the PR; "" for a kernel
     rewrite: str = ""
+    # what a rewrite needs that no guard in its code tests (values: no inf or NaN), stated in its PR and its test
+    preconditions: list[str] = Field(default_factory=list)
 
 
 class Timing(_Model):

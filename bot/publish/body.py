@@ -268,10 +268,16 @@ def compatibility(r: TargetResult, env: Environment | None, folder: str, kernels
                   f"| Other devices and dtypes | {YES} plain PyTorch; verified only as above |",
                   "| Needs at run time | nothing new: torch |",
                   "| Off switch | none: revert the commit to roll back |"]
+        for pre in manifest_of(r).get("preconditions") or []:  # what no guard in the code tests
+            lines.insert(4, f"| Precondition | equal to the original only where {pre} |")
         return "\n".join(x for x in lines if x)
     prebuilt = any(".so" in p.rsplit("/", 1)[-1] for p in r.files)  # kernel.<arch>.so.b64, runner-built
+    device_code = any(p.endswith(".cubin.b64") for p in r.files)  # kernel.<arch>.cubin.b64: no host code
     builder = "nvcc (the CUDA toolkit)" if cuda else "a C++ compiler (g++)"
-    needs = (f"torch only: the library built on the runner ships beside the drop-in (sha256 checked); {builder} only "
+    needs = ("torch and the CUDA driver only: device code ships beside the drop-in (the cubin, which `kernel.cu` "
+             "makes again by the command its first line states, and PTX for later GPUs; sha256 checked), loaded "
+             "through the driver API; no host code of the kernel runs" if device_code else
+             f"torch only: the library built on the runner ships beside the drop-in (sha256 checked); {builder} only "
              "where it does not fit the host" if prebuilt else
              f"torch, and {builder} to build the kernel on first use (cached)")
     kinds = ", ".join(dtypes) or "the verified dtypes"

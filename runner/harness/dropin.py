@@ -4,16 +4,20 @@ The drop-in is a subclass of the user's class (same constructor, state_dict and 
 calls the fused kernel through ctypes and the C ABI of runner/csrc/fusebot.h, guarded: only for calls the kernel was
 verified for, and for inference; everything else runs the original forward (runner/harness/dropin_guard.py). Under
 torch.compile the kernel is a `torch.library` custom op. It is self-contained (it never imports fusebot) and needs
-nothing but torch at run time: it loads the library the runner shipped beside it (`kernel.<arch>.so.b64`, its sha256
-recorded here and checked), and builds from source only where that library does not fit this host and a compiler is
-present (runner/harness/dropin_runtime.py). Its parts:
+nothing but torch at run time. A catalog CUDA kernel ships device code only: its cubin (`kernel.<arch>.cubin.b64`,
+made again from kernel.cu by the command its first line states), PTX for later GPUs and the launch plans of the
+verified calls, run through the CUDA driver (runner/harness/dropin_device.py, launch_plan.py). Any other kernel loads
+the library the runner shipped beside it (`kernel.<arch>.so.b64`, its sha256 recorded here and checked), and builds
+from source only where that library does not fit this host and a compiler is present
+(runner/harness/dropin_runtime.py). Its parts:
 
-- dropin_runtime.py: loading (the shipped library, the per-user build cache);
+- dropin_runtime.py: loading a library (the shipped one, the per-user build cache);
+- dropin_device.py: loading device code through the driver and launching its plans;
 - dropin_guard.py: what is checked, the kernel call, the custom op;
 - dropin_forward.py: the forward's paths (eager, torch.compile, the original) and the class;
-- dropin_ship.py: the runner's build of the shipped library.
+- dropin_ship.py: the runner's build of what ships (the library; the device code and its plans).
 
-Files the drop-in expects beside it: the kernel source, fusebot.h, the shipped libraries it names, and for a
+Files the drop-in expects beside it: the kernel source, fusebot.h, the shipped device code or libraries it names, and for a
 KernelBench-format problem the reference file as `reference.py`. A repository module is imported by name, with the
 repository root (found from the drop-in's own place in the kernels directory) put on sys.path when the module is not
 importable already.
@@ -25,6 +29,7 @@ import re
 
 from runner.contract import Candidate, ProblemSpec
 from runner.harness import build, dropin_ship
+from runner.harness.dropin_device import DEVICE_LOAD
 from runner.harness.dropin_forward import CLASS, RUNTIME_FORWARD
 from runner.harness.dropin_guard import RUNTIME_GUARD
 from runner.harness.dropin_runtime import RUNTIME_LOAD
@@ -84,13 +89,16 @@ def _import_original(problem: ProblemSpec, root_depth: int | None) -> str:
 def dropin_source(problem: ProblemSpec, backend: str, extra_cflags: list[str] | None = None,
                   kernel_sha256: str = "", *, built_for: str = "", root_depth: int | None = None,
                   single_output: bool = True, built_arch: str = "",
-                  shipped: dict[str, tuple[str, str]] | None = None) -> str:
+                  shipped: dict[str, tuple[str, str]] | None = None,
+                  device_code: dict[str, tuple[str, str]] | None = None, plans: list[dict] | None = None) -> str:
     """The drop-in module for a fast-format kernel of `problem` on `backend`.
 
     `built_for` names the device the kernel was verified on (e.g. "NVIDIA H100 80GB HBM3 (CUDA 12.4)") and
     `built_arch` its arch ("sm_90"); `root_depth` is how many folders above the drop-in's folder the repository root
     is (for a repository module); `shipped` maps an arch to the shipped library beside the drop-in (file name, sha256
-    of the library's bytes)."""
+    of the library's bytes); `device_code` maps an arch ("sm_90", "compute_90") to the shipped cubin or PTX beside
+    it (file name, sha256 of its bytes) and `plans` are its launch plans (runner/harness/launch_plan.py): with them
+    the drop-in runs the kernel through the CUDA driver alone, at the verified calls."""
     kernel = kernel_filename(backend)
     flags = (CUDA_FLAGS if backend == "cuda" else CPU_FLAGS) + list(extra_cflags or [])
     op = op_name(problem, kernel_sha256)
@@ -110,19 +118,30 @@ def dropin_source(problem: ProblemSpec, backend: str, extra_cflags: list[str] | 
         f"KERNEL = {kernel!r}\nBACKEND = {backend!r}\nFLAGS = {flags!r}\n"
         f"BUILT_FOR = {(built_for or backend)!r}\nBUILT_ARCH = {built_arch!r}\n"
         f"SHIPPED = {dict(shipped or {})!r}  # arch -> (file beside this one, sha256 of the library)\n"
+        f"DEVICE_CODE = {dict(device_code or {})!r}  # arch -> (cubin or PTX beside this one, sha256 of its bytes)\n"
+        f"PLANS = {list(plans or [])!r}  # per verified call: the steps its host code launched\n"
         f"TARGET = {problem.name!r}\nOP_NAME = {op!r}\nSINGLE_OUTPUT = {single_output!r}\n"
         f"PROBLEM = {spec!r}\n\n"
     )
     cls = CLASS.replace("__NAME__", problem.class_name).replace("__KERNEL__", kernel).replace("__OP__", op)
-    return (head + _import_original(problem, root_depth) + RUNTIME_LOAD + RUNTIME_GUARD + RUNTIME_FORWARD
+    return (head + _import_original(problem, root_depth) + RUNTIME_LOAD + RUNTIME_GUARD + DEVICE_LOAD + RUNTIME_FORWARD
             + cls.replace("__TARGET__", problem.name))
 
 
 def dropin_files(problem: ProblemSpec, candidate: Candidate, kernel_sha256: str = "", *, built_for: str = "",
-                 root_depth: int | None = None) -> dict[str, str]:
-    """The drop-in and the library shipped beside it (name -> text): what a PR adds besides the kernel's source.
-    The library is built here for this host's arch (dropin_ship); where it cannot be, the drop-in alone (it then
+                 root_depth: int | None = None, calls: list[dict] | None = None) -> dict[str, str]:
+    """The drop-in and what ships beside it (name -> text): what a PR adds besides the kernel's source. A catalog
+    CUDA kernel ships device code only, its cubin, PTX and the launch plans of the verified `calls`
+    (dropin_ship.shipped_device_code); any other kernel, or one whose device code cannot be made here, the library
+    built here for this host's arch (dropin_ship.shipped_library); where neither can be, the drop-in alone (it then
     builds from source on a host with a compiler)."""
+    if candidate.backend == "cuda":
+        source = candidate.sources.get(kernel_filename("cuda")) or next(iter(candidate.sources.values()))
+        dev = dropin_ship.shipped_device_code(source, list(calls or []))
+        if dev is not None:
+            text = dropin_source(problem, "cuda", candidate.extra_cflags, kernel_sha256, built_for=built_for,
+                                 root_depth=root_depth, built_arch=dev.arch, device_code=dev.code, plans=dev.plans)
+            return {DROPIN_FILE: text, **dev.files}
     lib = dropin_ship.shipped_library(candidate)
     shipped = {lib.arch: (lib.name, lib.sha256)} if lib else {}
     arch = (dropin_ship.current_arch("cuda") or "") if candidate.backend == "cuda" else ""

@@ -8,8 +8,12 @@ line. The drop-in records its sha256 and refuses a library whose bytes do not ha
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import json
 import logging
+import subprocess
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +22,7 @@ import torch
 
 from runner.contract import Candidate
 from runner.errors import MachineError
-from runner.harness import build
+from runner.harness import build, launch_plan
 
 log = logging.getLogger(__name__)
 
@@ -78,3 +82,56 @@ def shipped_library(candidate: Candidate, *, cache_dir: Path | None = None) -> S
         return None
     flags = " ".join(f for f in tc.flags if f.startswith(("-march", "-gencode", "-cudart")) or f == "static")
     return encode(arch, out.library.read_bytes(), f"{tc.compiler}, {flags}")
+
+
+@dataclass(frozen=True)
+class DeviceCode:
+    """What a CUDA drop-in ships in place of a host library: the cubin of the verified arch (base64 text), the PTX for
+    later GPUs, and the launch plans of the verified calls."""
+
+    arch: str
+    files: dict[str, str]  # file name -> text
+    code: dict[str, tuple[str, str]]  # "sm_90" / "compute_90" -> (file name, sha256 of its bytes)
+    plans: list[dict]
+
+
+def is_catalog(source: str) -> bool:
+    """Whether a CUDA source is one of the catalog's templates (its host code is fusebot's, so it can be recorded)."""
+    return source.startswith("// fusebot catalog:")
+
+
+def encode_cubin(arch: str, data: bytes) -> str:
+    b64 = base64.b64encode(data).decode()
+    body = "\n".join(b64[i:i + 76] for i in range(0, len(b64), 76))
+    return (f"# fusebot cubin for {arch}, base64; made by: {' '.join(launch_plan.cubin_command(arch))}. sha256 of "
+            f"the cubin: {hashlib.sha256(data).hexdigest()}\n{body}\n")
+
+
+def decode_cubin(text: str) -> bytes:
+    return base64.b64decode("".join(ln for ln in text.splitlines() if not ln.startswith("#")))
+
+
+def shipped_device_code(source: str, calls: list[dict], arch: str | None = None) -> DeviceCode | None:
+    """The device code of a catalog CUDA kernel for `arch` (this GPU's by default) and its plans at `calls`
+    (runner.harness.launch_plan.record), or None (logged) where it cannot be made here."""
+    arch = arch or current_arch("cuda")
+    if arch is None or not calls or not is_catalog(source):
+        return None
+    return _device_code(source, json.dumps(calls, sort_keys=True), arch)
+
+
+@functools.lru_cache(maxsize=16)  # a result's files are made twice (before and after its check): one build
+def _device_code(source: str, calls_json: str, arch: str) -> DeviceCode | None:
+    calls = json.loads(calls_json)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fusebot-device-") as tmp:
+            cubin, ptx = launch_plan.device_code(source, arch, Path(tmp))
+            plans = launch_plan.record(source, arch, calls, Path(tmp), cubin=cubin)
+    except (launch_plan.PlanError, MachineError, OSError, subprocess.SubprocessError) as exc:
+        log.warning("the device code was not made (%s); the drop-in ships a host library instead", exc)
+        return None
+    virt = "compute_" + arch.removeprefix("sm_")
+    cubin_name, ptx_name = launch_plan.cubin_filename(arch), launch_plan.ptx_filename(arch)
+    return DeviceCode(arch, {cubin_name: encode_cubin(arch, cubin), ptx_name: ptx},
+                      {arch: (cubin_name, hashlib.sha256(cubin).hexdigest()),
+                       virt: (ptx_name, hashlib.sha256(ptx.encode()).hexdigest())}, plans)

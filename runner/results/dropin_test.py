@@ -109,6 +109,9 @@ def test_same_class_state_dict_signature_guard_and_switches(monkeypatch):
     arch = dropin._host_arch(device if DEVICE == "cuda" else None)
     if any(dropin._fits(a, arch) for a in dropin.SHIPPED):
         assert dropin._shipped(arch) is not None, "the shipped library fits this host but was refused"
+    if dropin.DEVICE_CODE and DEVICE == "cuda":  # device code only: it loads here, and no host library did
+        dropin._device_image(device)
+        assert not dropin._LIBS, "a host library was loaded beside the shipped device code"
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -8,7 +8,8 @@
 Per target, under `<kernels_dir>/<target>/`: the kernel source with a provenance header, fusebot.h, the drop-in
 module (dropin.py), its pytest test (test_<target>.py: a name of its own, so several targets' tests collect in one
 pytest run), the benchmark script (bench_<target>.py, runner/results/bench_script.py), BENCHMARK.md and fusebot.json
-(runner/results/proposal.py: what was verified, every timed contestant's raw samples); for a KernelBench-format file,
+(runner/results/proposal.py: what was verified, every timed contestant's figures, its raw samples left in the run's
+result.json); for a KernelBench-format file,
 the reference as reference.py. A PyTorch rewrite (runner/results/choice.py) instead changes the module's own file,
 with BENCHMARK.md, fusebot.json and the bench script beside nothing else.
 """
@@ -35,7 +36,10 @@ from runner.harness.sandbox import confined_env
 from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filename, bench_source
 from runner.results.dropin_test import dropin_test_source
 from runner.results.figures import stated
-from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff
+from runner.results.licence import NOASSERTION, licence_note, repo_licence, with_spdx
+from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff, without_samples
+from runner.results.rewrite_test import rewrite_test_source
+from runner.results.shapes import calls as shape_calls
 from runner.results.shapes import verified_inputs
 from runner.search.types import Attempt
 
@@ -140,7 +144,8 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
            f"{abs_err if abs_err is not None else 'n/a'}, largest relative error {rel_err if rel_err is not None else 'n/a'}.",
            "", f"Environment: {env}.", "",
            "Times are medians of n calls with the last-level cache flushed before each; spread is the interquartile "
-           "range. Every raw sample is in fusebot.json beside this file."
+           "range. fusebot.json beside this file holds each contestant's median, IQR and n; the raw samples stay "
+           "in the run's result (result.json), out of this branch."
            + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else "")
            + (f" {v.timing.lead_text().capitalize()} in the run's report." if v.timing and v.timing.lead_text() else ""),
            ""]
@@ -161,9 +166,11 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
 
 def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, provenance: Provenance, *,
                  kernels_dir: str = DEFAULT_KERNELS_DIR, reference_text: str | None = None,
-                 check: DropinCheck | None = None, extra: dict | None = None) -> dict[str, str]:
+                 check: DropinCheck | None = None, extra: dict | None = None,
+                 licence: tuple[str, str] = (NOASSERTION, "")) -> dict[str, str]:
     """The files of one improved target: path relative to the kernels directory -> text. `extra`: what the manifest
-    says beyond the kernel (runner.results.proposal.manifest_extra). Pure."""
+    says beyond the kernel (runner.results.proposal.manifest_extra); `licence`: (SPDX id, where the repository
+    declares it), each file's licence line (runner/results/licence.py). Pure."""
     if candidate.format != "fast":
         raise ValueError(f"{candidate.id}: only fast-format kernels become drop-ins (got {candidate.format})")
     folder = slug(spec.name)
@@ -181,8 +188,9 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     files = {
         f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
-        **{f"{folder}/{name}": text for name, text in dropin.dropin_files(  # the drop-in and its shipped library
-            spec, candidate, digest, built_for=built_for, root_depth=root_depth).items()},
+        **{f"{folder}/{name}": text for name, text in dropin.dropin_files(  # the drop-in and what it ships
+            spec, candidate, digest, built_for=built_for, root_depth=root_depth,
+            calls=shape_calls({"shape_sets": ((extra or {}).get("verified") or {}).get("shapes", [])})).items()},
         f"{folder}/{test_name}": dropin_test_source(spec, candidate.backend),
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check,
@@ -191,14 +199,16 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
                                           kernels_dir=kernels_dir),
     }
-    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(manifest(spec, candidate, kernel_name) | (extra or {}),
+    files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(without_samples(manifest(spec, candidate, kernel_name)
+                                                                    | (extra or {}) | {"licence": licence[0]}),
                                                     indent=1) + "\n"
+    files[f"{folder}/{BENCHMARK_FILE}"] += "\n" + licence_note(*licence) + "\n"
     if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package
         files["__init__.py"] = ""
         files[f"{folder}/__init__.py"] = ""
     if spec.path and reference_text is not None:
         files[f"{folder}/{dropin.REFERENCE_FILE}"] = reference_text
-    return files
+    return with_spdx(files, licence[0], skip=(f"{folder}/{dropin.REFERENCE_FILE}",))
 
 
 def manifest(spec: ProblemSpec, candidate: Candidate, kernel_name: str) -> dict:
@@ -219,25 +229,31 @@ def _rewrite_timing(extra: dict | None) -> Timing | None:
 
 def rewrite_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, provenance: Provenance, *,
                   module_file: str, original_text: str, kernels_dir: str = DEFAULT_KERNELS_DIR,
-                  extra: dict | None = None) -> dict[str, str]:
+                  extra: dict | None = None, licence: tuple[str, str] = (NOASSERTION, "")) -> dict[str, str]:
     """The files of a PyTorch rewrite: the module's file with its new text (key: "/" + its repository path), and in
     the kernels directory BENCHMARK.md, fusebot.json (with the diff) and the bench script. Pure."""
     folder = slug(spec.name)
     bench = bench_filename(folder)
+    test_name = dropin_test_filename(spec.name)
     new_text = getattr(candidate, "rewrite", "")
     diff = unified_diff(module_file, original_text, new_text)
     data = {"schema_version": 1, "problem": spec.model_dump(exclude={"path", "root"}), "kind": REWRITE,
-            "module_file": module_file, "candidate": candidate.id} | (extra or {}) | {"diff": diff}
-    return {
+            "module_file": module_file, "candidate": candidate.id,
+            "preconditions": list(getattr(candidate, "preconditions", []))} | (extra or {}) | {
+                "diff": diff, "licence": licence[0]}
+    return with_spdx({
         f"{ROOT_PREFIX}{module_file}": new_text,
-        f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance, "", None,
+        f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
+                                                         f"{kernels_dir}/{folder}/{test_name}", None,
                                                          bench_path=f"{kernels_dir}/{folder}/{bench}",
-                                                         label=REWRITE_LABEL),
+                                                         label=REWRITE_LABEL) + "\n" + licence_note(*licence) + "\n",
+        f"{folder}/{test_name}": rewrite_test_source(spec, backend=candidate.backend, target_folder=folder,
+                                                     kernels_dir=kernels_dir),
         f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
                                           kernels_dir=kernels_dir, kind=REWRITE, module_file=module_file,
                                           commit=provenance.commit),
-        f"{folder}/{MANIFEST_FILE}": json.dumps(data, indent=1) + "\n",
-    }
+        f"{folder}/{MANIFEST_FILE}": json.dumps(without_samples(data), indent=1) + "\n",
+    }, licence[0])
 
 
 def write_files(kernels_root: Path, files: dict[str, str]) -> list[Path]:
@@ -314,6 +330,7 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
             "class_name": spec.class_name}
     if not improved or candidate is None or verdict is None:
         return TargetResult(improved=False, message=_with_choice(message, choice), **base)
+    licence = repo_licence(root)
     rewrite_t = rewrite.verdict.timing if rewrite is not None and rewrite.verdict and rewrite.candidate and \
         rewrite.candidate.id != candidate.id else None
     extra = manifest_extra(verdict, backend=candidate.backend, change=change, choice=choice, margin=margin,
@@ -323,10 +340,26 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
             return TargetResult(improved=False, message="a PyTorch rewrite was chosen but its module file is not "
                                 "known: nothing is proposed", **base)
         files = rewrite_files(spec, candidate, verdict, provenance, module_file=file,
-                              original_text=(root / file).read_text(), kernels_dir=kernels_dir, extra=extra)
-        return TargetResult(improved=True, message=_with_choice(message, choice), files=files, **base)
+                              original_text=(root / file).read_text(), kernels_dir=kernels_dir, extra=extra,
+                              licence=licence)
+        write_files(root / kernels_dir, files)
+        original = (root / file).read_text()
+        (root / file).write_text(files[f"{ROOT_PREFIX}{file}"])  # the scratch copy as the PR's branch has it
+        try:
+            check = check_dropin(root, kernels_dir, spec.name, env=check_env,
+                                 **({"timeout_s": min(timeout_s, CHECK_TIMEOUT_S)} if timeout_s else {}))
+        finally:
+            (root / file).write_text(original)  # another target of the same file diffs against the original
+        if not check.passed:
+            log.warning("%s: the PyTorch rewrite failed its equivalence test: %s", spec.name, "; ".join(check.reasons))
+            why = _failure(check)
+            return TargetResult(improved=False, dropin_check=check, **base,
+                                message=f"the PyTorch rewrite was verified by the harness but changes what the module "
+                                        f"does elsewhere ({why}); it is not proposed")
+        return TargetResult(improved=True, message=_with_choice(message, choice), files=files, dropin_check=check,
+                            **base)
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
-                         extra=extra)
+                         extra=extra, licence=licence)
     write_files(root / kernels_dir, files)
     check = check_dropin(root, kernels_dir, spec.name, env=check_env,
                          **({"timeout_s": min(timeout_s, CHECK_TIMEOUT_S)} if timeout_s else {}))
@@ -350,10 +383,16 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
         extra = manifest_extra(verdict, backend=candidate.backend, change=change, choice=choice, margin=margin,
                                verified=verified_inputs(spec), rewrite=rewrite_t)
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
-                         check=check, extra=extra)  # BENCHMARK.md now names the check that passed
+                         check=check, extra=extra, licence=licence)  # BENCHMARK.md now names the check that passed
     write_files(root / kernels_dir, files)
     return TargetResult(improved=True, message=_with_choice(message, choice), files=files, dropin_check=check,
                         **base)
+
+
+def _failure(check: DropinCheck) -> str:
+    """The generated test's own words for what failed (its assertion), else the check's reasons."""
+    found = re.findall(r"AssertionError: (.+)", check.output_tail)
+    return found[-1][:600] if found else "; ".join(check.reasons)
 
 
 def _with_choice(message: str, choice: str) -> str:

@@ -72,3 +72,10 @@ def manifest_extra(v: Verdict, *, backend: str, change: str = KERNEL, choice: st
     if diff:
         out["diff"] = diff
     return out
+
+
+def without_samples(data: dict) -> dict:
+    """A manifest as its branch holds it: each timing's median, IQR, n and clock, not its raw samples (those stay
+    in the run's result.json and its verdicts: a maintainer owns the change, its test and its bench script)."""
+    timings = {name: {k: v for k, v in t.items() if k != "samples_ms"} for name, t in (data.get("timings") or {}).items()}
+    return data | ({"timings": timings} if "timings" in data else {})

@@ -48,6 +48,37 @@ def shapes_text(verified: dict) -> str:
     return "; ".join(sets)
 
 
+_NUMBER_DTYPES = {"bool": "bool", "int": "int64", "float": "float32"}  # a Python number as the kernel ABI takes it
+
+
+def _abi_inputs(inputs: list, model) -> list[dict] | None:
+    """The kernel ABI's inputs of a call (runner/csrc/fusebot.h): the forward's arguments, a number as a 0-dim
+    tensor, then the model's parameters and buffers in state_dict order; None for an argument of another kind."""
+    import torch  # noqa: PLC0415
+
+    out = []
+    for x in [*inputs, *model.state_dict(keep_vars=True).values()]:
+        if isinstance(x, torch.Tensor):
+            out.append({"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")})
+        elif type(x).__name__ in _NUMBER_DTYPES:
+            out.append({"shape": [], "dtype": _NUMBER_DTYPES[type(x).__name__]})
+        else:
+            return None
+    return out
+
+
+def calls(verified: dict) -> list[dict]:
+    """The verified calls as runner.harness.launch_plan.record takes them ([] where a set lacks its ABI inputs or
+    outputs)."""
+    out = []
+    for s in verified.get("shape_sets", []):
+        if not s.get("abi_inputs") or not s.get("outputs"):
+            return []
+        out.append({"inputs": [[t["dtype"], t["shape"]] for t in s["abi_inputs"]],
+                    "outputs": [[t["dtype"], t["shape"]] for t in s["outputs"]]})
+    return out
+
+
 def _describe(spec: ProblemSpec) -> dict:
     import torch  # only the confined child needs torch  # noqa: PLC0415
     from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC0415
@@ -61,7 +92,8 @@ def _describe(spec: ProblemSpec) -> dict:
         for shape_set in range(problem.shape_sets()):
             inputs = make_inputs(problem, 0, shape_set=shape_set, randn=None, device="cpu")
             entry = {"inputs": [{"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
-                                for x in inputs if isinstance(x, torch.Tensor)], "outputs": []}
+                                for x in inputs if isinstance(x, torch.Tensor)], "outputs": [],
+                     "abi_inputs": _abi_inputs(inputs, model)}
             try:
                 out = model(*inputs)
                 outs = list(out) if isinstance(out, tuple | list) else [out]

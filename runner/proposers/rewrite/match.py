@@ -32,6 +32,11 @@ class Match:
     words: str
     dims: list[tuple[ast.expr, int]] = field(default_factory=list)
     drop: list[ast.stmt] = field(default_factory=list)  # statements the new expression takes the place of
+    # tested at run time whatever the source shows (shapes and dtypes where the original refuses what the new
+    # expression broadcasts or promotes), over the plain expressions `reads`
+    guards: list[ast.expr] = field(default_factory=list)
+    reads: list[ast.expr] = field(default_factory=list)
+    precondition: str = ""  # what must hold that no guard can test cheaply (the values), stated in the PR
 
 
 @dataclass
@@ -44,6 +49,7 @@ class Site:
     line: int
     old: str
     new: str
+    precondition: str = ""
 
     @property
     def lines(self) -> str:
@@ -198,10 +204,22 @@ def folded(f: Func, node: ast.AST, new: ast.AST, ctx: Ctx) -> list[ast.stmt]:
 Rule = Callable[[ast.expr, Ctx], Match | None]
 
 
+def _viewed(node: ast.expr) -> bool:
+    """A plain expression, or a transpose of one (`x.t()`, `x.T`, `x.mT`): reading it twice costs a view."""
+    if isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
+        return _viewed(node.value)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "t" \
+            and not node.args and not node.keywords:
+        return _viewed(node.func.value)
+    return plain(node)
+
+
 def _guarded(m: Match, node: ast.expr, ctx: Ctx) -> tuple[ast.expr, str] | None:
     """The match's expression with guards for the dims the source does not show; None when one is shown wrong or
     cannot be tested."""
     tests = []
+    if m.guards and not all(_viewed(e) and not (isinstance(e, ast.Name) and e.id in ctx.temps) for e in m.reads):
+        return None
     for expr, want in m.dims:
         known = ctx.f.dims_of(expr)
         if known is not None:
@@ -211,9 +229,11 @@ def _guarded(m: Match, node: ast.expr, ctx: Ctx) -> tuple[ast.expr, str] | None:
         if not plain(expr) or (isinstance(expr, ast.Name) and expr.id in ctx.temps):
             return None
         tests.append(ctx.build(f"E.dim() == {want}" if want > 0 else f"E.dim() >= {-want}", E=expr))
+    tests += m.guards  # after the dims: a guard may index a shape the dims tests make sure of
     if not tests:
         return m.new, ""
-    test = tests[0] if len(tests) == 1 else ast.BoolOp(op=ast.And(), values=tests)
+    flat = [v for t in tests for v in (t.values if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) else [t])]
+    test = flat[0] if len(flat) == 1 else ast.BoolOp(op=ast.And(), values=flat)
     ctx.used.clear()  # the original stays as the other branch, and with it the temporaries it reads
     shown = " and ".join(ast.unparse(t) for t in tests)
     return ast.IfExp(test=test, body=m.new, orelse=copy.deepcopy(node)), f" (guarded: only where {shown}, which the " \
@@ -254,7 +274,8 @@ def _visit(node: ast.expr, f: Func, where: tuple, rules: list[tuple[str, Rule]],
         if note and m.drop:
             continue  # the original, the guard's other branch, needs the statements the rewrite would remove
         edits = [Edit.of(node, new)] + [Edit.of(s) for s in folded(f, node, new, ctx) + m.drop]
-        sites.append(Site(name, m.words + note, edits, node.lineno, ast.unparse(node), ast.unparse(new)))
+        sites.append(Site(name, m.words + note, edits, node.lineno, ast.unparse(node), ast.unparse(new),
+                          m.precondition))
         return
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.expr):

@@ -140,7 +140,8 @@ class RewriteProposer:
         digest = hashlib.sha256(chosen.text.encode()).hexdigest()[:12]
         source = candidate_source(chosen.text, aliases, target_class(aliases))
         return [Candidate(id=f"rewrite-{digest}", format="kernelbench", backend=ctx.backend,
-                          sources={CANDIDATE_FILE: source}, idea=idea.text, rewrite=chosen.text)]
+                          sources={CANDIDATE_FILE: source}, idea=idea.text, rewrite=chosen.text,
+                          preconditions=[s.precondition for s in chosen.sites if s.precondition])]
 
     def repair(self, ctx: ProblemContext, candidate: Candidate, verdict: Verdict) -> Candidate | None:
         return None  # a rewrite is equivalent or it is not; the verdict says which

@@ -31,6 +31,10 @@ def matmul_operands(node: ast.AST, ctx: Ctx) -> tuple[ast.expr, ast.expr, str] |
     return None
 
 
+DIAG_FINITE = ("`{x}` holds no inf or NaN: where it does, the original's matmul multiplies it by the diagonal's "
+               "zeros and spreads NaN along that {side}, and the rewrite does not")
+
+
 def diag_product(node: ast.expr, ctx: Ctx) -> Match | None:
     """diag(a) @ B is a[:, None] * B (a 1-D, B 2+-D); B @ diag(a) is B * a."""
     mm = matmul_operands(node, ctx)
@@ -41,13 +45,17 @@ def diag_product(node: ast.expr, ctx: Ctx) -> Match | None:
     d = ctx.call(a, "torch.diag")
     if d is not None and len(d.args) == 1 and not d.keywords:
         v = d.args[0]
-        return Match(ctx.build("V[:, None] * B", V=v, B=b), f"diag(a) @ B is a[:, None] * B: {why}",
-                     [(v, 1)] + ([] if how == "mm" else [(b, -2)]))
+        # the matmul refuses what the multiply would broadcast (a 1-D B, a B of other rows) or promote (dtypes)
+        guard = ctx.build("B.dim() >= 2 and B.shape[-2] == V.shape[0] and B.dtype == V.dtype", B=b, V=v)
+        return Match(ctx.build("V[:, None] * B", V=v, B=b), f"diag(a) @ B is a[:, None] * B: {why}", [(v, 1)],
+                     guards=[guard], reads=[b, v], precondition=DIAG_FINITE.format(x=ast.unparse(b), side="column"))
     ctx.used.clear()
     d = ctx.call(b, "torch.diag")
     if d is not None and len(d.args) == 1 and not d.keywords:
         v = d.args[0]
-        return Match(ctx.build("A * V", A=a, V=v), f"B @ diag(a) is B * a: {why}", [(v, 1)])
+        guard = ctx.build("A.dim() >= 1 and A.shape[-1] == V.shape[0] and A.dtype == V.dtype", A=a, V=v)
+        return Match(ctx.build("A * V", A=a, V=v), f"B @ diag(a) is B * a: {why}", [(v, 1)], guards=[guard],
+                     reads=[a, v], precondition=DIAG_FINITE.format(x=ast.unparse(a), side="row"))
     ctx.used.clear()
     d = ctx.call(a, "torch.diag_embed")  # a batch of diagonals: [..., N] -> [..., N, N]
     if d is not None and len(d.args) == 1 and not d.keywords and how != "mm":

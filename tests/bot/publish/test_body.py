@@ -124,6 +124,19 @@ def test_a_cuda_kernel_states_what_holds_on_a_gpu():
     prebuilt = prebuilt.model_copy(update={"files": {**prebuilt.files, "row_gain/kernel.sm_90.so.b64": "f0VMRg=="}})
     shipped = compatibility(prebuilt, GPU, "row_gain", "fusebot_kernels")
     assert "torch only: the library built on the runner ships beside the drop-in" in shipped
+    device = prebuilt.model_copy(update={"files": {**kernel_result(GPU).files, "row_gain/kernel.sm_90.cubin.b64": "x",
+                                                   "row_gain/kernel.compute_90.ptx": "x"}})
+    only = compatibility(device, GPU, "row_gain", "fusebot_kernels")
+    assert "torch and the CUDA driver only: device code ships beside the drop-in" in only
+    assert "no host code of the kernel runs" in only and "library built on the runner" not in only
+
+
+def test_a_rewrites_stated_precondition_is_a_row_of_its_compatibility_block():
+    r = rewrite_result()
+    man = json.loads(r.files["row_gain/fusebot.json"]) | {"preconditions": ["`x` holds no inf or NaN"]}
+    stated = r.model_copy(update={"files": {**r.files, "row_gain/fusebot.json": json.dumps(man)}})
+    assert "| Precondition | equal to the original only where `x` holds no inf or NaN |" in pr_body(plan(stated))
+    assert "Precondition" not in pr_body(plan(r))
 
 
 def test_a_rewrite_is_shown_as_its_diff_with_no_dropin_promises():

@@ -2,4 +2,6 @@
 bwrap: test_sandbox.py and test_build.py (every confined process, its view, its namespaces, its whole tree killed)
 checks, plan, reference, trials, config: test_evaluator.py, test_contestants.py and test_oracle.py (the stages the
   evaluator runs, through its public methods)
+dropin_device: test_launch_plan.py (a drop-in with device code, without a GPU) and test_dropin_cuda.py (gpu: it
+  runs from the cubin)
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import pickle
 import sys
 
 import pytest
@@ -16,6 +17,8 @@ from runner.catalog.codegen.cuda.common import workspace_code
 from runner.contract import Candidate, ProblemSpec
 from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_files
 from tests.runner.harness.test_dropin import ROOT
+from tests.runner.harness.test_launch_plan import COLS, ROWS, call, catalog_kernel
+from tests.runner.harness.test_launch_plan import REFERENCE as ROWGAIN
 from tests.verdicts import EXAMPLE, seed_candidate
 from tests.verdicts import SPEC as EXAMPLE_SPEC
 
@@ -173,3 +176,72 @@ def test_the_seed_kernel_on_the_gpu_takes_other_sizes_and_cpu_tensors_run_the_or
     assert mod.ScaledBiasReLU.kernel_calls == 1 and not (tmp_path / "cache").exists()
     for name in [m for m in sys.modules if m.startswith("fbk_seed") or m == "examples" or m.startswith("examples.")]:
         sys.modules.pop(name)
+
+
+def test_a_catalog_kernel_ships_device_code_only_and_runs_from_its_cubin(tmp_path, monkeypatch):
+    """RowGain's catalog kernel: the drop-in ships its cubin, PTX and launch plans (no host library) and, with no nvcc
+    on PATH, runs from the cubin through the CUDA driver at the verified shape, on torch's current stream, under
+    CUDA graph capture and torch.compile, after deepcopy and pickle; FUSEBOT_DISABLE and another size run the
+    original."""
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "repo" / "fbk_cubin" / "rowgain"
+    folder.mkdir(parents=True)
+    src = catalog_kernel(ROWGAIN)
+    (folder / "kernel.cu").write_text(src)
+    (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
+    (folder / REFERENCE_FILE).write_text(ROWGAIN)
+    (folder / "reference_src.py").write_text(ROWGAIN)
+    spec = ProblemSpec(name="rowgain", path=str(folder / "reference_src.py"))
+    files = dropin_files(spec, Candidate(id="rg", format="fast", backend="cuda", sources={"kernel.cu": src}),
+                         calls=[call(ROWS)])
+    assert any(n.endswith(".cubin.b64") for n in files) and any(n.endswith(".ptx") for n in files), sorted(files)
+    assert not any(".so" in n for n in files), sorted(files)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    for pkg in (folder.parent, folder):
+        (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "repo"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    mod = importlib.import_module("fbk_cubin.rowgain.dropin")
+    try:
+        torch.manual_seed(0)
+        fused = mod.Model(ROWS).cuda().eval()
+        x = torch.randn(ROWS, COLS, device="cuda")
+        want = torch.diag(fused.gain) @ x
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), want)
+            assert mod.Model.kernel_calls == 1 and mod._LIBS == {} and mod._LIB is None
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                on_s = fused(x + 1)
+            torch.cuda.synchronize()
+            torch.testing.assert_close(on_s, torch.diag(fused.gain) @ (x + 1))
+            static = x.clone()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = fused(static)
+            static.copy_(x * 0.5)
+            graph.replay()
+            torch.cuda.synchronize()
+            torch.testing.assert_close(out, torch.diag(fused.gain) @ (x * 0.5))
+            for other in (copy.deepcopy(fused), pickle.loads(pickle.dumps(fused))):
+                torch.testing.assert_close(other(x), want)
+            calls = mod.Model.kernel_calls
+            with pytest.warns(mod.FallbackWarning, match="shape"):
+                y = torch.randn(ROWS, COLS // 2 + 3, device="cuda")
+                torch.testing.assert_close(fused(y), torch.diag(fused.gain) @ y)
+            monkeypatch.setenv("FUSEBOT_DISABLE", "1")
+            torch.testing.assert_close(fused(x), want)
+            assert mod.Model.kernel_calls == calls
+            monkeypatch.delenv("FUSEBOT_DISABLE")
+            monkeypatch.setenv("PATH", PATH)  # torch.compile's own builds need gcc and ld
+            compiled = torch.compile(fused, fullgraph=True)
+            torch.testing.assert_close(compiled(x), want)
+            assert mod.Model.kernel_calls == calls + 1
+        assert not (tmp_path / "cache").exists()  # nothing built on this host
+    finally:
+        for name in [m for m in sys.modules if m.startswith("fbk_cubin")]:
+            sys.modules.pop(name)

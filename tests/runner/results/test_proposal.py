@@ -1,5 +1,5 @@
-"""What a result's manifest says (what was verified, every contestant's raw samples, the margin, the choice) and a
-PyTorch rewrite's files (its module's new text at its own path, a diff that applies); BENCHMARK.md's "Reproduce"
+"""What a result's manifest says (what was verified, every contestant's figures but not its raw samples, the margin,
+the choice) and a PyTorch rewrite's files (its module's new text at its own path, a diff that applies); BENCHMARK.md's "Reproduce"
 runs the bench script. The shapes come from the example module itself, described in a confined child process."""
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def test_the_manifest_carries_what_was_verified_and_every_raw_sample():
     assert m["kernel"] == "kernel.cpp" and m["change"] == "kernel" and m["margin"] == 0.05 and m["choice"] == "why"
     t = m["timings"]
     assert set(t) == {"PyTorch eager", "torch.compile", "fusebot", "PyTorch rewrite"}
-    assert t["fusebot"]["samples_ms"] == v.timing.samples_ms and t["PyTorch rewrite"]["n"] == 12
+    assert t["fusebot"]["median_ms"] == v.timing.median_ms and t["PyTorch rewrite"]["n"] == 12
+    assert not any("samples_ms" in x for x in t.values())  # raw samples stay out of the branch
     ver = m["verified"]
     assert (ver["backend"], ver["device"], ver["trials"], ver["shape_sets"]) == ("cpu", "AMD EPYC (test)", 7, 2)
     assert ver["max_abs_err"] == 6e-7 and ver["atol"] == 1e-4 and m["rounds_vs_faster"] == [2.0, 2.2]
@@ -70,7 +71,8 @@ def test_a_rewrite_changes_the_module_file_with_a_diff_that_applies(tmp_path):
                           extra=manifest_extra(v, backend="cpu", change="rewrite"))
     assert files["/examples/mlp_epilogue.py"] == new
     assert sorted(files) == sorted(["/examples/mlp_epilogue.py", f"{FOLDER}/BENCHMARK.md", f"{FOLDER}/fusebot.json",
-                                    f"{FOLDER}/bench_{FOLDER}.py"])
+                                    f"{FOLDER}/bench_{FOLDER}.py", f"{FOLDER}/test_{FOLDER}.py"])
+    assert f"python -m pytest -q fusebot_kernels/{FOLDER}/test_{FOLDER}.py" in files[f"{FOLDER}/bench_{FOLDER}.py"]
     m = json.loads(files[f"{FOLDER}/fusebot.json"])
     assert m["kind"] == "rewrite" and "kernel" not in m and set(m["timings"]) == {"PyTorch eager", "torch.compile",
                                                                                 "PyTorch rewrite"}
@@ -83,7 +85,8 @@ def test_a_rewrite_changes_the_module_file_with_a_diff_that_applies(tmp_path):
     assert (repo / "examples" / "mlp_epilogue.py").read_text() == new
     assert unified_diff("a.py", "x\n", "x\n") == ""
     assert "| PyTorch rewrite | 0.5 |" in files[f"{FOLDER}/BENCHMARK.md"]
-    assert "pytest" not in files[f"{FOLDER}/BENCHMARK.md"].split("## Reproduce", 1)[1]  # a rewrite has no drop-in test
+    reproduce = files[f"{FOLDER}/BENCHMARK.md"].split("## Reproduce", 1)[1]
+    assert f"python -m pytest -q fusebot_kernels/{FOLDER}/test_{FOLDER}.py" in reproduce  # its equivalence test
 
 
 def test_the_pipeline_writes_no_rewrite_path_under_the_kernels_directory(tmp_path):

@@ -3,6 +3,7 @@ by running the module before and after on the same parameters, and left alone wh
 
 from __future__ import annotations
 
+import ast
 import difflib
 import textwrap
 import types
@@ -77,23 +78,48 @@ X3 = [torch.randn(2, 5, 8)]
 
 # ---- diag products ---------------------------------------------------------------------------------------------
 
-def test_diag_matmul_is_a_broadcast_multiply():
+def rows_guard(b: str, v: str) -> str:
+    """The diag rewrite's guard: where the matmul takes B and the multiply would not broadcast or promote it."""
+    return f"{b}.dim() >= 2 and {b}.shape[-2] == {v}.shape[0] and ({b}.dtype == {v}.dtype)"
+
+
+def cols_guard(a: str, v: str) -> str:
+    return f"{a}.dim() >= 1 and {a}.shape[-1] == {v}.shape[0] and ({a}.dtype == {v}.dtype)"
+
+
+def test_diag_matmul_is_a_broadcast_multiply_where_the_matmul_takes_its_operand():
+    """Guarded whatever the source's shape comment says: a 1-D x (an outer product), an x of one row (a broadcast)
+    or of another dtype (a promotion) runs the original, which refuses them; the values' precondition is stated."""
     text = module("# x: [N, M]\nreturn torch.diag(self.gain) @ x")
     r = equivalent(text, X)
-    assert changed(text, r.text) == (["return torch.diag(self.gain) @ x"], ["return self.gain[:, None] * x"])
+    assert changed(text, r.text) == (["return torch.diag(self.gain) @ x"], [
+        f"return self.gain[:, None] * x if {rows_guard('x', 'self.gain')} else torch.diag(self.gain) @ x"])
     assert r.sites[0].rule == "diag-product" and "broadcast multiply" in r.idea()
+    assert r.sites[0].precondition.startswith("`x` holds no inf or NaN")
+    for x in (torch.randn(8), torch.randn(1, 6), torch.randn(8, 6, dtype=torch.float64)):
+        try:
+            want = outputs(text, [x])
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                outputs(r.text, [x])
+        else:
+            got = outputs(r.text, [x])
+            assert got.shape == want.shape and got.dtype == want.dtype
+            torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("expr, new", [
-    ("torch.mm(torch.diag(self.gain), x)", "self.gain[:, None] * x"),
-    ("torch.matmul(torch.diag(self.gain), x)", "self.gain[:, None] * x"),
-    ("torch.diag(self.gain).matmul(x)", "self.gain[:, None] * x"),
-    ("x.t() @ torch.diag(self.gain)", "x.t() * self.gain"),
-    ("torch.mm(x.t(), torch.diag(self.gain))", "x.t() * self.gain"),
+    ("torch.mm(torch.diag(self.gain), x)", "self.gain[:, None] * x if {rows} else torch.mm(torch.diag(self.gain), x)"),
+    ("torch.matmul(torch.diag(self.gain), x)",
+     "self.gain[:, None] * x if {rows} else torch.matmul(torch.diag(self.gain), x)"),
+    ("torch.diag(self.gain).matmul(x)", "self.gain[:, None] * x if {rows} else torch.diag(self.gain).matmul(x)"),
+    ("x.t() @ torch.diag(self.gain)", "x.t() * self.gain if {cols} else x.t() @ torch.diag(self.gain)"),
+    ("torch.mm(x.t(), torch.diag(self.gain))", "x.t() * self.gain if {cols} else torch.mm(x.t(), torch.diag(self.gain))"),
 ])
 def test_every_spelling_of_a_diag_product(expr, new):
     text = module(f"# x: [N, M]\nreturn {expr}")
     r = equivalent(text, X)
+    new = new.format(rows=rows_guard("x", "self.gain"), cols=cols_guard("x.t()", "self.gain"))
     assert changed(text, r.text) == ([f"return {expr}"], [f"return {new}"])
 
 
@@ -113,23 +139,27 @@ def test_a_diag_of_a_matrix_is_not_rewritten():
 def test_unknown_dims_are_guarded():
     text = module("return torch.diag(g) @ x", args="x, g")
     r = one(text)
-    assert changed(text, r.text)[1] == ["return g[:, None] * x if g.dim() == 1 and x.dim() >= 2 else torch.diag(g) @ x"]
+    (line,) = changed(text, r.text)[1]
+    want = f"return g[:, None] * x if g.dim() == 1 and {rows_guard('x', 'g')} else torch.diag(g) @ x"
+    assert ast.dump(ast.parse(line)) == ast.dump(ast.parse(want)), line  # the same code, whatever its parentheses
     assert "guarded" in r.idea()
     for x, g in ((torch.randn(8, 6), torch.rand(8)), (torch.randn(8), torch.rand(8)), (torch.randn(8, 6),
                                                                                         torch.rand(8, 8))):
         torch.testing.assert_close(outputs(r.text, [x, g]), outputs(text, [x, g]))
 
 
-def test_a_temporary_diag_is_folded_in_and_its_line_goes():
+def test_a_temporary_diag_stays_for_the_guards_other_branch():
     text = module("# x: [N, M]\nd = torch.diag(self.gain)\nreturn d @ x")
     r = equivalent(text, X)
-    assert changed(text, r.text) == (["d = torch.diag(self.gain)", "return d @ x"], ["return self.gain[:, None] * x"])
+    assert changed(text, r.text) == (["return d @ x"],
+                                     [f"return self.gain[:, None] * x if {rows_guard('x', 'self.gain')} else d @ x"])
 
 
 def test_a_temporary_read_elsewhere_stays():
     text = module("# x: [N, M]\nd = torch.diag(self.gain)\nreturn d @ x + d.sum()")
     r = equivalent(text, X)
-    assert changed(text, r.text) == (["return d @ x + d.sum()"], ["return self.gain[:, None] * x + d.sum()"])
+    assert changed(text, r.text) == (["return d @ x + d.sum()"], [
+        f"return (self.gain[:, None] * x if {rows_guard('x', 'self.gain')} else d @ x) + d.sum()"])
 
 
 # ---- softmax, log-softmax --------------------------------------------------------------------------------------
