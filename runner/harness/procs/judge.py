@@ -2,7 +2,7 @@
 keeps them out of the candidate's reach (in its own memory only), compares what the candidate's process wrote,
 and times the eager and torch.compile baselines.
 
-Commands (JSON): init, prepare, check, baselines, profile, bandwidth, exit.
+Commands (JSON): init, prepare, check, timed_check, steps, batch_check, baselines, profile, bandwidth, exit.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from runner.contract import ProblemSpec
 from runner.harness import timing, verify
 from runner.harness.oracle import oracle_model, oracle_outputs
 from runner.harness.problem import ProblemError, build_model, bytes_of, load, locate, make_inputs, strict_fp32
+from runner.harness.procs import batch
 from runner.harness.procs.ipc import IpcUnavailable
 from runner.harness.procs.process import serve
 from runner.harness.sandbox import confine
@@ -303,6 +304,17 @@ def timed_check(st: State, msg: dict) -> dict:
     return {"reasons": reasons}
 
 
+def steps(st: State, msg: dict) -> dict:
+    """The parent-clocked batch's steps without the calls (runner.harness.procs.batch), for the parent to time."""
+    base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    return batch.steps(base, msg["out_specs"], msg, st.device)
+
+
+def batch_check(st: State, msg: dict) -> dict:
+    base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    return {"reasons": batch.check(st, msg, base, _run_reference, oracle_outputs)}
+
+
 def baselines(st: State, msg: dict) -> dict:
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     timer = timing.Timer(st.device, st.timer_cfg)
@@ -366,6 +378,7 @@ def _releasing(handler):
 
 HANDLERS = {name: _releasing(h) for name, h in {
     "init": init, "prepare": prepare, "check": check, "timed_check": timed_check, "baselines": baselines,
+    "steps": steps, "batch_check": batch_check,
     "profile": profile,
     "bandwidth": bandwidth}.items()}
 
