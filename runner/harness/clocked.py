@@ -14,6 +14,11 @@ the judge, a process the candidate never touched:
   and never by more than half of it (CUDA_ALLOWANCE: where the steps cost as much as the call, an elementwise kernel
   whose fingerprint reads its whole output, they would otherwise allow anything).
 
+A batch is sized by what it costs the parent, not by the time the candidate's process reports: as many calls as the
+batch's budget (`wall_check_ms` on CUDA, `cpu_check_ms` on the CPU) holds at the judge's measured cost of a call's
+steps (fresh inputs, fingerprints, their reply) plus the reported time, at least MIN_CALLS, at most MAX_CALLS
+(`batch_calls`). A process that reports less than it takes only makes its own batches longer, to the cap.
+
 A median under that bound is raised to it (the samples scaled alike) and `Timing.parent_ms` records it. A timer that
 sees under CPU_ESCAPE_RATIO (CPU) or half (CUDA) of the calls' cost is `timer-escape`, rejected.
 """
@@ -32,6 +37,22 @@ CPU_ESCAPE_RATIO = 0.1
 # On CUDA the in-process GPU time may be under the parent's per-call time by at most this fraction of it (a call of
 # 7 us of GPU work behind 17 us of host work runs back to back at its host's pace); a timer under half is an escape.
 CUDA_ALLOWANCE = 0.5
+
+
+# calls a batch holds: at least enough to draw one from, at most what the parent fingerprints and parses in well
+# under a second on the 2-core development host (its steps cost 0.1-0.3 ms a call there under load)
+MIN_CALLS = 3
+MAX_CALLS = {"cpu": 2000, "cuda": 1000}
+# the sizing probe's calls of the judge's steps: from 1, four times more while they cost under a quarter of the budget
+PROBE_CALLS_MAX = 64
+
+
+def batch_calls(budget_ms: float, step_ms: float, call_ms: float, cuda: bool) -> int:
+    """The calls of one batch: what `budget_ms` of the parent's time holds at `step_ms` (the judge's steps, a call)
+    plus `call_ms` (the reported time, a call)."""
+    per_call = max(step_ms, 0.0) + max(call_ms, 0.0)
+    most = MAX_CALLS["cuda" if cuda else "cpu"]
+    return max(MIN_CALLS, min(most, int(budget_ms / per_call) if per_call > 0 else most))
 
 
 @dataclass(frozen=True)

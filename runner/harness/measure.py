@@ -4,7 +4,9 @@ roofline's floor is measured again in a fresh process."""
 
 from __future__ import annotations
 
-import math
+import contextlib
+import ctypes
+import logging
 import os
 import secrets
 import time
@@ -20,6 +22,8 @@ from runner.harness.contestants import Contestants, died_label, tail
 from runner.harness.procs.process import Child, ChildDied
 from runner.harness.reference import Reference
 from runner.harness.trials import judged
+
+log = logging.getLogger(__name__)
 
 
 def score(verdict: Verdict, timing: Timing, baselines: Baselines, roofline: Roofline | None) -> None:
@@ -71,11 +75,30 @@ def measure(contestants: Contestants, child: Child, ref: Reference) -> tuple[Tim
     return cross_check(contestants, child, ref, timing, seed)
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC = _LIBC if hasattr(_LIBC, "clock_getcpuclockid") else None
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid` (every thread it ran, ended ones included), to the nanosecond where the kernel
+    gives its CPU clock (clock_getcpuclockid), else in its 10 ms ticks: a batch of a few hundred milliseconds of
+    calls on a loaded host spends a few ticks of CPU, too few to bound a call by."""
+    clock = ctypes.c_int()
+    if _LIBC is not None and _LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) == 0:
+        with contextlib.suppress(OSError):
+            return time.clock_gettime(clock.value)
+    return sum(psutil.Process(pid).cpu_times()[:2])
+
+
 def _cpu_seconds(child: Child | None) -> float:
     """CPU time (user + system) of the child's process tree so far, by the kernel's accounting."""
     try:
         top = psutil.Process(child.proc.pid)
-        return sum(sum(q.cpu_times()[:2]) for q in [top, *top.children(recursive=True)])
+        total = 0.0
+        for q in [top, *top.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += _process_cpu_seconds(q.pid)
+        return total
     except (psutil.Error, AttributeError):
         return 0.0
 
@@ -95,16 +118,32 @@ def _timed(ask, child: Child | None) -> tuple[dict, float, float]:
     return reply, (time.perf_counter() - t0) * 1e3, (_cpu_seconds(child) - c0) * 1e3
 
 
+def _step_ms(ref: Reference, step: dict, budget_ms: float, timeout_s: float) -> float:
+    """The judge's cost of one call's steps by the parent's clock: after one call that makes the judge's inputs for
+    the cross-check, probes of 1, 4, 16... calls until one costs a quarter of the budget or has PROBE_CALLS_MAX."""
+    judge = ref.start()
+    ref.ask({**step, "calls": 1}, timeout_s, "steps")
+    calls = 1
+    while True:
+        _, wall, _ = _timed(lambda n=calls: ref.ask({**step, "calls": n}, timeout_s, "steps"), judge)
+        if wall >= budget_ms / 4 or calls >= clocked.PROBE_CALLS_MAX:
+            return wall / calls
+        calls *= 4
+
+
 def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: Timing,
                 seed: int) -> tuple[Timing | None, list[str]]:
     """The time that counts (runner.harness.clocked): the parent times three batches of back-to-back calls in the
     candidate's process (each output fingerprinted), and the same steps without the calls in the judge's; then it
-    draws one call of each batch, whose fingerprints the judge checks against the oracle on that call's inputs."""
+    draws one call of each batch, whose fingerprints the judge checks against the oracle on that call's inputs.
+    A batch holds what its budget of the parent's time does (clocked.batch_calls), at the judge's measured cost of
+    a call's steps."""
     cuda = contestants.device == "cuda"
-    span_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
-    calls = max(3, min(1000 if cuda else 20000, math.ceil(span_ms / max(timing.median_ms, 1e-3))))
+    budget_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
     timeout_s = contestants.config.time_timeout_s
     specs, _ = ref.out_specs[0]
+    step = {"cmd": "steps", "seed": seed, "out_specs": specs, "weights_seed": 1}
+    calls = clocked.batch_calls(budget_ms, _step_ms(ref, step, budget_ms, timeout_s), timing.median_ms, cuda)
     full, steps, checks = [], [], []
     try:
         for _ in range(3):
@@ -118,8 +157,8 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
             pick = secrets.randbelow(calls)  # drawn now that every call of the batch has returned
             checks.append({"call": first + pick, "weights_seed": weights_seed, "fingerprint": prints[pick]})
             full.append((wall, cpu))
-            step = {"cmd": "steps", "seed": seed, "calls": calls, "out_specs": specs, "weights_seed": weights_seed}
-            _, wall, cpu = _timed(lambda m=step: ref.ask(m, timeout_s, "steps"), ref.start())
+            m = {**step, "calls": calls, "first": first, "weights_seed": weights_seed}
+            _, wall, cpu = _timed(lambda m=m: ref.ask(m, timeout_s, "steps"), ref.start())
             steps.append((wall, cpu))
     except ChildDied as exc:
         return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
@@ -132,6 +171,7 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
     batches = clocked.Batches(calls=calls, full_wall_ms=min(f[0] for f in full), full_cpu_ms=min(f[1] for f in full),
                               steps_wall_ms=min(s[0] for s in steps), steps_cpu_ms=min(s[1] for s in steps),
                               cores=1 if cuda else _cores(child))
+    log.debug("parent-clocked batches of %s: %s (walls %s, steps %s)", child.workdir.name, batches, full, steps)
     return clocked.decide(timing, batches, cuda)
 
 

@@ -5,8 +5,9 @@ factor, k counting from the `first` the parent chose), each output fingerprinted
 the weights of the seed the parent drew for this batch. The fingerprints come back with the reply; only then does
 the parent draw which calls the judge checks, so every call must have done its work inside the parent's clock.
 
-In the judge (`steps`): the same fresh-input steps and fingerprints, of outputs of the same sizes, without the
-call: what the batch costs besides the calls, timed by the parent in a process the candidate never touched.
+In the judge (`Steps`): the same fresh-input steps, fingerprints and reply, of outputs of the same sizes, without the
+call: what the batch costs besides the calls, timed by the parent in a process the candidate never touched (its
+inputs are made once per cross-check, before the first request the parent times).
 The judge (`check`) reruns the reference and the oracle on a drawn call's inputs and checks its fingerprint.
 """
 
@@ -20,6 +21,16 @@ from runner.harness.procs.calls import FreshInputs, call_scale
 _sync = torch.cuda.synchronize
 
 
+def _prints(flat: list, seed: int) -> list:
+    return [fingerprint.of(t, seed) if isinstance(t, torch.Tensor) else None for t in flat]
+
+
+def _listed(prints: list, device: str) -> list:
+    if device.startswith("cuda"):
+        _sync()
+    return [[p.tolist() if p is not None else None for p in call] for call in prints]
+
+
 def run(capture, fresh: FreshInputs, msg: dict, device: str) -> dict:
     seed = int(msg["weights_seed"])
     fresh.k = int(msg["first"]) - 1
@@ -28,23 +39,29 @@ def run(capture, fresh: FreshInputs, msg: dict, device: str) -> dict:
         fresh.next()
         capture()
         flat, _ = verify.flatten(capture.out)
-        prints.append([fingerprint.of(t, seed) if isinstance(t, torch.Tensor) else None for t in flat])
-    if device.startswith("cuda"):
-        _sync()
-    return {"fingerprints": [[p.tolist() if p is not None else None for p in call] for call in prints]}
+        prints.append(_prints(flat, seed))
+    return {"fingerprints": _listed(prints, device)}
 
 
-def steps(base: list, specs: list[dict], msg: dict, device: str) -> dict:
-    fresh = FreshInputs(base, int(msg["seed"]))
-    outs = [torch.zeros(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=device) for s in specs]
-    seed = int(msg["weights_seed"])
-    prints = []
-    for _ in range(int(msg["calls"])):
-        fresh.next()
-        prints.append([fingerprint.of(t, seed) for t in outs])
-    if device.startswith("cuda"):
-        _sync()
-    return {}
+class Steps:
+    """The judge's side of a batch: the first shape's inputs and outputs of the reference's sizes, made once per
+    cross-check (outside the requests the parent times), then each `run` the batch's steps without the call."""
+
+    def __init__(self, base: list, specs: list[dict], seed: int, device: str):
+        self.fresh = FreshInputs(base, seed)
+        self.outs = [torch.zeros(s["shape"], dtype=verify.DTYPE_NAMES[s["dtype"]], device=device) for s in specs]
+        self.device = device
+
+    def run(self, msg: dict) -> dict:
+        """What the candidate's process does besides its calls, reply included (the same fingerprints, of zeros)."""
+        seed = int(msg["weights_seed"])
+        self.fresh.k = int(msg.get("first", 1)) - 1
+        prints = []
+        for _ in range(int(msg["calls"])):
+            self.fresh.next()
+            flat, _ = verify.flatten(self.outs[0] if len(self.outs) == 1 else tuple(self.outs))
+            prints.append(_prints(flat, seed))
+        return {"fingerprints": _listed(prints, self.device)}
 
 
 def check(st, msg: dict, base: list, run_reference, oracle_outputs) -> list[str]:

@@ -35,6 +35,7 @@ class State:
     tols: dict[int, list[tuple[float, float]]] = {}  # per trial, per output: the (atol, rtol) its check uses
     prev_ref: list | None = None  # verify.sample() of each output of the previous trial
     timer_cfg = timing.TimerConfig()
+    steps: tuple = ()  # (seed, output specs, runner.harness.procs.batch.Steps) of the cross-check under way
 
 
 def _problem_error(exc: ProblemError) -> dict:
@@ -305,12 +306,17 @@ def timed_check(st: State, msg: dict) -> dict:
 
 
 def steps(st: State, msg: dict) -> dict:
-    """The parent-clocked batch's steps without the calls (runner.harness.procs.batch), for the parent to time."""
-    base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
-    return batch.steps(base, msg["out_specs"], msg, st.device)
+    """The parent-clocked batch's steps without the calls (runner.harness.procs.batch), for the parent to time: the
+    inputs are made by the first request of a cross-check (its sizing probe) and kept until its `batch_check`."""
+    if not st.steps or st.steps[:2] != (msg["seed"], msg["out_specs"]):
+        st.steps = ()  # (freed before the next inputs are made)
+        base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+        st.steps = (msg["seed"], msg["out_specs"], batch.Steps(base, msg["out_specs"], msg["seed"], st.device))
+    return st.steps[2].run(msg)
 
 
 def batch_check(st: State, msg: dict) -> dict:
+    st.steps = ()
     base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     return {"reasons": batch.check(st, msg, base, _run_reference, oracle_outputs)}
 

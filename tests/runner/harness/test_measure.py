@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runner.harness.clocked import Batches, bounded, decide, parent_bound_ms
+from runner.harness.clocked import MAX_CALLS, MIN_CALLS, Batches, batch_calls, bounded, decide, parent_bound_ms
 from runner.harness.timing import summarize
 
 
@@ -78,6 +78,17 @@ def test_a_timer_far_under_the_calls_cost_is_an_escape():
     assert decide(timed(0.5), batches(2.0), cuda=True)[1][0].startswith("timer-escape")
     ok, reasons = decide(timed(2.0), batches(2.1), cuda=False)
     assert reasons == [] and ok.median_ms == pytest.approx(2.1)
+
+
+def test_a_batch_is_sized_by_the_parents_cost_not_by_the_reported_time():
+    """A 2K-element kernel of 5 us whose steps (fresh inputs, fingerprints) cost the parent 0.2 ms a call: a 100 ms
+    budget holds 487 calls, not the 20,000 that 100 ms over 5 us would make; a process that reports a tiny time
+    gets no more than the cap, one that reports a huge one at least MIN_CALLS."""
+    assert batch_calls(100.0, 0.2, 0.005, cuda=False) == 487
+    assert batch_calls(100.0, 0.2, 0.005, cuda=False) * (0.2 + 0.005) <= 100.0
+    assert batch_calls(400.0, 0.001, 0.0, cuda=False) == MAX_CALLS["cpu"]
+    assert batch_calls(100.0, 0.0, 0.0, cuda=True) == MAX_CALLS["cuda"]
+    assert batch_calls(100.0, 0.2, 1e6, cuda=False) == MIN_CALLS
 
 
 def test_bounded_keeps_what_the_timing_says_about_the_call():
