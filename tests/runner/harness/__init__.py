@@ -2,4 +2,5 @@
 bwrap: test_sandbox.py and test_build.py (every confined process, its view, its namespaces, its whole tree killed)
 checks, plan, reference, trials, config: test_evaluator.py, test_contestants.py and test_oracle.py (the stages the
   evaluator runs, through its public methods)
+clocked: test_measure.py (the parent's bound, the escape ratio and the batch sizing, on injected measurements)
 """
