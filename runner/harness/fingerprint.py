@@ -28,28 +28,32 @@ def weights(seed: int, device: str) -> torch.Tensor:
     return (torch.rand(PERIOD, generator=g, dtype=torch.float64) + 0.5).to(device)
 
 
-def _chunks(t: torch.Tensor):
+def _chunks(t: torch.Tensor, native: bool = False):
+    """`t` flat, CHUNK elements at a time, in float64 (or, `native`, in its own floating dtype)."""
     flat = t.detach().reshape(-1)
+    keep = native and flat.is_floating_point()
     for start in range(0, flat.numel(), CHUNK):
-        yield flat[start:start + CHUNK].to(torch.float64)
+        x = flat[start:start + CHUNK]
+        yield x if keep else x.to(torch.float64)
 
 
 def _fold(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """sum(x[i] * w[i % PERIOD]) for a chunk that starts at a multiple of PERIOD, in as few operations as the
-    chunk's size allows (a fingerprint is taken for every call of a batch: its cost is the parent's)."""
+    """sum(x[i] * w[i % PERIOD]) in float64 for a chunk that starts at a multiple of PERIOD. The rows are summed
+    in float64 from the chunk's own dtype, without a float64 copy of it (the fingerprint of every call of a batch
+    is the parent's cost: on CUDA it reads the whole output, as many times as it has passes)."""
     rows = x.numel() // PERIOD
+    rest = x[rows * PERIOD:].to(torch.float64)
+    tail = (rest * w[:rest.numel()]).sum()
     if not rows:
-        return (x * w[:x.numel()]).sum()
-    body = (x[:rows * PERIOD].view(rows, PERIOD).sum(0) * w).sum()
-    rest = x[rows * PERIOD:]
-    return body + (rest * w[:rest.numel()]).sum() if rest.numel() else body
+        return tail
+    return (x[:rows * PERIOD].view(rows, PERIOD).sum(0, dtype=torch.float64) * w).sum() + tail
 
 
 def of(t: torch.Tensor, seed: int) -> torch.Tensor:
     """The fingerprint (S, A, N) of `t`, as a float64 tensor on its device (no synchronisation)."""
     w = weights(seed, str(t.device))
     parts = []
-    for x in _chunks(t):
+    for x in _chunks(t, native=True):
         finite = torch.isfinite(x)
         x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
         parts.append(torch.stack([_fold(x, w), _fold(x.abs(), w), x.numel() - finite.sum().to(torch.float64)]))
