@@ -43,7 +43,9 @@ CUDA_ALLOWANCE = 0.5
 # under a second on the 2-core development host (its steps cost 0.1-0.3 ms a call there under load)
 MIN_CALLS = 3
 MAX_CALLS = {"cpu": 2000, "cuda": 1000}
-# the sizing probe's calls of the judge's steps: from 1, four times more while they cost under a quarter of the budget
+# the sizing probe's calls of the judge's steps: from 1, four times more while under PROBE_CALLS_MIN or under a quarter
+# of the budget, to PROBE_CALLS_MAX
+PROBE_CALLS_MIN = 16
 PROBE_CALLS_MAX = 64
 
 

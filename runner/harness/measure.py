@@ -120,13 +120,15 @@ def _timed(ask, child: Child | None) -> tuple[dict, float, float]:
 
 def _step_ms(ref: Reference, step: dict, budget_ms: float, timeout_s: float) -> float:
     """The judge's cost of one call's steps by the parent's clock: after one call that makes the judge's inputs for
-    the cross-check, probes of 1, 4, 16... calls until one costs a quarter of the budget or has PROBE_CALLS_MAX."""
+    the cross-check, probes of 1, 4, 16... calls until one of at least PROBE_CALLS_MIN costs a quarter of the budget
+    or has PROBE_CALLS_MAX (a request's own cost, tens of milliseconds on a loaded host, spread over its calls:
+    taken for one call's, it cut a batch to MIN_CALLS, whose bound that cost then swamped)."""
     judge = ref.start()
     ref.ask({**step, "calls": 1}, timeout_s, "steps")
     calls = 1
     while True:
         _, wall, _ = _timed(lambda n=calls: ref.ask({**step, "calls": n}, timeout_s, "steps"), judge)
-        if wall >= budget_ms / 4 or calls >= clocked.PROBE_CALLS_MAX:
+        if calls >= clocked.PROBE_CALLS_MAX or (calls >= clocked.PROBE_CALLS_MIN and wall >= budget_ms / 4):
             return wall / calls
         calls *= 4
 
@@ -169,7 +171,7 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
     if check["reasons"]:
         return None, check["reasons"]
     batches = clocked.Batches(calls=calls, full_wall_ms=min(f[0] for f in full), full_cpu_ms=min(f[1] for f in full),
-                              steps_wall_ms=min(s[0] for s in steps), steps_cpu_ms=min(s[1] for s in steps),
+                              steps_wall_ms=max(s[0] for s in steps), steps_cpu_ms=max(s[1] for s in steps),
                               cores=1 if cuda else _cores(child))
     log.debug("parent-clocked batches of %s: %s (walls %s, steps %s)", child.workdir.name, batches, full, steps)
     return clocked.decide(timing, batches, cuda)
