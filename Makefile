@@ -5,15 +5,14 @@ demo:
 	@bash scripts/bootstrap.sh
 	.venv/bin/fusebot demo
 
-# The tests run in four processes on CI's two cores: a serial run of the suite keeps one core about half busy (it
-# waits on the harness's sandboxed processes, servers and compilers), so four processes fill two cores. A file's tests
-# stay in one process (--dist loadfile), so its module fixtures are built once. Nothing here passes or fails by how
-# fast the machine runs a kernel: tests that need real speeds are marked `timing`, and the whole real-world suite
-# verified end to end `suite`; both run in `make bench-check`.
+# The tests run in two processes: most of the suite's time is process start-ups, builds and compiles that keep one
+# core busy. A file's tests stay in one process (--dist loadfile), so its module fixtures are built once. Nothing here
+# passes or fails by how fast the machine runs a kernel: tests that need real speeds are marked `timing`, and the
+# whole real-world suite verified end to end `suite`; both run in `make bench-check`.
 test:
 	@bash scripts/bootstrap.sh
 	.venv/bin/ruff check .
-	.venv/bin/python -m pytest -q -n 4 --dist loadfile --durations=20 -m "not timing and not suite"
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=20 -m "not timing and not suite"
 
 # Real speeds, by hand on an idle machine (a CPU, or the GPU machine, where the gpu-marked timing tests run too): one
 # process, nothing beside it.

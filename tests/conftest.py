@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-# `make test` runs in four processes on two cores, each timing kernels while others build: confirmation rounds there
+# `make test` runs in two processes on two cores, each timing kernels while the other builds: confirmation rounds there
 # spread by 50-8800% (measured). Its tests check the flows and the honesty of whatever verdict comes out, never a
 # particular verdict from the CPU's timings; the unstable-measurement rule has its own tests
 # (tests/runner/harness/test_confirm.py), which set their threshold explicitly; so do the tests of `make bench-check`
