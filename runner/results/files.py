@@ -275,6 +275,22 @@ def write_files(kernels_root: Path, files: dict[str, str]) -> list[Path]:
 _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
 
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+def pytest_summary(stdout: str) -> tuple[str, dict[str, int]]:
+    """pytest's own last summary line ("1 passed, 2 skipped in 0.52s") and its counts. Read from pytest's stdout, the
+    last line that holds counts: a plugin's warning on stderr (pytest-benchmark's under xdist, say) or a line printed
+    after the summary is not the summary."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+    lines = [line for line in stdout.strip().splitlines() if _COUNTS.search(line)]
+    summary = lines[-1].strip("= ") if lines else (stdout.strip().splitlines() or [""])[-1]
+    for n, word in _COUNTS.findall(summary if lines else ""):
+        counts["error" if word.startswith("error") else word] += int(n)
+    return summary, counts
+
+
 def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float = CHECK_TIMEOUT_S,
                  env: dict[str, str] | None = None) -> DropinCheck:
     """Run the generated test of `target` (which builds and runs the drop-in) from the repository root `root`.
@@ -295,14 +311,11 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
     start = time.monotonic()
     try:
         done = subprocess.run(cmd, cwd=root, env=run_env, capture_output=True, text=True, timeout=timeout_s)
-        output, rc = done.stdout + done.stderr, done.returncode
+        stdout, output, rc = done.stdout, done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as e:
-        output, rc = f"{e.stdout or ''}{e.stderr or ''}", None
+        stdout, output, rc = _text(e.stdout), _text(e.stdout) + _text(e.stderr), None
     seconds = time.monotonic() - start
-    counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
-    summary = output.strip().splitlines()[-1] if output.strip() else ""
-    for n, word in _COUNTS.findall(summary):
-        counts["error" if word.startswith("error") else word] += int(n)
+    summary, counts = pytest_summary(stdout)
     reasons = []
     if rc is None:
         reasons.append(f"the generated test did not finish within {timeout_s:.0f} s")
