@@ -99,8 +99,10 @@ def plan(g: CGraph) -> Plan:
 
     def materialise(names: list[str]) -> None:
         names = list(dict.fromkeys(x for x in names if x not in done))
-        sizes = {_numel(by[x]) for x in names}
-        groups = [names] if len(sizes) == 1 else [[x] for x in names]  # one program has outputs of one size
+        # one program has outputs of one shape: two of one size but different shapes ([B, D, 1] and [B, 1, T], the
+        # two casts before transformers' rotary matmul) are two programs
+        shapes = {tuple(by[x].shape or ()) for x in names}
+        groups = [names] if len(shapes) == 1 else [[x] for x in names]
         for group in groups:
             if not group:
                 continue
