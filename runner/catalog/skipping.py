@@ -218,6 +218,10 @@ def inside(p: Program, e: Expr) -> Expr:
     w, branch = p.kept
 
     def sub(x: Expr) -> Expr:
-        return branch if x == w else rebuild(x, sub)
+        if x == w:
+            return branch
+        if isinstance(x, Op):  # simplified again (Llama's rounded sum, its mask gone: its score rounded once)
+            return op(x.name, *(sub(a) for a in x.args), attrs=x.attrs)
+        return rebuild(x, sub)
 
     return sub(e)
