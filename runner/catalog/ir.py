@@ -372,6 +372,8 @@ def op(name: str, *args: Expr, attrs: tuple[float, ...] = ()) -> Expr:
         return Op("sqrt", (a,))  # type: ignore[arg-type]
     if name == "relu" and isinstance(a, Op) and a.name == "relu":
         return a
+    if name in ("round_bf16", "round_fp16") and isinstance(a, Op) and a.name == name:
+        return a  # a value rounded to a dtype is one of its values: rounding it again changes nothing
     if name == "where" and isinstance(a, Const):
         return args[1] if a.value != 0 else args[2]
     if all(isinstance(x, Const) for x in args) and args:

@@ -71,6 +71,15 @@ def find(p: Program) -> tuple[Expr, float, tuple[Expr, Expr]] | None:
     if not p.is_row or p.axes != (p.ndim - 1,) or p.more or p.has_totals or p.level(p.out) != "full":
         return None
     for w in walk(p.out):
+        added = _added_mask(w)
+        if added is not None:  # y + where(cond, 0, M): the masked positions are y + M, as negative as M itself
+            cond, m, kept = added
+            limit = _col_limit(cond, False)
+            if limit is not None:
+                beyond = _proves(p, w, m, _keeps_one(limit))
+                if beyond is not None:
+                    return limit, beyond, (w, kept)
+            continue
         if not (isinstance(w, Op) and w.name == "where"):
             continue
         cond, yes, no = w.args
@@ -83,6 +92,36 @@ def find(p: Program) -> tuple[Expr, float, tuple[Expr, Expr]] | None:
             beyond = _proves(p, w, m, _keeps_one(limit))
             if beyond is not None:
                 return limit, beyond, (w, no if masked_when_true else yes)
+    return None
+
+
+ROUNDS = ("round_bf16", "round_fp16")
+
+
+def _added_mask(e: Expr) -> tuple[Expr, Const, Expr] | None:
+    """(cond, M, kept) where e is an additive mask, `y + where(cond, 0, M)` (each side perhaps rounded to a half
+    dtype, the sum too: transformers' `scores + causal_mask` with the mask built by `full(finfo.min)` and
+    `masked_fill_`): kept, where cond holds, is y (y + 0, rounded as e rounds it); elsewhere e is y + M, which for a
+    score y below |M| - 1e30 (every finite score short of the float's own maximum) is at most NEGATIVE, so it counts
+    as M does for the row's max, log-sum-exp and sum: the row's max is a kept score and exp(y + M - max) is exactly 0.
+    A NaN or an infinity under the mask, which the reference would spread into its row, is not read (as the padding
+    rule below takes its other inputs as finite)."""
+    outer = e.name if isinstance(e, Op) and e.name in ROUNDS else None
+    s = e.args[0] if outer else e
+    if not (isinstance(s, Op) and s.name == "add" and len(s.args) == 2):
+        return None
+    for y, w in (s.args, s.args[::-1]):
+        rounds, inner = [], w
+        while isinstance(inner, Op) and inner.name in ROUNDS:
+            rounds.append(inner.name)
+            inner = inner.args[0]
+        if not (isinstance(inner, Op) and inner.name == "where" and inner.args[1] == Const(0.0)):
+            continue
+        m = inner.args[2]
+        for name in reversed(rounds):  # finfo(bf16).min rounded to bf16 is itself: the IR folds it
+            m = op(name, m)
+        if isinstance(m, Const) and m.value <= NEGATIVE:
+            return inner.args[0], m, op(outer, y) if outer else y
     return None
 
 
@@ -179,6 +218,10 @@ def inside(p: Program, e: Expr) -> Expr:
     w, branch = p.kept
 
     def sub(x: Expr) -> Expr:
-        return branch if x == w else rebuild(x, sub)
+        if x == w:
+            return branch
+        if isinstance(x, Op):  # simplified again (Llama's rounded sum, its mask gone: its score rounded once)
+            return op(x.name, *(sub(a) for a in x.args), attrs=x.attrs)
+        return rebuild(x, sub)
 
     return sub(e)

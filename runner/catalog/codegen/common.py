@@ -80,6 +80,7 @@ def plan_passes(p: Program, mode: str) -> Plan:
         pass_of[v.name] = pno
         return AccRef(v.name)
 
+    softmax: dict[tuple[Expr, AccRef], Expr] = {}  # (x, its lse) -> exp(x - lse) as exp(x - max) * (1 / sum)
     reds: list[Red] = []
     for o in p.outputs:
         reds += [r for r in reductions(o.expr) if r not in reds]
@@ -110,8 +111,12 @@ def plan_passes(p: Program, mode: str) -> Plan:
         elif k == "lse":
             m = acc("AccMax", arg)
             mv = value(f"{m.name}.m", m.pass_no)
-            s = acc("AccSum", Op("exp", (Op("sub", (arg, mv)),)))
+            e = Op("exp", (Op("sub", (arg, mv)),))
+            s = acc("AccSum", e)
             done[red] = value(f"({mv.name} + logf((float){s.name}.s))", s.pass_no)
+            # softmax's exp(x - lse) is exp(x - max) / sum: the exponential its sum pass already took (a template
+            # that keeps it in registers computes one exp per element), times the sum's reciprocal
+            softmax[(arg, done[red])] = Op("mul", (e, value(f"(1.0f / (float){s.name}.s)", s.pass_no)))
         elif k == "var" and mode == "online":
             a = acc("AccWelford", arg)
             done[red] = value(f"(float)({a.name}.m2 / {a.name}.n)", a.pass_no)
@@ -122,10 +127,23 @@ def plan_passes(p: Program, mode: str) -> Plan:
             done[red] = value(f"(float){s.name}.s / (float)a.R", s.pass_no)
         else:
             raise NotExpressible(f"reduction {k}")
-    plan.out = replace_reds(p.out, done)
-    plan.more = [replace_reds(o.expr, done) for o in p.more]
+    plan.out = _softmax_exp(replace_reds(p.out, done), softmax)
+    plan.more = [_softmax_exp(replace_reds(o.expr, done), softmax) for o in p.more]
     plan.passes = max((a.pass_no for a in plan.accs), default=0)
     return plan
+
+
+def _softmax_exp(e: Expr, softmax: dict[tuple[Expr, AccRef], Expr]) -> Expr:
+    """e with every exp(x - lse(x)) of a two-pass log-sum-exp as exp(x - max) * (1 / sum)."""
+    if not softmax:
+        return e
+    if isinstance(e, Op) and e.name == "exp" and isinstance(e.args[0], Op) and e.args[0].name == "sub":
+        found = softmax.get((e.args[0].args[0], e.args[0].args[1]))
+        if found is not None:
+            return found
+    if isinstance(e, Op | Gather | Total):
+        return rebuild(e, lambda c: _softmax_exp(c, softmax))
+    return e
 
 
 def replace_reds(e: Expr, done: dict[Red, Expr]) -> Expr:

@@ -18,11 +18,20 @@ struct AccProd { fb_acc p;
   FB_M void merge(const AccProd& o) { p *= o.p; } };
 struct AccMax { float m;
   FB_M void init() { m = -INFINITY; }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // the larger, NaN where either is: one instruction, where the comparisons below take four
+  FB_M void add(float x, long long) { asm("max.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(x)); }
+#else
   FB_M void add(float x, long long) { m = (x > m || x != x) ? x : m; }
+#endif
   FB_M void merge(const AccMax& o) { add(o.m, 0); } };
 struct AccMin { float m;
   FB_M void init() { m = INFINITY; }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  FB_M void add(float x, long long) { asm("min.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(x)); }
+#else
   FB_M void add(float x, long long) { m = (x < m || x != x) ? x : m; }
+#endif
   FB_M void merge(const AccMin& o) { add(o.m, 0); } };
 struct AccArgMax { float v; int i;  // an index along the reduced dims (the set-up refuses rows of 2^31 or more)
   FB_M void init() { v = -INFINITY; i = -1; }  // i < 0: nothing seen yet

@@ -333,6 +333,19 @@ def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
             shapes.append((0, T))
     if not shapes:  # rows shorter than a vector per lane of the smallest group
         shapes = [(4, 128)]
+    # few registers a thread first: a thread holding a share of MAX_HELD_BYTES or more (its inputs' elements, and a
+    # float each that a later pass reuses: a softmax's score, then its exponential) runs a block or two an SM, whose
+    # loads then wait on its own reductions (170 registers a thread, one block of 256 an SM, for a bf16 row of 2048
+    # held by a warp: ptxas -v, sm_90)
+    per_elem = sum(size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))) + (4 if red_kinds(p) else 0)
+
+    def held(shape: tuple[int, int]) -> int:
+        G, T = shape
+        return -(-n // ((G or T) * V)) * V * per_elem
+
+    # where the first guess holds too much, the lightest first (that bf16 row on a block of 256: 48 registers)
+    heavy = held(shapes[0]) > MAX_HELD_BYTES
+    shapes.sort(key=lambda s: (held(s) > MAX_HELD_BYTES, held(s) if heavy else 0))
     modes = ["twopass", "online"] if red_kinds(p) & {"var", "lse"} else ["twopass"]
     out = [CudaParams("regs", vec=V, threads=T, group=G, mode=m) for G, T in shapes[:4] for m in modes[:1]]
     out += [CudaParams("regs", vec=V, threads=T, group=G, mode=m) for G, T in shapes[:1] for m in modes[1:]]

@@ -198,3 +198,19 @@ def test_a_held_rows_scaled_scores_are_computed_once():
     v8 = src.split("fb_regs_v8(FbArgs")[1].split("fusebot_forward")[0]
     assert v8.count("fb_round_bf16(") == 1, v8  # the score, once (the store rounds the output)
     assert v8.count("kp0[q][j] = ") == 1 and v8.count("fb_exp(") == 1, v8  # (exp(s - max) kept too: kp1)
+
+
+def test_a_log_sum_exp_softmax_takes_one_exp_per_held_element():
+    """torch's softmax as the capture writes it, exp(x - lse(x)): in two passes the output is exp(x - max) times the
+    sum's reciprocal, the exponential the sum's pass took and kept, so the vector kernel has one exp (and no log in
+    the output); the exponential's registers fit beside the row's."""
+    x = Load(0)
+    prog = Program(inputs=[Input(0, (64, 2048), "bfloat16")], out=Op("exp", (Op("sub", (x, Red("lse", x))),)),
+                   shape=(64, 2048), axes=(1,), out_dtype="bfloat16", out_shape=(64, 2048))
+    q = short_row_params(prog)[0]
+    assert (q.group, q.threads, q.mode) == (0, 256, "twopass")  # 8 elements a thread: 48 registers, not 170
+    src = cuda.render(prog, q)
+    v8 = src.split("fb_regs_v8(FbArgs")[1].split("fusebot_forward")[0]
+    assert v8.count("fb_exp(") == 1 and "kp0[q][j] = " in v8, v8
+    out = v8.split("fb_block_reduce<AccSum")[1]
+    assert "(kp0[q][j] * rv2)" in out and "logf" not in out.split("rv2 = ")[1], out
