@@ -46,12 +46,10 @@ class Reference:
         if self._child is None:
             wd = self.workdir / "judge"
             wd.mkdir(parents=True, exist_ok=True)
-            (self.cache_dir / "inductor").mkdir(parents=True, exist_ok=True)
             self._child = Child("runner.harness.procs.judge", wd, child_env(wd, self.cache_dir),
                                   Limits(self.config.memory_bytes))
             self.info = self.ask({"cmd": "init", "problem": self.problem.model_dump(), "device": self.device,
                                   "init_seed": self.seeds.seed("init"), "timer": self.config.timer,
-                                  "extra_write": [str(self.cache_dir / "inductor")],
                                   "cores": timing_cores(self.config) if self.device == "cpu" else None},
                                  self.config.init_timeout_s, "init")
         return self._child

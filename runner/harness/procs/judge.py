@@ -2,7 +2,7 @@
 keeps them out of the candidate's reach (in its own memory only), compares what the candidate's process wrote,
 and times the eager and torch.compile baselines.
 
-Commands (JSON): init, prepare, check, baselines, profile, bandwidth, exit.
+Commands (JSON): init, prepare, check, timed_check, steps, batch_check, baselines, profile, bandwidth, exit.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from runner.contract import ProblemSpec
 from runner.harness import timing, verify
 from runner.harness.oracle import oracle_model, oracle_outputs
 from runner.harness.problem import ProblemError, build_model, bytes_of, load, locate, make_inputs, strict_fp32
+from runner.harness.procs import batch
 from runner.harness.procs.ipc import IpcUnavailable
 from runner.harness.procs.process import serve
 from runner.harness.sandbox import confine
@@ -34,6 +35,7 @@ class State:
     tols: dict[int, list[tuple[float, float]]] = {}  # per trial, per output: the (atol, rtol) its check uses
     prev_ref: list | None = None  # verify.sample() of each output of the previous trial
     timer_cfg = timing.TimerConfig()
+    steps: tuple = ()  # (seed, output specs, runner.harness.procs.batch.Steps) of the cross-check under way
 
 
 def _problem_error(exc: ProblemError) -> dict:
@@ -303,6 +305,22 @@ def timed_check(st: State, msg: dict) -> dict:
     return {"reasons": reasons}
 
 
+def steps(st: State, msg: dict) -> dict:
+    """The parent-clocked batch's steps without the calls (runner.harness.procs.batch), for the parent to time: the
+    inputs are made by the first request of a cross-check (its sizing probe) and kept until its `batch_check`."""
+    if not st.steps or st.steps[:2] != (msg["seed"], msg["out_specs"]):
+        st.steps = ()  # (freed before the next inputs are made)
+        base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+        st.steps = (msg["seed"], msg["out_specs"], batch.Steps(base, msg["out_specs"], msg["seed"], st.device))
+    return st.steps[2].run(msg)
+
+
+def batch_check(st: State, msg: dict) -> dict:
+    st.steps = ()
+    base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    return {"reasons": batch.check(st, msg, base, _run_reference, oracle_outputs)}
+
+
 def baselines(st: State, msg: dict) -> dict:
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     timer = timing.Timer(st.device, st.timer_cfg)
@@ -366,6 +384,7 @@ def _releasing(handler):
 
 HANDLERS = {name: _releasing(h) for name, h in {
     "init": init, "prepare": prepare, "check": check, "timed_check": timed_check, "baselines": baselines,
+    "steps": steps, "batch_check": batch_check,
     "profile": profile,
     "bandwidth": bandwidth}.items()}
 

@@ -297,3 +297,26 @@ def test_a_confined_process_keeps_torch_compile_s_cache_in_its_own_directory(tmp
     env = confined_env(tmp_path)
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     assert env["TMPDIR"] == env["HOME"] == str(tmp_path)
+
+
+def test_a_hostile_reference_leaves_nothing_in_a_cache_a_later_judge_loads(tmp_path, harness_cache):
+    """The reference runs in the judge with torch.compile's cache: each judge gets its own, in its evaluation's
+    directory, so what a reference plants there is gone with the evaluation and no later judge loads it."""
+    from runner.contract import ProblemSpec
+    from runner.harness.evaluator import Evaluator, HarnessConfig
+
+    from ..conftest import PROBLEMS
+
+    problem = tmp_path / "planted.py"
+    problem.write_text(textwrap.dedent("""
+        import os, pathlib
+        cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "planted-by-the-reference").write_text("compiled code a later judge would load")
+    """) + (PROBLEMS / "scale_relu.py").read_text())
+    cfg = HarnessConfig(compile_baseline=False, cache_dir=harness_cache)
+    with Evaluator(ProblemSpec(name="planted", path=str(problem)), backend="cpu", config=cfg) as ev:
+        ev.reference.start()
+        judge_dir = ev.reference.workdir
+    assert not list(harness_cache.rglob("planted-by-the-reference"))
+    assert not judge_dir.exists()
