@@ -155,8 +155,9 @@ class Timing(_Model):
     host_ms: float | None = None
     lead_ms: float = 0.0
     # the least time per call the parent's own clock allows (runner.harness.clocked): back-to-back calls timed by
-    # the parent, less their steps timed in the judge (on CUDA less those steps once more, the host work a GPU time
-    # excludes); a median under it was raised to it, the samples scaled alike. None where not clocked (baselines)
+    # the parent, less their steps timed in the judge (on CUDA less the reference's host work per call as the judge
+    # measured it, at most half); a median under it was raised to it, the samples scaled alike. None where not
+    # clocked (baselines). `host_ms` is the candidate's process's own report: shown, never used to decide
     parent_ms: float | None = None
 
     def call_text(self) -> str:

@@ -133,11 +133,20 @@ def _step_ms(ref: Reference, step: dict, budget_ms: float, timeout_s: float) -> 
         calls *= 4
 
 
+def overhead_ms(ref: Reference) -> float:
+    """(CUDA) The host work per call that a GPU time leaves out, measured on the parent's side: the reference's own,
+    by the judge's timer for the eager baseline (0 where it has none). What the candidate's process says of its own
+    host work is never used."""
+    eager = ref.baselines().eager
+    return eager.host_ms if eager is not None and eager.host_ms is not None else 0.0
+
+
 def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: Timing,
                 seed: int) -> tuple[Timing | None, list[str]]:
     """The time that counts (runner.harness.clocked): the parent times three batches of back-to-back calls in the
     candidate's process (each output fingerprinted), and the same steps without the calls in the judge's; then it
     draws one call of each batch, whose fingerprints the judge checks against the oracle on that call's inputs.
+    On CUDA the GPU time may beat that by the reference's host work per call, as the judge measured it (`overhead_ms`).
     A batch holds what its budget of the parent's time does (clocked.batch_calls), at the judge's measured cost of
     a call's steps."""
     cuda = contestants.device == "cuda"
@@ -172,7 +181,7 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
         return None, check["reasons"]
     batches = clocked.Batches(calls=calls, full_wall_ms=min(f[0] for f in full), full_cpu_ms=min(f[1] for f in full),
                               steps_wall_ms=max(s[0] for s in steps), steps_cpu_ms=max(s[1] for s in steps),
-                              cores=1 if cuda else _cores(child))
+                              cores=1 if cuda else _cores(child), overhead_ms=overhead_ms(ref) if cuda else 0.0)
     log.debug("parent-clocked batches of %s: %s (walls %s, steps %s)", child.workdir.name, batches, full, steps)
     return clocked.decide(timing, batches, cuda)
 

@@ -366,9 +366,12 @@ def bandwidth(st: State, msg: dict) -> dict:
     return {"bandwidth_bytes_per_s": 2 * n * 4 / (t.min_ms / 1e3), "median_ms": t.median_ms, "min_ms": t.min_ms}
 
 
-def _releasing(handler):
+def _releasing(handler, release: bool = True):
     """Give the caching allocator's free blocks back to the device after each request: the judge's inputs, clones and
     baselines of a 7 GB problem left 50 GB reserved on the H100, and a candidate's process then ran out of memory.
+    Not after `steps` (`release` False): the parent times those requests against the candidate's batches, whose
+    process keeps its blocks; blocks given back there would be allocated again inside the next timed request, a cost
+    of the judge's alone that the parent would take off the candidate's time (its `batch_check` frees them).
     A ProblemError (the user's inputs or forward failed, whichever request ran them) is answered as one: the parent
     reports it as the user's, not as a broken judge."""
     def run(st: State, msg: dict) -> dict:
@@ -377,12 +380,12 @@ def _releasing(handler):
         except ProblemError as exc:
             return _problem_error(exc)
         finally:
-            if torch.cuda.is_initialized():
+            if release and torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
     return run
 
 
-HANDLERS = {name: _releasing(h) for name, h in {
+HANDLERS = {name: _releasing(h, release=name != "steps") for name, h in {
     "init": init, "prepare": prepare, "check": check, "timed_check": timed_check, "baselines": baselines,
     "steps": steps, "batch_check": batch_check,
     "profile": profile,

@@ -1,5 +1,6 @@
 """The time that counts (runner.harness.clocked): what the candidate's process reports is bounded by the parent's own
-clock around back-to-back calls, less their steps timed in the judge. The decision, on injected measurements."""
+clock around back-to-back calls, less their steps timed in the judge (on CUDA less the reference's host work per call,
+as the judge measured it). The decision, on injected measurements."""
 
 from types import SimpleNamespace
 
@@ -14,33 +15,53 @@ def timed(ms: float, host_ms: float | None = None):
 
 
 def batches(call_ms: float, step_ms: float = 0.0, cpu_call_ms: float | None = None, calls: int = 100,
-            cores: int = 1) -> Batches:
-    """What the parent measured: `calls` calls of `call_ms` each with their steps, and the steps alone."""
+            cores: int = 1, overhead_ms: float = 0.0) -> Batches:
+    """What the parent measured: `calls` calls of `call_ms` each with their steps, the steps alone, and (CUDA) the
+    reference's host work per call in the judge."""
     cpu = call_ms if cpu_call_ms is None else cpu_call_ms
     return Batches(calls=calls, full_wall_ms=calls * (call_ms + step_ms), full_cpu_ms=calls * (cpu + step_ms),
-                   steps_wall_ms=calls * step_ms, steps_cpu_ms=calls * step_ms, cores=cores)
+                   steps_wall_ms=calls * step_ms, steps_cpu_ms=calls * step_ms, cores=cores, overhead_ms=overhead_ms)
 
 
 @pytest.mark.parametrize("cuda", [False, True])
 def test_a_reported_time_scaled_down_is_raised_to_what_the_parents_clock_allows(cuda):
     """A process that scales every time it reports by 0.11 (17 ms calls reported at 1.9 ms) is not believed: under
-    the ratio that names an escape it is rejected, above it the time is raised to the parent's bound."""
-    t, reasons = decide(timed(17.0 * 0.11), batches(17.0, step_ms=0.5), cuda)
+    the ratio that names an escape it is rejected, above it the time is raised to the parent's bound (on CUDA less
+    the reference's host work per call, 0.5 ms, as the judge measured it)."""
+    t, reasons = decide(timed(17.0 * 0.11), batches(17.0, step_ms=0.5, overhead_ms=0.5), cuda)
     if cuda:
         assert t is None and reasons[0].startswith("timer-escape")
     else:
         assert reasons == [] and t.median_ms == pytest.approx(17.0) and t.parent_ms == pytest.approx(17.0)
         assert t.min_ms == pytest.approx(17.0 * 0.9) and len(t.samples_ms) == 4
-    t, reasons = decide(timed(17.0 * 0.6), batches(17.0, step_ms=0.5), cuda)
+    t, reasons = decide(timed(17.0 * 0.6), batches(17.0, step_ms=0.5, overhead_ms=0.5), cuda)
     assert reasons == [] and t.median_ms == pytest.approx(17.0 - (0.5 if cuda else 0.0))
+
+
+@pytest.mark.parametrize("forged_host_ms", [None, 0.0, 17.0, 1e9])
+def test_a_forged_host_time_moves_neither_the_bound_nor_the_escape_line(forged_host_ms):
+    """On CUDA a CUDA-event time scaled by 0.11, whatever host time its process claims beside it (none, none at all,
+    its whole call, absurd): an escape on a kernel whose back-to-back calls take half a millisecond, and on one
+    where the parent's clock allows 0.25 ms at least (above the line below which a host-bound call's GPU time is
+    raised, not rejected) likewise; the allowance is the judge's measured 40 us of the reference's host work."""
+    for call_ms in (0.55, 0.3):
+        measured = batches(call_ms, step_ms=2.5, calls=39, overhead_ms=0.04)
+        t, reasons = decide(timed(call_ms * 0.11, host_ms=forged_host_ms), measured, cuda=True)
+        assert t is None and reasons[0].startswith("timer-escape"), (call_ms, reasons)
+        assert "host work: " not in reasons[0]
+    # scaled by 0.6 it is not an escape, and its time is the parent's bound, not its own
+    t, reasons = decide(timed(0.55 * 0.6, host_ms=forged_host_ms), batches(0.55, step_ms=2.5, calls=39,
+                                                                           overhead_ms=0.04), cuda=True)
+    assert reasons == [] and t.median_ms == t.parent_ms == pytest.approx(0.55 - 0.04)
+    assert t.host_ms == forged_host_ms  # (shown beside the time, as its process said: it decided nothing)
 
 
 @pytest.mark.parametrize("cuda", [False, True])
 def test_an_honest_time_above_the_bound_stands(cuda):
     t0 = timed(2.0)
-    t, reasons = decide(t0, batches(1.6, step_ms=1.5), cuda)  # warm back-to-back calls beat the flushed timer
+    t, reasons = decide(t0, batches(1.6, step_ms=1.5, overhead_ms=0.03), cuda)  # warm calls beat the flushed timer
     assert reasons == [] and t.median_ms == 2.0 and t.samples_ms == t0.samples_ms and t.parent_ms == pytest.approx(
-        1.6 - (0.8 if cuda else 0.0))  # (CUDA: the steps' 1.5 ms, at most half of 1.6 ms)
+        1.6 - (0.03 if cuda else 0.0))  # (CUDA: the reference's host work the judge measured, 30 us a call)
 
 
 def test_on_the_cpu_preemption_is_not_charged():
@@ -57,25 +78,29 @@ def test_the_cpu_bound_is_the_total_cpu_time_not_divided_by_cores():
     assert reasons == [] and t.median_ms == pytest.approx(4.0)
 
 
-def test_a_host_bound_cuda_call_keeps_its_gpu_time_within_the_allowance():
-    """7 us of GPU work behind 12 us of host work: back to back it runs at the host's pace; the GPU time may be
-    under that by the steps' time (40 us a call) but by no more than half: 6 us."""
-    t, reasons = decide(timed(0.007, host_ms=0.012), batches(0.012, step_ms=0.040), cuda=True)
+def test_a_host_bound_cuda_call_keeps_its_gpu_time_within_the_measured_allowance():
+    """7 us of GPU work behind 12 us of host work: back to back it runs at the host's pace. Its GPU time may be under
+    that by the reference's host work (4 us a call, measured by the judge), by no more than half (6 us where the
+    judge measured 40 us), and by nothing its own process claims: 17 us of host work claimed moves nothing."""
+    t, reasons = decide(timed(0.007), batches(0.012, step_ms=0.040, overhead_ms=0.004), cuda=True)
+    assert reasons == [] and t.median_ms == pytest.approx(0.008) and t.parent_ms == pytest.approx(0.008)
+    t, reasons = decide(timed(0.007, host_ms=0.017), batches(0.012, step_ms=0.040, overhead_ms=0.040), cuda=True)
     assert reasons == [] and t.median_ms == pytest.approx(0.007) and t.parent_ms == pytest.approx(0.006)
-    t, reasons = decide(timed(0.007, host_ms=0.017), batches(0.017, step_ms=0.040), cuda=True)
-    assert reasons == [] and t.median_ms == pytest.approx(0.0085)
+    t, reasons = decide(timed(0.007, host_ms=0.017), batches(0.012, step_ms=0.040), cuda=True)
+    assert reasons == [] and t.median_ms == pytest.approx(0.012)  # no allowance measured: the parent's clock
 
 
-def test_on_cuda_steps_as_costly_as_the_call_allow_no_more_than_half():
-    """An elementwise kernel's fingerprint reads its whole output: the steps cost what the call does (2 ms)."""
-    t, reasons = decide(timed(1.1), batches(2.0, step_ms=2.0), cuda=True)
+def test_on_cuda_the_allowance_is_never_more_than_half():
+    """A reference whose host work per call (2 ms: a chain of small ops) exceeds the candidate's whole call (2 ms back
+    to back): the GPU time may be under the parent's clock by half of it, 1 ms, and under half of that is an escape."""
+    t, reasons = decide(timed(1.1), batches(2.0, step_ms=2.0, overhead_ms=2.0), cuda=True)
     assert reasons == [] and t.median_ms == pytest.approx(1.1) and t.parent_ms == pytest.approx(1.0)
-    assert decide(timed(0.9), batches(2.0, step_ms=2.0), cuda=True)[1][0].startswith("timer-escape")
+    assert decide(timed(0.45), batches(2.0, step_ms=2.0, overhead_ms=2.0), cuda=True)[1][0].startswith("timer-escape")
 
 
 def test_a_timer_far_under_the_calls_cost_is_an_escape():
     assert decide(timed(0.1), batches(2.0), cuda=False)[1][0].startswith("timer-escape")
-    assert decide(timed(0.5), batches(2.0), cuda=True)[1][0].startswith("timer-escape")
+    assert decide(timed(0.5), batches(2.0, overhead_ms=0.1), cuda=True)[1][0].startswith("timer-escape")
     ok, reasons = decide(timed(2.0), batches(2.1), cuda=False)
     assert reasons == [] and ok.median_ms == pytest.approx(2.1)
 
