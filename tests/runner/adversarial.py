@@ -425,3 +425,28 @@ HONEST_OPENMP = fast("#pragma omp parallel for num_threads(4)\n  " + _LOOP)
 NATIVE_BACKGROUND = {"kernel.cpp": "#include <thread>\n#include <atomic>\n" + _FAST.replace("{BODY}", _LOOP + """
   static std::atomic<bool> started{false};
   if (!started.exchange(true)) std::thread([] { volatile double s = 0; for (;;) s += 1.0; }).detach();""")}
+
+# ---- edge values: tests/fixtures/problems/gelu.py (y = gelu(x), erf form) -------------------------------------------
+
+_GELU = r'''
+#include "fusebot.h"
+#include <math.h>
+
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  (void)stream;
+  if (n_in != 1 || n_out != 1) return 1;
+  int64_t n = 1;
+  for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
+  const float* x = (const float*)in[0].data;
+  float* y = (float*)out[0].data;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = {ARG};
+    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  }
+  return 0;
+}
+'''
+HONEST_GELU = {"kernel.cpp": _GELU.replace("{ARG}", "x[i]")}
+# Its argument clamped to [-24, 24] (where a table or an approximation stops): right on every input a trial of the
+# problem's own distribution or a randn draw reaches, wrong for x > 24 (and NaN becomes -0)
+CLAMPED_GELU = {"kernel.cpp": _GELU.replace("{ARG}", "fminf(fmaxf(x[i], -24.0f), 24.0f)")}

@@ -139,18 +139,49 @@ def _fingerprint(t: torch.Tensor) -> bytes:
     return sample.view(torch.uint8).cpu().numpy().tobytes() + repr(float(total)).encode()
 
 
+class _Undefined(Exception):
+    """The reference is not defined on an edge trial's inputs: the trial is skipped."""
+
+
+def _run_edge_reference(st: State, inputs: list) -> tuple[list, str]:
+    """The reference on an edge trial's inputs; a forward that refuses them (a check of its own) is not defined
+    there, which is no fault of the user's problem."""
+    try:
+        return _run_reference(st, inputs)
+    except ProblemError as exc:
+        raise _Undefined(f"the reference refused edge values ({exc.cause[:200]})") from None
+
+
+def _undefined(flat: list, oracles: list) -> str | None:
+    """Why the reference is not defined on an edge trial's (finite) inputs, or None: an output it makes non-finite
+    (an overflow in its dtype, a log of a negative), or one its float64 oracle makes non-finite."""
+    for i, (t, o) in enumerate(zip(flat, oracles, strict=True)):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return f"output {i} of the reference is not finite on edge values"
+        if isinstance(o, torch.Tensor) and not bool(torch.isfinite(o).all()):
+            return f"output {i} of the float64 oracle is not finite on edge values"
+    return None
+
+
 def prepare(st: State, msg: dict) -> dict:
     t0 = time.perf_counter()
     randn = tuple(msg["randn"]) if msg.get("randn") else None
     try:
-        inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device)
-        flat, structure = _run_reference(st, inputs)
+        inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device,
+                             edge=bool(msg.get("edge")))
+        flat, structure = _run_edge_reference(st, inputs) if msg.get("edge") else _run_reference(st, inputs)
     except ProblemError as exc:
         return _problem_error(exc)
+    except _Undefined as exc:
+        return {"skipped": str(exc)}
     specs, digest = [], hashlib.sha256()
     near_constant, atols, tols, notes = True, [], [], []
     lo, hi = float("inf"), float("-inf")  # over every output: a scalar (a loss) has no range of its own
     oracles, why_not = oracle_outputs(st.oracle, inputs, flat) if msg["trial"] >= 0 else ([None] * len(flat), None)
+    if msg.get("edge"):
+        why = _undefined(flat, oracles)
+        if why:
+            return {"skipped": why}
     why_not = why_not or st.oracle_note
     for i, t in enumerate(flat):
         if not isinstance(t, torch.Tensor):
