@@ -49,7 +49,7 @@ def verify(ref: Reference, contestants: Contestants, child: Child, candidate: Ca
         if prep.get("skipped"):
             results.append(TrialResult(index=k, shape_set=p["shape_set"], distribution=f"edge (skipped: "
                                        f"{prep['skipped']})", passed=True))
-            log.debug("%s trial %d skipped: %s", candidate.id, k, prep["skipped"])
+            log.debug("%s: edge values skipped (trial %d): %s", candidate.id, k, prep["skipped"])
             continue
         if not p.get("edge"):  # (whether a problem is degenerate is a question of its own inputs)
             digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))

@@ -143,3 +143,13 @@ def test_a_first_time_under_the_floor_not_held_in_a_fresh_process(monkeypatch, d
         assert any(w.startswith("below-floor") and "did not hold in a fresh process" in w for w in v.warnings)
     else:
         assert v.reasons and v.reasons[0].startswith("below-floor") and v.timing is None
+
+
+def test_the_cuda_allowance_is_the_judges_measure_of_the_reference_never_the_candidates():
+    """overhead_ms reads the eager baseline's host time, taken by the judge's timer; with none, nothing is allowed."""
+    from runner.contract import Baselines
+    from runner.harness.measure import overhead_ms
+
+    eager = timed(0.5, host_ms=0.04)
+    assert overhead_ms(SimpleNamespace(baselines=lambda: Baselines(eager=eager, compile=None))) == 0.04
+    assert overhead_ms(SimpleNamespace(baselines=lambda: Baselines(eager=timed(0.5), compile=None))) == 0.0
