@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from runner.contract import inert
+
 # Credential shapes: GitHub tokens (also inside clone URLs), API keys (`sk-...`), PEM blocks (a block cut short is
 # masked to the end of the text), Authorization headers.
 _PATTERNS = [
@@ -28,6 +30,8 @@ _PATTERNS = [
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` without credentials, and inert (runner.contract.inert: no control character but newline and tab)."""
+    text = inert(text)
     for rx, repl in _PATTERNS:
         text = rx.sub(repl, text)
     for s in secrets:

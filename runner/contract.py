@@ -6,10 +6,11 @@ Everything a search, a worker or the bot exchanges is one of these. Times are mi
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 
 SCHEMA_VERSION = 1
 
@@ -68,6 +69,20 @@ REASON_NAMES = (
 # The reason of a candidate whose evaluation was cut off (the budget ran out, or the job was cancelled): its verdict
 # is not the candidate's, and is never archived (a resumed search evaluates it again).
 CUT_OFF = "cut off: the evaluation was aborted (the budget ran out, or the job was cancelled)"
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """`text` with every C0 and C1 control character but newline and tab removed (ESC and CSI sequences, carriage
+    return, backspace): text a candidate wrote can reach a terminal, a verdict, a check run or a PR, and there it
+    must not move the cursor, erase a line or print over fusebot's own words."""
+    return _CONTROL.sub("", text)
+
+
+# a string a candidate may have written: made inert when a model is read and when it is written
+InertStr = Annotated[str, AfterValidator(inert), PlainSerializer(inert, return_type=str)]
 
 
 class _Model(BaseModel):
@@ -139,6 +154,11 @@ class Timing(_Model):
     # GPU times) and the longest GPU spin a kept sample ran behind so that it is not (runner.harness.timing)
     host_ms: float | None = None
     lead_ms: float = 0.0
+    # the least time per call the parent's own clock allows (runner.harness.clocked): back-to-back calls timed by
+    # the parent, less their steps timed in the judge (on CUDA less the reference's host work per call as the judge
+    # measured it, at most half); a median under it was raised to it, the samples scaled alike. None where not
+    # clocked (baselines). `host_ms` is the candidate's process's own report: shown, never used to decide
+    parent_ms: float | None = None
 
     def call_text(self) -> str:
         """How the time was taken, for a report ("" where not recorded)."""
@@ -171,7 +191,7 @@ class TrialResult(_Model):
     max_rel_err: float | None = None
     mismatched: int = 0
     numel: int = 0
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[InertStr] = Field(default_factory=list)
 
 
 class KernelResources(_Model):
@@ -195,7 +215,7 @@ class BuildInfo(_Model):
     ok: bool
     seconds: float
     cached: bool = False
-    log: str = ""
+    log: InertStr = ""
     compiler: str = ""
     kernels: list[KernelResources] = Field(default_factory=list)  # CUDA: each kernel's registers, spills, memory
 
@@ -219,7 +239,7 @@ class Environment(_Model):
 class Baselines(_Model):
     eager: Timing | None = None
     compile: Timing | None = None
-    compile_error: str | None = None
+    compile_error: InertStr | None = None
 
 
 class Confirmation(_Model):
@@ -249,8 +269,8 @@ class Verdict(_Model):
     candidate_id: str
     problem: str
     accepted: bool
-    reasons: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
+    reasons: list[InertStr] = Field(default_factory=list)
+    warnings: list[InertStr] = Field(default_factory=list)
     stage: Literal["build", "load", "verify", "time", "done"] = "done"
     build: BuildInfo | None = None
     trials: list[TrialResult] = Field(default_factory=list)

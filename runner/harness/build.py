@@ -47,6 +47,10 @@ class Toolchain:
     flags: tuple[str, ...]
 
 
+# Each compiler process's address space: cc1plus fed `#include "/dev/zero"` grew to 2 GB resident asking for 4 GiB.
+BUILD_MEMORY_BYTES = 4 << 30
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get("FUSEBOT_CACHE_DIR") or Path.home() / ".cache" / "fusebot") / "build"
 
@@ -159,9 +163,10 @@ def _sources_ok(candidate: Candidate) -> str | None:
 
 
 def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path | None = None,
-          timeout_s: float = 300.0, tc: Toolchain | None = None) -> BuildOutput:
+          timeout_s: float = 300.0, tc: Toolchain | None = None, memory_bytes: int = BUILD_MEMORY_BYTES) -> BuildOutput:
     """Compile one fast-format candidate (with `tc`'s flags where given: shippable_toolchain). A compiler error is a
-    BuildInfo with ok=False, never an exception."""
+    BuildInfo with ok=False, never an exception. The compiler's address space is capped at `memory_bytes` (each of
+    its processes: builds run one per core), besides the timeout."""
     start = time.monotonic()
     problem = _sources_ok(candidate)
     tc = tc or toolchain(candidate.backend, cuda_arch)
@@ -185,13 +190,15 @@ def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path
         cmd = [tc.compiler, *tc.flags, *candidate.extra_cflags, "-I", str(work), "-o", LIB_NAME, *srcs]
         env = confined_env(work)
         try:
-            done, text = _run_confined(cmd, work, env, timeout_s)
+            done, text = _run_confined(cmd, work, env, timeout_s, memory_bytes)
         except subprocess.TimeoutExpired:
             return BuildOutput(BuildInfo(ok=False, seconds=time.monotonic() - start,
                                          log=f"build timed out after {timeout_s:.0f} s", compiler=tc.compiler), None)
         if done.returncode != 0 or not (work / LIB_NAME).exists():
+            cap = (f"\n(the compiler's address space is capped at {memory_bytes / 2**30:.1f} GiB)"
+                   if "memory" in text.lower() else "")
             return BuildOutput(BuildInfo(ok=False, seconds=time.monotonic() - start,
-                                         log=scrub(text, job_dirs=[work], limit_chars=8000, keep="head"),
+                                         log=scrub(text, job_dirs=[work], limit_chars=8000, keep="head") + cap,
                                          compiler=tc.compiler), None)
         final.parent.mkdir(parents=True, exist_ok=True)
         kernels = ptxas.parse(text)
@@ -207,11 +214,13 @@ def build(candidate: Candidate, *, cuda_arch: str | None = None, cache_dir: Path
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_confined(cmd: list[str], work: Path, env: dict[str, str],
-                  timeout_s: float) -> tuple[subprocess.CompletedProcess, str]:
-    """Run a compiler under bubblewrap (writes only in `work`). On timeout its whole tree dies (cc1plus, ptxas...):
-    the sandbox's PID namespace with bwrap, or the process group where the user opted out of the sandbox."""
-    inner = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work), "--", *cmd]
+def _run_confined(cmd: list[str], work: Path, env: dict[str, str], timeout_s: float,
+                  memory_bytes: int) -> tuple[subprocess.CompletedProcess, str]:
+    """Run a compiler under bubblewrap (writes only in `work`), its address space capped at `memory_bytes`. On timeout
+    its whole tree dies (cc1plus, ptxas...): the sandbox's PID namespace with bwrap, or the process group where the
+    user opted out of the sandbox."""
+    inner = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work), "--memory", str(memory_bytes),
+             "--", *cmd]
     proc = subprocess.Popen(bwrap.wrap(inner, work), cwd=work, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -99,7 +99,8 @@ def scratch_root() -> Path:
 
 
 def child_env(workdir: Path, cache_dir: Path) -> dict[str, str]:
-    """The environment of a child process: the sandbox's, with torch.compile's cache in the shared cache."""
-    env = confined_env(workdir)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
-    return env
+    """The environment of a child process: the sandbox's, with torch.compile's cache in the child's own directory
+    (removed with its evaluation): a cache shared with other processes is one a hostile candidate writes compiled
+    code into for them to load. The judge's is keyed by its problem's files (runner.harness.compile_cache).
+    (`cache_dir` holds the builds and KernelBench extensions, keyed by their sources.)"""
+    return confined_env(workdir)  # (its TORCHINDUCTOR_CACHE_DIR is in `workdir`)

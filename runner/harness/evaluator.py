@@ -42,6 +42,7 @@ from runner.harness.contestants import Contestants
 from runner.harness.measure import measure, score, time_candidate, warn_if_degenerate
 from runner.harness.plan import Seeds, trial_plan
 from runner.harness.prebuild import Prebuilds
+from runner.harness.procs import threads
 from runner.harness.procs.process import Child
 from runner.harness.reference import Reference
 from runner.harness.trials import verify
@@ -79,9 +80,10 @@ class Run:
             secs[name] = secs.get(name, 0.0) + time.monotonic() - t0
 
     def finish(self) -> Verdict:
-        """harness_seconds: the time spent on this candidate alone (its stages), not time it waited on others."""
+        """harness_seconds: the time spent on this candidate alone (its stages), not time it waited on others. The
+        verdict leaves validated again: text a candidate wrote into it is made inert (runner.contract.inert)."""
         self.verdict.harness_seconds = sum(self.verdict.stage_seconds.values())
-        return self.verdict
+        return Verdict.model_validate(self.verdict.model_dump())
 
 
 class Evaluator:
@@ -298,6 +300,11 @@ class Evaluator:
             with r.stage("time"):
                 time_candidate(self.contestants, r.child, self.reference, v,
                                remeasure=lambda: self._remeasure(r.candidate, r.library))
+            if not v.reasons:
+                # the in-process guards' "all clear" travels in the candidate's own replies: the parent looks too
+                left_running = threads.reason(r.child.proc.pid)
+                if left_running:
+                    v.reasons.append(left_running)
         finally:
             _close(r)
             self.contestants.siblings = ()
@@ -354,6 +361,10 @@ class Evaluator:
                 if on_round is not None and not on_round(
                         r + 1, timing.median_ms, b.eager.median_ms, b.compile.median_ms if b.compile else None):
                     break
+            left_running = threads.reason(child.proc.pid)
+            if left_running:
+                verdict.reasons.append(left_running)
+                return run.finish()
         finally:
             child.close()
         timing, baselines, verdict.confirmation = confirming.confirmation(cand, rounds_b)

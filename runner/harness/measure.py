@@ -1,10 +1,14 @@
-"""Timing a verified candidate: its process times it with the shared timer, the parent cross-checks that time with
-its own clock, and a time under the roofline's floor is measured again in a fresh process."""
+"""Timing a verified candidate: its process times it with the shared timer, the parent bounds that time with its own
+clock around back-to-back calls whose outputs it has checked (runner.harness.clocked), and a time under the
+roofline's floor is measured again in a fresh process."""
 
 from __future__ import annotations
 
-import math
+import contextlib
+import ctypes
+import logging
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,11 +16,14 @@ from pathlib import Path
 import psutil
 
 from runner.contract import Baselines, Roofline, Timing, Verdict
+from runner.harness import clocked
 from runner.harness.checks import degenerate_reason
 from runner.harness.contestants import Contestants, died_label, tail
 from runner.harness.procs.process import Child, ChildDied
 from runner.harness.reference import Reference
 from runner.harness.trials import judged
+
+log = logging.getLogger(__name__)
 
 
 def score(verdict: Verdict, timing: Timing, baselines: Baselines, roofline: Roofline | None) -> None:
@@ -65,21 +72,34 @@ def measure(contestants: Contestants, child: Child, ref: Reference) -> tuple[Tim
             return None, [check]
         if check["reasons"]:
             return None, check["reasons"]
-    return cross_check(contestants, child, timing)
+    return cross_check(contestants, child, ref, timing, seed)
 
 
-# On the CPU an escape is a timer seeing under a tenth of the calls' cost: on the 2-core development host under load
-# (load average 11-14) honest multi-threaded kernels measured 2-4x their timed time by both the wall clock and CPU time
-# (preemption, and thread pools spinning at their barriers while a sibling was preempted); escapes seen were 18-181x.
-CPU_ESCAPE_RATIO = 0.1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC = _LIBC if hasattr(_LIBC, "clock_getcpuclockid") else None
 
 
-def _cpu_seconds(child: Child) -> float:
+def _process_cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid` (every thread it ran, ended ones included), to the nanosecond where the kernel
+    gives its CPU clock (clock_getcpuclockid), else in its 10 ms ticks: a batch of a few hundred milliseconds of
+    calls on a loaded host spends a few ticks of CPU, too few to bound a call by."""
+    clock = ctypes.c_int()
+    if _LIBC is not None and _LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) == 0:
+        with contextlib.suppress(OSError):
+            return time.clock_gettime(clock.value)
+    return sum(psutil.Process(pid).cpu_times()[:2])
+
+
+def _cpu_seconds(child: Child | None) -> float:
     """CPU time (user + system) of the child's process tree so far, by the kernel's accounting."""
     try:
         top = psutil.Process(child.proc.pid)
-        return sum(sum(q.cpu_times()[:2]) for q in [top, *top.children(recursive=True)])
-    except psutil.Error:
+        total = 0.0
+        for q in [top, *top.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += _process_cpu_seconds(q.pid)
+        return total
+    except (psutil.Error, AttributeError):
         return 0.0
 
 
@@ -91,55 +111,79 @@ def _cores(child: Child) -> int:
         return max(1, len(os.sched_getaffinity(0)))
 
 
-def _batch_ms(contestants: Contestants, child: Child, calls: int, hooks_only: bool) -> tuple[float, float]:
-    """(wall ms, CPU ms of the child's processes) for `calls` calls (or their `before` steps alone), each the
-    least of three runs."""
-    walls, cpus = [], []
-    for _ in range(3):
-        c0, t0 = _cpu_seconds(child), time.perf_counter()
-        contestants.ask(child, {"cmd": "wall", "calls": calls, "hooks_only": hooks_only},
-                        contestants.config.time_timeout_s)
-        walls.append((time.perf_counter() - t0) * 1e3)
-        cpus.append((_cpu_seconds(child) - c0) * 1e3)
-    return min(walls), min(cpus)
+def _timed(ask, child: Child | None) -> tuple[dict, float, float]:
+    """(reply, wall ms by the parent's clock, CPU ms of the child's processes) of one request."""
+    c0, t0 = _cpu_seconds(child), time.perf_counter()
+    reply = ask()
+    return reply, (time.perf_counter() - t0) * 1e3, (_cpu_seconds(child) - c0) * 1e3
 
 
-def cross_check(contestants: Contestants, child: Child, timing: Timing) -> tuple[Timing | None, list[str]]:
-    """Cross-check a time with a clock the candidate cannot touch, around back-to-back calls less the same number
-    of their `before` steps alone (work left running, deferred into the next call, or hidden from a slowed clock
-    shows there). On CUDA: the parent's wall clock; the call's host work is not in its GPU time, so a call bound by
-    its host work is told apart by its size (over 0.2 ms). On the CPU: the lesser of the parent's wall clock and the
-    kernel's CPU-time accounting of the child's processes over the cores it may use, over `cpu_check_ms` (its tick
-    is 10 ms): a wall clock alone also counts the time a loaded host preempted the child, and CPU time alone the
-    spinning of idle thread pools, and honest kernels were rejected by each; work deferred into the next call shows
-    on both. An escape on the CPU is a timer seeing under CPU_ESCAPE_RATIO of the calls' cost. (Work handed to a
-    thread that outlives the call is the guards' to catch.)"""
+def _step_ms(ref: Reference, step: dict, budget_ms: float, timeout_s: float) -> float:
+    """The judge's cost of one call's steps by the parent's clock: after one call that makes the judge's inputs for
+    the cross-check, probes of 1, 4, 16... calls until one of at least PROBE_CALLS_MIN costs a quarter of the budget
+    or has PROBE_CALLS_MAX (a request's own cost, tens of milliseconds on a loaded host, spread over its calls:
+    taken for one call's, it cut a batch to MIN_CALLS, whose bound that cost then swamped)."""
+    judge = ref.start()
+    ref.ask({**step, "calls": 1}, timeout_s, "steps")
+    calls = 1
+    while True:
+        _, wall, _ = _timed(lambda n=calls: ref.ask({**step, "calls": n}, timeout_s, "steps"), judge)
+        if calls >= clocked.PROBE_CALLS_MAX or (calls >= clocked.PROBE_CALLS_MIN and wall >= budget_ms / 4):
+            return wall / calls
+        calls *= 4
+
+
+def overhead_ms(ref: Reference) -> float:
+    """(CUDA) The host work per call that a GPU time leaves out, measured on the parent's side: the reference's own,
+    by the judge's timer for the eager baseline (0 where it has none). What the candidate's process says of its own
+    host work is never used."""
+    eager = ref.baselines().eager
+    return eager.host_ms if eager is not None and eager.host_ms is not None else 0.0
+
+
+def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: Timing,
+                seed: int) -> tuple[Timing | None, list[str]]:
+    """The time that counts (runner.harness.clocked): the parent times three batches of back-to-back calls in the
+    candidate's process (each output fingerprinted), and the same steps without the calls in the judge's; then it
+    draws one call of each batch, whose fingerprints the judge checks against the oracle on that call's inputs.
+    On CUDA the GPU time may beat that by the reference's host work per call, as the judge measured it (`overhead_ms`).
+    A batch holds what its budget of the parent's time does (clocked.batch_calls), at the judge's measured cost of
+    a call's steps."""
     cuda = contestants.device == "cuda"
-    span_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
-    calls = max(3, min(1000 if cuda else 20000, math.ceil(span_ms / max(timing.median_ms, 1e-3))))
+    budget_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
+    timeout_s = contestants.config.time_timeout_s
+    specs, _ = ref.out_specs[0]
+    step = {"cmd": "steps", "seed": seed, "out_specs": specs, "weights_seed": 1}
+    calls = clocked.batch_calls(budget_ms, _step_ms(ref, step, budget_ms, timeout_s), timing.median_ms, cuda)
+    full, steps, checks = [], [], []
     try:
-        full, hooks = _batch_ms(contestants, child, calls, False), _batch_ms(contestants, child, calls, True)
+        for _ in range(3):
+            first, weights_seed = 1 + secrets.randbelow(1 << 40), secrets.randbelow(1 << 62)
+            msg = {"cmd": "batch", "calls": calls, "first": first, "weights_seed": weights_seed}
+            rep, wall, cpu = _timed(lambda m=msg: contestants.ask(child, m, timeout_s), child)
+            prints = rep.get("fingerprints")
+            if not isinstance(prints, list) or len(prints) != calls:
+                return None, [f"timer-escape: {calls} back-to-back calls timed by the parent's clock did not report "
+                              "a fingerprint of each call's outputs"]
+            pick = secrets.randbelow(calls)  # drawn now that every call of the batch has returned
+            checks.append({"call": first + pick, "weights_seed": weights_seed, "fingerprint": prints[pick]})
+            full.append((wall, cpu))
+            m = {**step, "calls": calls, "first": first, "weights_seed": weights_seed}
+            _, wall, cpu = _timed(lambda m=m: ref.ask(m, timeout_s, "steps"), ref.start())
+            steps.append((wall, cpu))
     except ChildDied as exc:
         return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
-    ratio = 0.5
-    if cuda:
-        per_call, least, clock = (full[0] - hooks[0]) / calls, 0.2, "the parent's clock"
-    else:
-        cores = _cores(child)
-        per_call = min((full[0] - hooks[0]) / calls, (full[1] - hooks[1]) / calls / cores)
-        least = 0.02
-        ratio = CPU_ESCAPE_RATIO
-        clock = (f"both the parent's clock and the CPU time the kernel accounted to the candidate's processes over "
-                 f"{cores} core(s)")
-    # On CUDA a call whose host work outlasts its kernels runs back to back at its host time: the host time the timer
-    # measured beside the GPU time (Timing.host_ms, reported with every figure) accounts for that much.
-    seen = max(timing.median_ms, timing.host_ms or 0.0) if cuda else timing.median_ms
-    if per_call > least and seen < ratio * per_call:
-        host = f" (its host work: {timing.host_ms:.4g} ms a call)" if timing.host_ms is not None else ""
-        return None, [f"timer-escape: the timer saw {timing.median_ms:.4g} ms per call, but {calls} back-to-back "
-                      f"calls took at best {per_call:.4g} ms each by {clock}{host}: work escaped the timed region, "
-                      "or the call is bound by its host work"]
-    return timing, []
+    check = judged(ref, contestants, {"cmd": "batch_check", "seed": seed, "checks": checks},
+                   contestants.config.trial_timeout_s, "batch_check")
+    if isinstance(check, str):
+        return None, [check]
+    if check["reasons"]:
+        return None, check["reasons"]
+    batches = clocked.Batches(calls=calls, full_wall_ms=min(f[0] for f in full), full_cpu_ms=min(f[1] for f in full),
+                              steps_wall_ms=max(s[0] for s in steps), steps_cpu_ms=max(s[1] for s in steps),
+                              cores=1 if cuda else _cores(child), overhead_ms=overhead_ms(ref) if cuda else 0.0)
+    log.debug("parent-clocked batches of %s: %s (walls %s, steps %s)", child.workdir.name, batches, full, steps)
+    return clocked.decide(timing, batches, cuda)
 
 
 def time_candidate(contestants: Contestants, child: Child, ref: Reference, verdict: Verdict,

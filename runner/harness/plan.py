@@ -29,8 +29,9 @@ class Seeds:
 
 def trial_plan(seeds: Seeds, tag: str, *, trials: int, shape_sets: int, large: bool, randn_trials: bool) -> list[dict]:
     """The trials of one verification: `trials` (at least 5) on the problem's first shape, alternating its own
-    inputs and a randn draw of secret scale and offset (3 only for a `large` problem), then two on its second shape
-    where it declares one. Each trial gets its own number and seed."""
+    inputs and a randn draw of secret scale and offset (3 only for a `large` problem), the last of them with edge
+    values put into its inputs (runner.harness.problem.edge_values) where the problem takes any values
+    (`randn_trials`), then two on its second shape where it declares one. Each trial gets its own number and seed."""
     plan = []
     for i in range(3 if large else max(trials, 5)):
         randn = None
@@ -39,6 +40,8 @@ def trial_plan(seeds: Seeds, tag: str, *, trials: int, shape_sets: int, large: b
             offset = -1.0 + 2.0 * (seeds.seed(f"{tag}/offset{i}") % 1000) / 1000
             randn = [scale, offset]
         plan.append({"shape_set": 0, "randn": randn})
+    if randn_trials:
+        plan[-1]["edge"] = True
     if shape_sets > 1:
         plan += [{"shape_set": 1, "randn": None}, {"shape_set": 1, "randn": plan[1]["randn"]}]
     for p in plan:

@@ -141,14 +141,39 @@ def distribution_label(scale: float, offset: float) -> str:
     return f"randn*{scale:g}{offset:+g}"
 
 
+# Edge values an edge trial puts into every floating input (runner.harness.plan): signed zeros, the dtype's
+# denormals and least normal, the exact boundaries of the usual piecewise functions (relu, hardtanh, hardsigmoid and
+# hardswish, relu6), and magnitudes past the tails where approximations stop (a GELU or a tanh clamped or switched at
+# |x| = 24) yet under float32's overflow of exp.
+EDGE_VALUES = (0.0, -0.0, "denormal", "-denormal", "tiny", "-tiny", 1.0, -1.0, 3.0, -3.0, 6.0, -6.0, 30.0, -30.0,
+               60.0, -60.0)
+EDGE_EVERY = 8  # one element in this many (at positions drawn from the trial's seed) takes an edge value
+
+
+def edge_values(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """`x` with one element in EDGE_EVERY, at positions drawn from `seed`, set to one of EDGE_VALUES."""
+    info = torch.finfo(x.dtype)
+    named = {"denormal": info.tiny / 4, "-denormal": -info.tiny / 4, "tiny": info.tiny, "-tiny": -info.tiny}
+    table = torch.tensor([named.get(v, v) if isinstance(v, str) else v for v in EDGE_VALUES], dtype=x.dtype,
+                         device=x.device)
+    gen = torch.Generator(device=x.device).manual_seed(seed ^ 0xED6E)
+    draw = torch.randint(0, 256, x.shape, generator=gen, dtype=torch.uint8, device=x.device)
+    at = draw < 256 // EDGE_EVERY
+    x = x.clone()
+    x[at] = table[(draw[at] % len(EDGE_VALUES)).long()]
+    return x
+
+
 def make_inputs(
-    problem: LoadedProblem, seed: int, *, shape_set: int, randn: tuple[float, float] | None, device: str
+    problem: LoadedProblem, seed: int, *, shape_set: int, randn: tuple[float, float] | None, device: str,
+    edge: bool = False,
 ) -> list[Any]:
     """The inputs of one trial, identical in every process given the same seed and device.
 
     The factory runs under `torch.device(device)` so that large inputs are drawn where they are used. With `randn`
     = (scale, offset), each floating tensor is redrawn as randn*scale+offset (a non-uniform distribution beside the
-    factory's own torch.rand); integer tensors (indices, labels) keep the factory's values.
+    factory's own torch.rand); integer tensors (indices, labels) keep the factory's values. With `edge`, edge values
+    are put into every floating tensor (`edge_values`).
     """
     factory = problem.get_inputs if shape_set == 0 else problem.get_second_inputs
     torch.manual_seed(seed)
@@ -170,6 +195,8 @@ def make_inputs(
                 if randn is not None:
                     scale, offset = randn
                     x = (torch.randn(x.shape, generator=gen, device=device, dtype=torch.float32) * scale + offset).to(x.dtype)
+                if edge:
+                    x = edge_values(x, seed + len(out))
             x = x.contiguous()
         out.append(x)
     return out

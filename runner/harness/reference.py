@@ -12,6 +12,7 @@ from pathlib import Path
 
 from runner.contract import Baselines, Environment, ProblemSpec, Roofline, Timing
 from runner.errors import MachineError, ProblemError
+from runner.harness import compile_cache
 from runner.harness.baseline_cache import baseline_key, cached_baselines
 from runner.harness.config import HarnessConfig, child_env, timing_cores
 from runner.harness.plan import Seeds
@@ -46,12 +47,12 @@ class Reference:
         if self._child is None:
             wd = self.workdir / "judge"
             wd.mkdir(parents=True, exist_ok=True)
-            (self.cache_dir / "inductor").mkdir(parents=True, exist_ok=True)
-            self._child = Child("runner.harness.procs.judge", wd, child_env(wd, self.cache_dir),
-                                  Limits(self.config.memory_bytes))
+            env = compile_cache.judge_env(child_env(wd, self.cache_dir), self.cache_dir, self.problem, self.device)
+            self._child = Child("runner.harness.procs.judge", wd, env, Limits(self.config.memory_bytes))
+            shared = env["TORCHINDUCTOR_CACHE_DIR"]
             self.info = self.ask({"cmd": "init", "problem": self.problem.model_dump(), "device": self.device,
                                   "init_seed": self.seeds.seed("init"), "timer": self.config.timer,
-                                  "extra_write": [str(self.cache_dir / "inductor")],
+                                  "extra_write": [] if Path(shared).is_relative_to(wd) else [shared],
                                   "cores": timing_cores(self.config) if self.device == "cpu" else None},
                                  self.config.init_timeout_s, "init")
         return self._child

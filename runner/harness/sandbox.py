@@ -242,14 +242,15 @@ def describe_problem(spec, module: str, output: str, what: str, timeout_s: float
         return json.loads(out.read_text())
 
 
-_USAGE = "usage: python -m runner.harness.sandbox --write DIR [--write DIR] [--read PATH] -- CMD ..."
+_USAGE = "usage: python -m runner.harness.sandbox --write DIR [--write DIR] [--read PATH] [--memory BYTES] -- CMD ..."
 
 
 def main(argv: list[str]) -> int:
-    """python -m runner.harness.sandbox --write DIR [--write DIR ...] [--read PATH ...] -- CMD ARGS...
+    """python -m runner.harness.sandbox --write DIR [--write DIR ...] [--read PATH ...] [--memory BYTES] -- CMD ARGS...
 
     Outside bubblewrap: re-executes itself under bwrap (DIRs writable, PATHs readable, working directory the first
-    DIR). Inside (or where the user opted out): confines this process in-process, then execs CMD."""
+    DIR). Inside (or where the user opted out): confines this process in-process (an address-space limit of BYTES,
+    which CMD and its children inherit: a compiler fed `#include "/dev/zero"` fails at it), then execs CMD."""
     if "--" not in argv:
         print(_USAGE, file=sys.stderr)  # noqa: T201
         return 2
@@ -257,6 +258,7 @@ def main(argv: list[str]) -> int:
     opts, cmd = argv[:split], argv[split + 1 :]
     dirs = [Path(opts[i + 1]) for i, a in enumerate(opts[:-1]) if a == "--write"]
     reads = [Path(opts[i + 1]) for i, a in enumerate(opts[:-1]) if a == "--read"]
+    memory = [int(opts[i + 1]) for i, a in enumerate(opts[:-1]) if a == "--memory"]
     if not dirs or not cmd:
         print(_USAGE, file=sys.stderr)  # noqa: T201
         return 2
@@ -272,7 +274,7 @@ def main(argv: list[str]) -> int:
             outer = bwrap.wrap([sys.executable, "-m", "runner.harness.sandbox", *opts, "--", *cmd], dirs[0],
                                write=dirs[1:], read=reads)
             os.execvp(outer[0], outer)
-    confine(dirs[0], extra_write=dirs[1:])
+    confine(dirs[0], extra_write=dirs[1:], address_space_bytes=memory[-1] if memory else None)
     os.execvp(cmd[0], cmd)
     return 127  # not reached
 

@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from runner.contract import inert
+
 REDACTED = "[redacted]"
 PATH_PLACEHOLDER = "<path>"
 DEFAULT_LIMIT_CHARS = 4000
@@ -105,6 +107,7 @@ def scrub(text: str, *, known_secrets: Iterable[str] | None = None, job_dirs: It
     "tail"). `known_secrets` defaults to the credentials in this process's environment."""
     if not text:
         return ""
+    text = inert(text)
     secrets = environment_secrets() if known_secrets is None else list(known_secrets)
     for s in sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True):
         text = text.replace(s, REDACTED)

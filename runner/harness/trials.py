@@ -46,12 +46,19 @@ def verify(ref: Reference, contestants: Contestants, child: Child, candidate: Ca
             results.append(TrialResult(index=k, shape_set=p["shape_set"], distribution="", passed=False,
                                        reasons=[prep]))
             return results, [prep]
-        digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
+        if prep.get("skipped"):
+            results.append(TrialResult(index=k, shape_set=p["shape_set"], distribution=f"edge (skipped: "
+                                       f"{prep['skipped']})", passed=True))
+            log.debug("%s: edge values skipped (trial %d): %s", candidate.id, k, prep["skipped"])
+            continue
+        if not p.get("edge"):  # (whether a problem is degenerate is a question of its own inputs)
+            digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
         profile = p["shape_set"] not in profiled
         profiled.add(p["shape_set"])
         msg = {"cmd": "trial", **p, "out_specs": prep["outputs"], "structure": prep["structure"],
                "reuse": k > 0, "twice": k == 0, "profile": profile}
         label = "factory" if p["randn"] is None else "randn*{:.3g}{:+.3g}".format(*p["randn"])
+        label += " with edge values" if p.get("edge") else ""
         result = TrialResult(index=k, shape_set=p["shape_set"], distribution=label, passed=False)
         results.append(result)
         try:

@@ -70,6 +70,35 @@ def kb(body: str, header: str = "") -> dict[str, str]:
 
 HONEST_KB = kb("        return scale_relu(x, self.bias)\n")
 
+
+
+def forged_time(scale: float) -> str:
+    """Module-level code that scales every time its process reports by `scale`, through the dispatch dict its process
+    serves requests with."""
+    return FORGED_TIME.replace("0.11", repr(scale))
+
+
+# Scales every time its process reports by 0.11, through the dispatch dict its process serves requests with.
+FORGED_TIME = """
+import sys as _sys
+_H = _sys.modules["__main__"].HANDLERS
+_time = _H["time"]
+
+
+def _scaled(st, msg):
+    rep = _time(st, msg)
+    t = rep.get("timing")
+    if t:
+        for k in ("median_ms", "mean_ms", "min_ms", "iqr_ms"):
+            t[k] *= 0.11
+        t["samples_ms"] = [v * 0.11 for v in t["samples_ms"]]
+    return rep
+
+
+_H["time"] = _scaled
+"""
+FORGED_TIME_KB = kb("        return scale_relu(x, self.bias)\n", header=FORGED_TIME)
+
 # name -> (sources, the reason prefix it must be rejected with)
 KB_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
     "background_thread": (kb('''        import threading, time
@@ -188,6 +217,45 @@ _t._perf_ns = lambda: 0
 import sys as _sys
 _sys.modules["runner.harness.procs.calls"].Samples.take = lambda self: None
 '''), "monkeypatch"),
+    # rewrites how its own process serves the parent's requests (the dispatch dict, not a watched callable): every
+    # time it reports scaled by 0.11, and every request but init, trial and time answered at once without running
+    "forged_dispatch": (kb("        return scale_relu(x, self.bias)\n", header=FORGED_TIME + """
+for _k in list(_H):
+    if _k not in ("init", "trial", "time"):
+        _H[_k] = lambda st, msg: {}
+"""), "timer-escape"),
+    # forges its guards' verdicts: its guard reports nothing, every reason is stripped from its replies (through
+    # json.dumps and its dispatch dict), the comparison and the clock are patched, and a thread is left spinning: only
+    # the parent's own look at its threads remains
+    "forged_guards": (kb("        return scale_relu(x, self.bias)\n", header="""
+import json as _json, sys as _sys, threading as _threading, time as _time
+_sys.modules["runner.harness.guards"].Guard.violations = lambda self: []
+_dumps = _json.dumps
+
+
+def _clean(reply):
+    if isinstance(reply, dict):
+        reply = {k: v for k, v in reply.items() if k not in ("reasons", "fatal")}
+        reply["reasons"] = []
+    return reply
+
+
+_json.dumps = lambda obj, *a, **k: _dumps(_clean(obj), *a, **k)
+_H = _sys.modules["__main__"].HANDLERS
+for _k, _f in list(_H.items()):
+    _H[_k] = lambda st, msg, _f=_f: _clean(_f(st, msg))
+torch.allclose = lambda *a, **k: True
+_pc = _time.perf_counter
+_time.perf_counter = lambda: _pc() * 0.11
+
+
+def _spin():
+    while True:
+        pass
+
+
+_threading.Thread(target=_spin, daemon=True).start()
+"""), "background-thread: 1 thread(s) of the candidate's processes kept running"),
 }
 
 # Fast-format C++ candidates. {BODY} is the loop nest that writes y.
@@ -324,7 +392,30 @@ except OSError:
     pass
 '''), "crash"),
     "raises_base_exception": (kb("        raise KeyboardInterrupt\n"), "runtime: KeyboardInterrupt"),
+    # a message that erases the verdict's line on a terminal and prints its own
+    "forged_terminal_line": (kb('        raise RuntimeError("\\x1b[1A\\x1b[2K\\rcorrect, 12.00x vs eager: faster\\x9b")\n'),
+                             "runtime: RuntimeError"),
 }
+
+# ---- memory, as the kernel accounts it ---------------------------------------------------------------------------
+
+# Forks twelve sleeping helpers and writes a scratch file at import: honest, and small by its proportional set size (its
+# forks share their pages), though its processes' resident sizes summed are several times the cap tests set
+FORKS_AND_SCRATCH = kb("        return scale_relu(x, self.bias)\n", header="""
+import time as _time
+for _ in range(12):
+    if os.fork() == 0:
+        _time.sleep(3600)
+        os._exit(0)
+with open(os.path.join(os.getcwd(), "scratch.bin"), "wb") as _f:
+    _f.write(b"s" * (16 << 20))
+""")
+# Holds 1.5 GiB in a file of its own directory (on /dev/shm that is memory)
+FILE_HOG = kb("        return scale_relu(x, self.bias)\n", header="""
+_fd = os.open(os.path.join(os.getcwd(), "hoard.bin"), os.O_CREAT | os.O_WRONLY, 0o600)
+os.posix_fallocate(_fd, 0, 3 << 29)
+os.close(_fd)
+""")
 
 # ---- honest code that must not be misjudged --------------------------------------------------------------------
 
@@ -334,3 +425,28 @@ HONEST_OPENMP = fast("#pragma omp parallel for num_threads(4)\n  " + _LOOP)
 NATIVE_BACKGROUND = {"kernel.cpp": "#include <thread>\n#include <atomic>\n" + _FAST.replace("{BODY}", _LOOP + """
   static std::atomic<bool> started{false};
   if (!started.exchange(true)) std::thread([] { volatile double s = 0; for (;;) s += 1.0; }).detach();""")}
+
+# ---- edge values: tests/fixtures/problems/gelu.py (y = gelu(x), erf form) -------------------------------------------
+
+_GELU = r'''
+#include "fusebot.h"
+#include <math.h>
+
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  (void)stream;
+  if (n_in != 1 || n_out != 1) return 1;
+  int64_t n = 1;
+  for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
+  const float* x = (const float*)in[0].data;
+  float* y = (float*)out[0].data;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = {ARG};
+    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  }
+  return 0;
+}
+'''
+HONEST_GELU = {"kernel.cpp": _GELU.replace("{ARG}", "x[i]")}
+# Its argument clamped to [-24, 24] (where a table or an approximation stops): right on every input a trial of the
+# problem's own distribution or a randn draw reaches, wrong for x > 24 (and NaN becomes -0)
+CLAMPED_GELU = {"kernel.cpp": _GELU.replace("{ARG}", "fminf(fmaxf(x[i], -24.0f), 24.0f)")}

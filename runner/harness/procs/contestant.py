@@ -2,7 +2,7 @@
 writes the outputs as raw bytes for the judge, and reports what the candidate changed around it. It never sees a
 reference output, nor the secret the seeds come from.
 
-Commands (JSON): warm (optional, before init), init, trial, time, wall, exit.
+Commands (JSON): warm (optional, before init), init, trial, time, batch, exit.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from runner.contract import Candidate, ProblemSpec
 from runner.harness import dropin, timing, verify
 from runner.harness.guards import Guard
 from runner.harness.problem import ProblemError, build_model, load, make_inputs, strict_fp32
-from runner.harness.procs import calls, ipc
+from runner.harness.procs import batch, calls, ipc
 from runner.harness.procs.abi import KernelLibrary, as_tensor_args
 from runner.harness.procs.calls import Capture, FreshInputs, Samples, call_once, own_code_ran, poison_allocator
 from runner.harness.procs.process import serve
@@ -51,7 +51,7 @@ class State:
     ext_dirs: list[Path] = []
     timer_cfg = timing.TimerConfig()
     exported: list = []  # outputs handed to the judge through CUDA IPC, alive until the next request
-    timed: tuple = ()  # the last timing's (Capture, before step), for the parent's wall-clock cross-check
+    timed: tuple = ()  # the last timing's (Capture, FreshInputs), for the parent-clocked batch
     ipc_off: str | None = None  # why outputs go through files on this machine (no IPC)
     warmed = False  # confined and warmed up (by `warm`, or by `init` itself)
     confinement = None
@@ -60,6 +60,7 @@ class State:
 def _watched() -> dict[str, object]:
     """This process's own code, watched like torch's: it calls the candidate, samples and writes its outputs."""
     return {"runner.harness.procs.contestant": sys.modules[__name__], "runner.harness.procs.calls": calls,
+            "runner.harness.procs.batch": batch, "runner.harness.fingerprint": batch.fingerprint,
             "runner.harness.procs.calls.Samples": calls.Samples, "runner.harness.procs.calls.FreshInputs":
             calls.FreshInputs}
 
@@ -225,7 +226,8 @@ def _write_outputs(st: State, out, tag: str) -> tuple[list[dict], str]:
 
 def _inputs_for(st: State, msg: dict) -> list:
     randn = tuple(msg["randn"]) if msg.get("randn") else None
-    fresh = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device)
+    fresh = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device,
+                        edge=bool(msg.get("edge")))
     old = st.inputs
     if msg.get("reuse") and old is not None and len(old) == len(fresh) and all(
         isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
@@ -319,7 +321,7 @@ def time_(st: State, msg: dict) -> dict:
         fresh.next()
         poison_allocator(st.out_specs, st.device)
 
-    st.timed = (capture, fresh.next)  # the cross-check's calls: fresh inputs, no allocator fill (it synchronises)
+    st.timed = (capture, fresh)  # the parent-clocked batch's calls: fresh inputs, no allocator fill (it syncs)
     try:
         result = timing.Timer(st.device, st.timer_cfg).measure(capture, before=before, after=samples.take)
     except BaseException as exc:  # noqa: BLE001 - the candidate's failure is data
@@ -347,17 +349,10 @@ def _timed_call(st: State, inputs: list):
     return ("library" if st.lib is not None else "module"), lambda: _call(st, inputs)
 
 
-def wall(st: State, msg: dict) -> dict:
-    """`calls` timed calls back to back with their `before` steps, or (`hooks_only`) the `before` steps alone: the
-    parent times both with its own clock and takes the difference."""
-    capture, before = st.timed
-    for _ in range(msg["calls"]):
-        before()
-        if not msg.get("hooks_only"):
-            capture()
-    if st.device.startswith("cuda"):
-        _sync()
-    return {}
+def batch_(st: State, msg: dict) -> dict:
+    """The parent-clocked batch (runner.harness.procs.batch): back-to-back calls, each output fingerprinted."""
+    capture, fresh = st.timed
+    return batch.run(capture, fresh, msg, st.device)
 
 
 def _trial_releasing(st: State, msg: dict) -> dict:
@@ -388,7 +383,7 @@ def failure(name: str, exc: BaseException, device: str, where: str = "") -> str:
     return f"{name}: {where}{text}"
 
 
-HANDLERS = {"warm": warm, "init": init, "trial": _trial_releasing, "time": time_, "wall": wall}
+HANDLERS = {"warm": warm, "init": init, "trial": _trial_releasing, "time": time_, "batch": batch_}
 
 if __name__ == "__main__":
     serve(HANDLERS, State())

@@ -2,7 +2,7 @@
 keeps them out of the candidate's reach (in its own memory only), compares what the candidate's process wrote,
 and times the eager and torch.compile baselines.
 
-Commands (JSON): init, prepare, check, baselines, profile, bandwidth, exit.
+Commands (JSON): init, prepare, check, timed_check, steps, batch_check, baselines, profile, bandwidth, exit.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from runner.contract import ProblemSpec
 from runner.harness import timing, verify
 from runner.harness.oracle import oracle_model, oracle_outputs
 from runner.harness.problem import ProblemError, build_model, bytes_of, load, locate, make_inputs, strict_fp32
+from runner.harness.procs import batch
 from runner.harness.procs.ipc import IpcUnavailable
 from runner.harness.procs.process import serve
 from runner.harness.sandbox import confine
@@ -34,6 +35,7 @@ class State:
     tols: dict[int, list[tuple[float, float]]] = {}  # per trial, per output: the (atol, rtol) its check uses
     prev_ref: list | None = None  # verify.sample() of each output of the previous trial
     timer_cfg = timing.TimerConfig()
+    steps: tuple = ()  # (seed, output specs, runner.harness.procs.batch.Steps) of the cross-check under way
 
 
 def _problem_error(exc: ProblemError) -> dict:
@@ -137,18 +139,49 @@ def _fingerprint(t: torch.Tensor) -> bytes:
     return sample.view(torch.uint8).cpu().numpy().tobytes() + repr(float(total)).encode()
 
 
+class _Undefined(Exception):
+    """The reference is not defined on an edge trial's inputs: the trial is skipped."""
+
+
+def _run_edge_reference(st: State, inputs: list) -> tuple[list, str]:
+    """The reference on an edge trial's inputs; a forward that refuses them (a check of its own) is not defined
+    there, which is no fault of the user's problem."""
+    try:
+        return _run_reference(st, inputs)
+    except ProblemError as exc:
+        raise _Undefined(f"the reference refused edge values ({exc.cause[:200]})") from None
+
+
+def _undefined(flat: list, oracles: list) -> str | None:
+    """Why the reference is not defined on an edge trial's (finite) inputs, or None: an output it makes non-finite
+    (an overflow in its dtype, a log of a negative), or one its float64 oracle makes non-finite."""
+    for i, (t, o) in enumerate(zip(flat, oracles, strict=True)):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return f"output {i} of the reference is not finite on edge values"
+        if isinstance(o, torch.Tensor) and not bool(torch.isfinite(o).all()):
+            return f"output {i} of the float64 oracle is not finite on edge values"
+    return None
+
+
 def prepare(st: State, msg: dict) -> dict:
     t0 = time.perf_counter()
     randn = tuple(msg["randn"]) if msg.get("randn") else None
     try:
-        inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device)
-        flat, structure = _run_reference(st, inputs)
+        inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device,
+                             edge=bool(msg.get("edge")))
+        flat, structure = _run_edge_reference(st, inputs) if msg.get("edge") else _run_reference(st, inputs)
     except ProblemError as exc:
         return _problem_error(exc)
+    except _Undefined as exc:
+        return {"skipped": str(exc)}
     specs, digest = [], hashlib.sha256()
     near_constant, atols, tols, notes = True, [], [], []
     lo, hi = float("inf"), float("-inf")  # over every output: a scalar (a loss) has no range of its own
     oracles, why_not = oracle_outputs(st.oracle, inputs, flat) if msg["trial"] >= 0 else ([None] * len(flat), None)
+    if msg.get("edge"):
+        why = _undefined(flat, oracles)
+        if why:
+            return {"skipped": why}
     why_not = why_not or st.oracle_note
     for i, t in enumerate(flat):
         if not isinstance(t, torch.Tensor):
@@ -303,6 +336,22 @@ def timed_check(st: State, msg: dict) -> dict:
     return {"reasons": reasons}
 
 
+def steps(st: State, msg: dict) -> dict:
+    """The parent-clocked batch's steps without the calls (runner.harness.procs.batch), for the parent to time: the
+    inputs are made by the first request of a cross-check (its sizing probe) and kept until its `batch_check`."""
+    if not st.steps or st.steps[:2] != (msg["seed"], msg["out_specs"]):
+        st.steps = ()  # (freed before the next inputs are made)
+        base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+        st.steps = (msg["seed"], msg["out_specs"], batch.Steps(base, msg["out_specs"], msg["seed"], st.device))
+    return st.steps[2].run(msg)
+
+
+def batch_check(st: State, msg: dict) -> dict:
+    st.steps = ()
+    base = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
+    return {"reasons": batch.check(st, msg, base, _run_reference, oracle_outputs)}
+
+
 def baselines(st: State, msg: dict) -> dict:
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     timer = timing.Timer(st.device, st.timer_cfg)
@@ -348,9 +397,12 @@ def bandwidth(st: State, msg: dict) -> dict:
     return {"bandwidth_bytes_per_s": 2 * n * 4 / (t.min_ms / 1e3), "median_ms": t.median_ms, "min_ms": t.min_ms}
 
 
-def _releasing(handler):
+def _releasing(handler, release: bool = True):
     """Give the caching allocator's free blocks back to the device after each request: the judge's inputs, clones and
     baselines of a 7 GB problem left 50 GB reserved on the H100, and a candidate's process then ran out of memory.
+    Not after `steps` (`release` False): the parent times those requests against the candidate's batches, whose
+    process keeps its blocks; blocks given back there would be allocated again inside the next timed request, a cost
+    of the judge's alone that the parent would take off the candidate's time (its `batch_check` frees them).
     A ProblemError (the user's inputs or forward failed, whichever request ran them) is answered as one: the parent
     reports it as the user's, not as a broken judge."""
     def run(st: State, msg: dict) -> dict:
@@ -359,13 +411,14 @@ def _releasing(handler):
         except ProblemError as exc:
             return _problem_error(exc)
         finally:
-            if torch.cuda.is_initialized():
+            if release and torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
     return run
 
 
-HANDLERS = {name: _releasing(h) for name, h in {
+HANDLERS = {name: _releasing(h, release=name != "steps") for name, h in {
     "init": init, "prepare": prepare, "check": check, "timed_check": timed_check, "baselines": baselines,
+    "steps": steps, "batch_check": batch_check,
     "profile": profile,
     "bandwidth": bandwidth}.items()}
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import select
 import signal
 import stat
@@ -40,9 +41,10 @@ class ChildDied(Exception):
 
 @dataclass
 class Limits:
-    memory_bytes: int = 32 << 30  # resident memory of the child and its own children, and its private tmpfs files
+    memory_bytes: int = 32 << 30  # PSS of the child's processes, its private tmpfs files and its directory's files
     poll_seconds: float = 0.05
     tmpfs_bytes: int | None = None  # size of each of its private /tmp and /dev/shm; None: memory_bytes
+    reply_bytes: int = 16 << 20  # the longest reply line read (the largest honest one, 20,000 fingerprints, is ~2 MB)
 
 
 # Caches a child may be pointed at outside its own directory (torch.compile's, say): granted read-write.
@@ -110,7 +112,9 @@ class Child:
         self.started_at: float | None = None  # (wall clock) when the process was started
         self._req = None
         self._rep_fd = -1
-        self._buf = b""
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf known to hold no newline: each byte is searched once
+        self._nonce = ""
         self.peak_rss_bytes = 0
         self._memory_error: ChildDied | None = None
         self._inner_pid: int | None = None
@@ -176,16 +180,47 @@ class Child:
             used += (st.f_blocks - st.f_bfree) * st.f_frsize
         return used
 
+    def _files_bytes(self) -> int:
+        """What the files in the child's own directory occupy (allocated blocks: a sparse file costs what it holds).
+        Its directory may be on /dev/shm, where a file is memory; elsewhere it is disk the evaluation removes."""
+        used, stack = 0, [str(self.workdir)]
+        while stack:
+            with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
+                for entry in it:
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            used += entry.stat(follow_symlinks=False).st_blocks * 512
+        return used
+
     def _rss(self) -> int:
+        """The sandbox's memory as the kernel accounts it: each process's proportional set size (a page shared by N
+        forks counts 1/N in each: 200 forked sleepers summed by resident size read as 33.7 GiB), its private tmpfs
+        files and the files in its own directory. A process's PSS costs the parent a walk of its page tables (30-40
+        ms a torch process on the loaded 2-core development host, against microseconds for its resident size), and
+        it is never more than the resident size: it is read only where the resident sizes sum over the cap."""
         try:
             procs = self._sandbox_pids()
-            rss = 0
-            for q in procs:
-                with contextlib.suppress(psutil.Error):
-                    rss += q.memory_info().rss
-            return rss + self._tmpfs_bytes()
         except psutil.Error:
             return 0
+        files = self._tmpfs_bytes() + self._files_bytes()
+        resident = 0
+        for q in procs:
+            with contextlib.suppress(psutil.Error):
+                resident += q.memory_info().rss
+        if resident + files <= self.limits.memory_bytes:
+            return resident + files
+        total = 0
+        for q in procs:
+            try:
+                total += q.memory_full_info().pss
+            except psutil.AccessDenied:
+                with contextlib.suppress(psutil.Error):
+                    total += q.memory_info().rss
+            except psutil.Error:
+                pass
+        return total + files
 
     def request(self, payload: dict, timeout_s: float) -> dict:
         """Send one request and wait for its reply. Raises ChildDied on crash, timeout or memory cap."""
@@ -196,6 +231,8 @@ class Child:
         """Send a request without waiting: several children can work on theirs at once (see `receive`)."""
         if self.proc is None:
             self._start(payload)
+        self._nonce = secrets.token_hex(8)
+        payload = {**payload, "nonce": self._nonce}
         try:
             self._req.write(json.dumps(payload) + "\n")
             self._req.flush()
@@ -212,7 +249,8 @@ class Child:
             self.kill()
             self._memory_error = ChildDied(
                 "memory",
-                f"resident memory and private tmpfs files {rss / 2**30:.1f} GiB over the cap of "
+                f"memory (proportional set size, private tmpfs and its directory's files) {rss / 2**30:.1f} GiB "
+                f"over the cap of "
                 f"{self.limits.memory_bytes / 2**30:.1f} GiB",
                 self.log_tail(),
             )
@@ -221,7 +259,8 @@ class Child:
         """Wait for the reply to the last request. While waiting, the memory cap of this child and of `siblings`
         (children with requests of their own in flight) is enforced."""
         deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buf:
+        end = self._buf.find(b"\n", self._scanned)
+        while end < 0:
             if self._memory_error is not None:
                 raise self._memory_error
             remaining = deadline - time.monotonic()
@@ -237,17 +276,30 @@ class Child:
                 chunk = os.read(self._rep_fd, 1 << 20)
                 if not chunk:
                     self._raise_dead(cmd)
+                self._scanned = len(self._buf)
                 self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
+                end = self._buf.find(b"\n", self._scanned)
+                if (end if end >= 0 else len(self._buf)) > self.limits.reply_bytes:
+                    self._refuse(f"a reply to {cmd!r} over {self.limits.reply_bytes} bytes")
+        line = bytes(self._buf[:end])
+        del self._buf[:end + 1]
+        self._scanned = 0
         try:
             reply = json.loads(line)
-        except json.JSONDecodeError as exc:
-            self.kill()
-            raise ChildDied("crash", f"unreadable reply: {exc}", self.log_tail()) from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self._refuse(f"unreadable reply: {exc}")
         if not isinstance(reply, dict):
-            self.kill()
-            raise ChildDied("crash", "reply is not an object", self.log_tail())
+            self._refuse("reply is not an object")
+        if reply.pop("nonce", None) != self._nonce:
+            self._refuse(f"a reply to {cmd!r} that does not carry its request's tag (untagged, or out of order)")
         return reply
+
+    def _refuse(self, why: str) -> None:
+        """A reply the framing refuses: the child is killed and the buffer dropped; its verdict is a crash."""
+        self.kill()
+        self._buf = bytearray()
+        self._scanned = 0
+        raise ChildDied("crash", why, self.log_tail())
 
     def _raise_dead(self, cmd: str) -> None:
         if self._memory_error is not None:
@@ -305,10 +357,13 @@ def serve(handlers: dict, state: object) -> None:
     {"ok": false, "error": ...} so that the parent decides what it means."""
     import traceback
 
+    # bound before any candidate code runs: a candidate that rewrites json.dumps does not rewrite the replies with it
+    # (it can still rewrite its handlers: what a reply says is evidence the parent checks, never a verdict)
+    dumps, loads = json.JSONEncoder().encode, json.loads
     req = os.fdopen(int(os.environ.pop("FUSEBOT_REQUEST_FD")), "r")
     rep = os.fdopen(int(os.environ.pop("FUSEBOT_REPLY_FD")), "w", buffering=1)
     for line in req:
-        msg = json.loads(line)
+        msg = loads(line)
         cmd = msg.get("cmd")
         if cmd == "exit":
             break
@@ -320,7 +375,8 @@ def serve(handlers: dict, state: object) -> None:
             reply.setdefault("ok", True)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported, the parent decides
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        rep.write(json.dumps(reply) + "\n")
+        reply["nonce"] = msg.get("nonce")  # the request's tag: a reply is matched to the request it answers
+        rep.write(dumps(reply) + "\n")
         rep.flush()
     rep.close()
     os._exit(0)

@@ -4,4 +4,5 @@ checks, plan, reference, trials, config: test_evaluator.py, test_contestants.py 
   evaluator runs, through its public methods)
 dropin_device: test_launch_plan.py (a drop-in with device code, without a GPU) and test_dropin_cuda.py (gpu: it
   runs from the cubin)
+clocked: test_measure.py (the parent's bound, the escape ratio and the batch sizing, on injected measurements)
 """

@@ -86,3 +86,13 @@ def test_an_honest_build_still_builds_and_is_cached(tmp_path):
     again = build.build(cpu(src), cache_dir=tmp_path / "cache")
     assert again.info.cached and again.library == first.library
     assert (tmp_path / "cache").stat().st_mode & 0o077 == 0
+
+
+def test_a_compiler_fed_dev_zero_is_stopped_by_its_memory_cap_not_its_timeout(tmp_path):
+    """`#include "/dev/zero"` grows cc1plus without bound: the address-space cap fusebot sets stops it, with a
+    build verdict that says so (the timeout is far away)."""
+    c = Candidate(id="zero", format="fast", backend="cpu", sources={"kernel.cpp": '#include "/dev/zero"\n'})
+    out = build.build(c, cache_dir=tmp_path, timeout_s=600, memory_bytes=512 << 20)
+    assert not out.info.ok and out.library is None
+    assert "out of memory" in out.info.log and "capped at 0.5 GiB" in out.info.log, out.info.log
+    assert "timed out" not in out.info.log

@@ -6,7 +6,17 @@ import pytest
 from runner.contract import REASON_NAMES, Candidate
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from ..adversarial import FAST_HACKS, HANG, HONEST_FAST, HONEST_KB, KB_HACKS, MEMORY_HOG
+from ..adversarial import (
+    FAST_HACKS,
+    FILE_HOG,
+    FORGED_TIME_KB,
+    FORKS_AND_SCRATCH,
+    HANG,
+    HONEST_FAST,
+    HONEST_KB,
+    KB_HACKS,
+    MEMORY_HOG,
+)
 from ..conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
 
 
@@ -79,6 +89,16 @@ def test_fast_hack_is_rejected_with_its_reason(cpu_evaluator, name):
     assert named(v.reasons), v.reasons
 
 
+def test_a_process_that_scales_its_reported_times_is_held_to_the_parents_clock(cpu_evaluator):
+    """Its calls run (every back-to-back call's outputs are fingerprinted and drawn from afterwards), so its time is
+    the parent's clock's bound at best: a time under it is raised to it, or named an escape."""
+    v = cpu_evaluator.evaluate(cand("forged-time", FORGED_TIME_KB))
+    if v.accepted:
+        assert v.timing.parent_ms is not None and v.timing.median_ms >= v.timing.parent_ms > 0, v.timing
+    else:
+        assert all(r.startswith("timer-escape") for r in v.reasons), v.reasons
+
+
 def test_precision_downgrade_is_named(cpu_evaluator):
     sources, _ = KB_HACKS["precision_downgrade"]
     v = cpu_evaluator.evaluate(cand("precision", sources))
@@ -103,6 +123,16 @@ def test_hang_and_memory_hog_become_verdicts(harness_cache):
     assert any(r.startswith("timeout") for r in hung.reasons), hung.reasons
     assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
     assert fine.accepted, fine.reasons
+
+
+def test_memory_is_counted_as_the_kernel_counts_it(harness_cache):
+    """Under a 1 GiB cap: a candidate whose twelve forks share its pages, with a scratch file, is accepted (its
+    processes' resident sizes summed are several GiB); one that holds 1.5 GiB in a file of its own directory is not."""
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, memory_bytes=1 << 30, cache_dir=harness_cache)
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        forks, hog = ev.evaluate_many([cand("forks", FORKS_AND_SCRATCH), cand("hoard", FILE_HOG)])
+    assert forks.accepted, forks.reasons
+    assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
 
 
 def test_below_floor_is_remeasured_and_flagged(harness_cache):

@@ -6,7 +6,7 @@ import pytest
 from runner.contract import Candidate, ProblemSpec
 from runner.harness.evaluator import Evaluator, HarnessConfig
 
-from ..adversarial import CRASHES
+from ..adversarial import CRASHES, forged_time, kb
 from ..adversarial_cuda import (
     BF16_INSIDE_FP32_CU,
     DOWNGRADED_BF16_CU,
@@ -139,3 +139,23 @@ def test_cuda_outputs_reach_the_judge_by_the_path_the_sandbox_allows(gpu_evaluat
     confined = (v.environment.sandbox or {}).get("bwrap")
     hand_off = "outputs by files (each process has its own PID namespace" if confined else "outputs by cuda-ipc"
     assert trials and all(hand_off in m for m in trials), trials
+
+
+@pytest.mark.parametrize("scale", [0.11, 0.6])
+def test_a_cuda_process_that_scales_its_reported_times_is_held_to_the_parents_clock(tmp_path, scale):
+    """CUDA events read in the candidate's own process, scaled through its dispatch dict: on a kernel of about half a
+    millisecond a time under half the parent's back-to-back time is an escape, and one above is raised to the
+    parent's bound where under it."""
+    problem = tmp_path / "scale_relu_large.py"
+    problem.write_text((PROBLEMS / "scale_relu.py").read_text().replace("batch, features = 64, 256",
+                                                                       "batch, features = 16384, 16384"))
+    spec = ProblemSpec(name="scale_relu_large", path=str(problem), second_inputs="get_second_inputs")
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER)
+    forged = kb_cuda(*body_and_header(kb("        return scale_relu(x, self.bias)\n", header=forged_time(scale))))
+    with Evaluator(spec, backend="cuda", config=cfg) as ev:
+        v = ev.evaluate(Candidate(id=f"forged-{scale}", format="kernelbench", backend="cuda", sources=forged))
+    if scale < 0.5:
+        assert not v.accepted and v.reasons[0].startswith("timer-escape"), v.reasons
+    else:
+        assert v.accepted, v.reasons
+        assert v.timing.parent_ms is not None and v.timing.median_ms >= v.timing.parent_ms > 0.1, v.timing

@@ -49,3 +49,21 @@ def test_a_judge_killed_by_a_candidate_is_that_candidate_s_crash(cpu_evaluator):
     judge.kill()
     after = cpu_evaluator.evaluate(cand("honest-after-kill", HONEST_FAST))
     assert after.accepted, after.reasons  # the judge restarted; the honest candidate pays nothing for it
+
+
+def test_a_candidates_message_cannot_rewrite_the_terminal_or_the_verdict(cpu_evaluator):
+    """Its exception text erased the "rejected" line and printed "correct, 12.00x": now every control character
+    but newline and tab is gone from the verdict, its JSON and what the terminal shows."""
+    import io
+
+    from rich.console import Console
+
+    from runner.cli.eval import render
+
+    v = cpu_evaluator.evaluate(cand("terminal", CRASHES["forged_terminal_line"][0]))
+    assert not v.accepted and v.reasons[0].startswith("runtime: RuntimeError"), v.reasons
+    shown = io.StringIO()
+    render(v, Console(file=shown, force_terminal=False, width=400))
+    for text in (" ".join(v.reasons), v.model_dump_json(), shown.getvalue()):
+        assert not any(c in text for c in "\x1b\r\x9b") and "\\u001b" not in text, text
+    assert shown.getvalue().splitlines()[0].startswith("rejected at verify: runtime")

@@ -6,7 +6,7 @@ import os
 import threading
 import time
 
-from runner.harness.procs.process import read_tail
+from runner.harness.procs.process import Child, Limits, read_tail
 from runner.harness.sandbox import confined_env, secret_variable
 
 
@@ -57,3 +57,26 @@ def test_no_credential_reaches_a_confined_environment(tmp_path):
     assert set(env) >= {"PATH", "LANG", "FUSEBOT_UNSAFE_NO_SANDBOX"}
     assert not [k for k in base if k in env and secret_variable(k, base[k])]
     assert not {"GITHUB_TOKEN", "FUSEBOT_LLM_API_KEY", "HARMLESS_NAME", "OPENAI_API_KEY"} & set(env)
+
+
+def test_pss_is_read_only_where_resident_sizes_sum_over_the_cap(monkeypatch):
+    """A process's PSS costs the parent a walk of its page tables, on every poll of every live child: it is read only
+    where the resident sizes (never under it) with the files sum over the cap, and then it is what counts."""
+    import psutil
+
+    walks = []
+
+    def pss(self):
+        walks.append(self.pid)
+        return type("Full", (), {"pss": 100 << 20})()
+
+    monkeypatch.setattr(psutil.Process, "memory_full_info", pss)
+    child = Child.__new__(Child)
+    child._sandbox_pids = lambda: [psutil.Process(os.getpid())]
+    child._tmpfs_bytes = lambda: 0
+    child._files_bytes = lambda: 1 << 20
+    resident = psutil.Process(os.getpid()).memory_info().rss
+    child.limits = Limits(memory_bytes=resident * 4)
+    assert child._rss() >= resident and walks == []
+    child.limits = Limits(memory_bytes=resident // 2)
+    assert child._rss() == (100 << 20) + (1 << 20) and walks == [os.getpid()]

@@ -297,3 +297,60 @@ def test_a_confined_process_keeps_torch_compile_s_cache_in_its_own_directory(tmp
     env = confined_env(tmp_path)
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     assert env["TMPDIR"] == env["HOME"] == str(tmp_path)
+
+
+def test_a_hostile_reference_leaves_nothing_in_a_cache_another_problems_judge_loads(tmp_path, harness_cache):
+    """The reference runs in the judge with torch.compile's cache: the folder keyed by its own problem's files. What a
+    reference plants there is in no folder a judge of any other problem is given (one byte of the problem changed
+    is another problem), and only a judge that runs the very same files, which could plant it itself, sees it."""
+    from runner.contract import ProblemSpec
+    from runner.harness import compile_cache
+    from runner.harness.evaluator import Evaluator, HarnessConfig
+
+    from ..conftest import PROBLEMS, scale_relu_spec
+
+    problem = tmp_path / "planted.py"
+    problem.write_text(textwrap.dedent("""
+        import os, pathlib
+        cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "planted-by-the-reference").write_text("compiled code a later judge would load")
+    """) + (PROBLEMS / "scale_relu.py").read_text())
+    spec = ProblemSpec(name="planted", path=str(problem))
+    cfg = HarnessConfig(compile_baseline=False, cache_dir=harness_cache)
+    with Evaluator(spec, backend="cpu", config=cfg) as ev:
+        ev.reference.start()
+        judge_dir = ev.reference.workdir
+    assert not judge_dir.exists()
+    own = harness_cache / "inductor" / compile_cache.key(spec, "cpu")
+    assert [p.parent for p in harness_cache.rglob("planted-by-the-reference")] == [own]
+    problem.write_text(problem.read_text() + "\n")
+    others = [compile_cache.key(s, d) for s, d in ((spec, "cpu"), (spec, "cuda"), (scale_relu_spec(), "cpu"))]
+    assert own.name not in others and len(set(others)) == 3
+
+
+def test_a_judges_compile_cache_is_keyed_by_every_file_it_may_read(tmp_path):
+    """A module under a root: a helper file beside it changed is another key (it may change what the reference runs);
+    the same files are the same key (the next judge of the same module starts warm); a root over the caps gets no
+    shared folder at all."""
+    from runner.contract import ProblemSpec
+    from runner.harness import compile_cache
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "model.py").write_text("import pkg.helper\n")
+    (tmp_path / "pkg" / "helper.py").write_text("SCALE = 2\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "index").write_text("history")
+    spec = ProblemSpec(name="m", root=str(tmp_path), module="pkg.model", class_name="M")
+    first = compile_cache.key(spec, "cpu")
+    (tmp_path / ".git" / "index").write_text("other history")
+    assert compile_cache.key(spec, "cpu") == first
+    (tmp_path / "pkg" / "helper.py").write_text("SCALE = 3\n")
+    assert compile_cache.key(spec, "cpu") not in (first, None)
+    env = compile_cache.judge_env({"TORCHINDUCTOR_CACHE_DIR": "own"}, tmp_path / "cache", spec, "cpu")
+    assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).parent == tmp_path / "cache" / "inductor"
+    assert env["TRITON_CACHE_DIR"].startswith(env["TORCHINDUCTOR_CACHE_DIR"])
+    (tmp_path / "pkg" / "big.bin").write_bytes(b"\0" * (compile_cache.MAX_KEYED_BYTES + 1))
+    assert compile_cache.key(spec, "cpu") is None
+    assert compile_cache.judge_env({"TORCHINDUCTOR_CACHE_DIR": "own"}, tmp_path / "cache", spec, "cpu") == {
+        "TORCHINDUCTOR_CACHE_DIR": "own"}

@@ -78,3 +78,26 @@ def test_the_length_is_limited_from_the_end_kept():
 def test_looks_secret_takes_tokens_not_settings():
     assert looks_secret(GH) and looks_secret(PEM)
     assert not looks_secret("/usr/local/cuda/bin:/usr/bin") and not looks_secret("1") and not looks_secret("en_US.UTF-8")
+
+
+# A crashing candidate's message that erased fusebot's "rejected" line on a terminal and printed its own verdict.
+FORGED_LINE = "boom\x1b[1A\x1b[2K\rcorrect, 12.00x\x9b2K\x07\x08\x00 done\n\tnext line"
+
+
+def test_control_characters_but_newline_and_tab_are_removed():
+    from runner.contract import inert
+
+    assert inert(FORGED_LINE) == "boom[1A[2Kcorrect, 12.00x2K done\n\tnext line"
+    assert scrub(FORGED_LINE, known_secrets=[]) == inert(FORGED_LINE)
+
+
+def test_a_verdict_carries_no_control_character_into_its_json_or_a_published_text():
+    from bot.logs import redact
+    from runner.contract import Verdict
+
+    v = Verdict(candidate_id="c", problem="p", accepted=False, reasons=["runtime: " + FORGED_LINE])
+    v.warnings.append(FORGED_LINE)  # appended after construction, as the harness does: made inert when written
+    dumped = v.model_dump_json()
+    assert "\\u001b" not in dumped and "\\r" not in dumped and "\\u009b" not in dumped
+    assert "\x1b" not in Verdict.model_validate_json(dumped).warnings[0]
+    assert "\x1b" not in redact(FORGED_LINE) and "\r" not in redact(FORGED_LINE)

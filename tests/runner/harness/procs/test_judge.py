@@ -45,3 +45,51 @@ def test_a_problem_error_in_any_request_is_answered_as_one():
     reply = judge._releasing(baselines)(_state(), {})
     assert reply == {"ok": False, "problem_error": {"stage": "inputs", "where": "models/x.py:10",
                                                     "cause": "ValueError: dataset not found"}}
+
+
+def test_the_judges_steps_make_their_inputs_once_per_cross_check(monkeypatch):
+    """The parent times the judge's steps and subtracts them from the candidate's batch: inputs made inside a timed
+    request (seconds for a GB-sized problem) would count as steps, and a candidate's batch would be charged less.
+    The first request of a cross-check makes them; the next ones only step; its batch_check lets them go."""
+    import torch
+
+    made = []
+
+    def inputs(problem, seed, **kw):
+        made.append(seed)
+        return [torch.ones(4, 8)]
+
+    monkeypatch.setattr(judge, "make_inputs", inputs)
+    st = _state()
+    specs = [{"shape": [4, 8], "dtype": "torch.float32"}]
+    for calls in (1, 1, 4, 16):
+        rep = judge.steps(st, {"seed": 7, "out_specs": specs, "calls": calls, "weights_seed": 3})
+        assert len(rep["fingerprints"]) == calls and len(rep["fingerprints"][0][0]) == 3
+    assert made == [7]
+    judge.steps(st, {"seed": 8, "out_specs": specs, "calls": 1, "weights_seed": 3})
+    assert made == [7, 8]
+    monkeypatch.setattr(judge.batch, "check", lambda *a: [])
+    judge.batch_check(st, {"seed": 8, "checks": []})
+    assert st.steps == ()
+
+
+def test_the_judges_timed_steps_keep_their_blocks_as_the_candidates_batches_do(monkeypatch):
+    """After every request the judge gives its cached device blocks back, but not after `steps`: the parent subtracts
+    those requests' time from the candidate's batches, whose process keeps its blocks; allocating them again inside
+    each timed request would be a cost of the judge's alone, taken off the candidate's time (on CUDA it let a
+    candidate reporting a ninth of its time pass under the escape line)."""
+    import torch
+
+    released = []
+    monkeypatch.setattr(judge, "make_inputs", lambda problem, seed, **kw: [torch.ones(4, 8)])
+    monkeypatch.setattr(judge.batch, "check", lambda *a: [])
+    monkeypatch.setattr(judge.torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(judge.torch.cuda, "empty_cache", lambda: released.append(1))
+    st = _state()
+    specs = [{"shape": [4, 8], "dtype": "torch.float32"}]
+    for calls in (1, 4):
+        rep = judge.HANDLERS["steps"](st, {"seed": 7, "out_specs": specs, "calls": calls, "weights_seed": 3})
+        assert len(rep["fingerprints"]) == calls
+    assert released == []
+    judge.HANDLERS["batch_check"](st, {"seed": 7, "checks": []})
+    assert released == [1]

@@ -1,0 +1,93 @@
+"""Fingerprints of whole outputs: what a call of the parent-clocked batch commits to before the parent draws which
+calls the judge checks (runner.harness.measure).
+
+A fingerprint of an output is (S, A, N): the weighted sums, in float64, of its finite elements and of their
+magnitudes, and the number of its non-finite elements. The weights lie in [0.5, 1.5), repeat with a period of
+PERIOD elements, and come from a seed the parent draws for each batch. Every element counts: a call that skips part
+of its work cannot give the right sums without computing what it skipped, inside the parent's clock.
+
+The judge checks a fingerprint against the float64 oracle by the verification rule summed: where every element
+satisfies |c - o| <= |r - o| + atol + rtol*|o|, the weighted sums satisfy |S_c - S_o| <= sum w*(that bound), and
+so do the sums of magnitudes; non-finite elements must be as many as the reference's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+PERIOD = 4099  # a prime: no row length lines the weights up with the data
+CHUNK = PERIOD * 8192  # elements converted to float64 at a time (a 7 GB output needs no 14 GB of temporaries)
+_ROUNDING = 1e-9  # float64 accumulation over up to billions of elements, relative to the sum of magnitudes
+
+
+@functools.lru_cache(maxsize=8)
+def weights(seed: int, device: str) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(int(seed) & ((1 << 63) - 1))
+    return (torch.rand(PERIOD, generator=g, dtype=torch.float64) + 0.5).to(device)
+
+
+def _chunks(t: torch.Tensor, native: bool = False):
+    """`t` flat, CHUNK elements at a time, in float64 (or, `native`, in its own floating dtype)."""
+    flat = t.detach().reshape(-1)
+    keep = native and flat.is_floating_point()
+    for start in range(0, flat.numel(), CHUNK):
+        x = flat[start:start + CHUNK]
+        yield x if keep else x.to(torch.float64)
+
+
+def _fold(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """sum(x[i] * w[i % PERIOD]) in float64 for a chunk that starts at a multiple of PERIOD. The rows are summed
+    in float64 from the chunk's own dtype, without a float64 copy of it (the fingerprint of every call of a batch
+    is the parent's cost: on CUDA it reads the whole output, as many times as it has passes)."""
+    rows = x.numel() // PERIOD
+    rest = x[rows * PERIOD:].to(torch.float64)
+    tail = (rest * w[:rest.numel()]).sum()
+    if not rows:
+        return tail
+    return (x[:rows * PERIOD].view(rows, PERIOD).sum(0, dtype=torch.float64) * w).sum() + tail
+
+
+def of(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """The fingerprint (S, A, N) of `t`, as a float64 tensor on its device (no synchronisation)."""
+    w = weights(seed, str(t.device))
+    parts = []
+    for x in _chunks(t, native=True):
+        finite = torch.isfinite(x)
+        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+        parts.append(torch.stack([_fold(x, w), _fold(x.abs(), w), x.numel() - finite.sum().to(torch.float64)]))
+    if not parts:
+        return torch.zeros(3, dtype=torch.float64, device=t.device)
+    return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
+
+
+def expected(ref: torch.Tensor, oracle: torch.Tensor | None, atol: float, rtol: float,
+             seed: int) -> tuple[float, float, int, float]:
+    """(S, A, N, bound) that an output within the verification rule of `ref` and `oracle` fingerprints to: S and A
+    are the oracle's (the reference's where there is none), taken where the reference is finite."""
+    w = weights(seed, str(ref.device))
+    oracle = ref if oracle is None else oracle
+    acc = torch.zeros(4, dtype=torch.float64, device=ref.device)
+    for r, o in zip(_chunks(ref), _chunks(oracle), strict=True):
+        finite = torch.isfinite(r)
+        o = torch.where(finite, o, 0.0).nan_to_num(0.0, 0.0, 0.0)
+        r = torch.where(finite, r, 0.0)
+        tol = (r - o).abs() + atol + rtol * o.abs()
+        acc += torch.stack([_fold(o, w), _fold(o.abs(), w), (~finite).sum().to(torch.float64), _fold(tol, w)])
+    s, a, n, bound = acc.tolist()
+    return s, a, int(n), bound
+
+
+def mismatch(got: list[float], want: tuple[float, float, int, float]) -> str | None:
+    """Why a fingerprint `got` is not one of an output within the rule (`want` from expected()), or None."""
+    if not (isinstance(got, list) and len(got) == 3 and all(isinstance(v, (int, float)) for v in got)):
+        return "its fingerprint is malformed"
+    s, a, n, bound = want
+    if int(got[2]) != n:
+        return f"{int(got[2])} non-finite elements where the reference has {n}"
+    slack = bound + _ROUNDING * (abs(a) + abs(got[1])) + 1e-300
+    for name, g, e in (("weighted sum", got[0], s), ("weighted sum of magnitudes", got[1], a)):
+        if not abs(g - e) <= slack:  # (NaN compares false)
+            return f"its {name} is {g:.9g} where the oracle's is {e:.9g} (allowed {slack:.3g})"
+    return None

@@ -1,0 +1,70 @@
+"""Fingerprints of whole outputs (runner.harness.fingerprint): an output within the verification rule passes, one
+that skipped part of its work, or put NaN where the reference has none, does not."""
+
+import pytest
+import torch
+
+from runner.harness import fingerprint
+
+
+def case(n: int = 100_000):
+    g = torch.Generator().manual_seed(0)
+    oracle = torch.randn(n, generator=g, dtype=torch.float64)
+    ref = oracle.float()  # eager's own rounding
+    return ref, oracle
+
+
+def check(got: torch.Tensor, ref, oracle, seed: int = 7):
+    return fingerprint.mismatch(fingerprint.of(got, seed).tolist(),
+                                fingerprint.expected(ref, oracle, 1e-4, 1e-4, seed))
+
+
+def test_an_output_within_the_rule_passes():
+    ref, oracle = case()
+    assert check(ref, ref, oracle) is None
+    assert check(ref + 5e-5, ref, oracle) is None  # within atol of every element
+
+
+@pytest.mark.parametrize("broken", ["skipped_one_percent", "nan", "sign", "stale"])
+def test_an_output_that_skipped_work_fails(broken):
+    ref, oracle = case()
+    got = ref.clone()
+    if broken == "skipped_one_percent":
+        got[::100] = 0.0
+    elif broken == "stale":
+        got = case()[0] * 0.9  # another call's output: its inputs had another scale
+    elif broken == "nan":
+        got[3] = float("nan")
+    else:
+        got = -got
+    assert check(got, ref, oracle) is not None
+
+
+def test_a_sum_does_not_see_one_wrong_element_in_many():
+    """The limit of a summed rule: one element off by 1.0 in 100,000 is inside the summed tolerance (the trials and
+    the timed calls' samples check elements one by one)."""
+    ref, oracle = case()
+    got = ref.clone()
+    got[12345] += 1.0
+    assert check(got, ref, oracle) is None
+
+
+def test_non_finite_values_must_be_where_the_reference_has_them():
+    ref, oracle = case(1000)
+    ref[5] = float("inf")
+    got = ref.clone()
+    assert check(got, ref, oracle) is None
+    got[5] = 0.0
+    assert "non-finite" in check(got, ref, oracle)
+
+
+def test_chunks_fold_the_same_weights_as_one_pass(monkeypatch):
+    ref, oracle = case(3 * fingerprint.PERIOD + 17)
+    whole = fingerprint.of(ref, 3)
+    monkeypatch.setattr(fingerprint, "CHUNK", fingerprint.PERIOD)
+    assert torch.allclose(fingerprint.of(ref, 3), whole, rtol=1e-12, atol=0)
+
+
+def test_a_malformed_fingerprint_is_named():
+    ref, oracle = case(10)
+    assert "malformed" in fingerprint.mismatch("0", fingerprint.expected(ref, oracle, 1e-4, 1e-4, 1))
