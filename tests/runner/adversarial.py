@@ -255,7 +255,9 @@ def _spin():
 
 
 _threading.Thread(target=_spin, daemon=True).start()
-"""), "background-thread: 1 thread(s) of the candidate's processes kept running"),
+"""), ("background-thread: 1 thread(s) of the candidate's processes kept running",
+        # its patched clock is caught by the parent's first (on an H200 the timing stage came before the thread check)
+        "timer-escape")),
 }
 
 # Fast-format C++ candidates. {BODY} is the loop nest that writes y.

@@ -155,7 +155,9 @@ def test_a_cuda_process_that_scales_its_reported_times_is_held_to_the_parents_cl
     with Evaluator(spec, backend="cuda", config=cfg) as ev:
         v = ev.evaluate(Candidate(id=f"forged-{scale}", format="kernelbench", backend="cuda", sources=forged))
     if scale < 0.5:
-        assert not v.accepted and v.reasons[0].startswith("timer-escape"), v.reasons
+        # caught by the parent's clock: at once, or (seen on an H200) when a time under the memory floor is measured
+        # again in a fresh process ("below-floor: re-measured ... and it failed: timer-escape: ...")
+        assert not v.accepted and "timer-escape" in v.reasons[0], v.reasons
     else:
         assert v.accepted, v.reasons
         assert v.timing.parent_ms is not None and v.timing.median_ms >= v.timing.parent_ms > 0.1, v.timing
