@@ -205,7 +205,8 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     """Search (or resume the search recorded in out/trace.jsonl) and write the result folder, all within
     `budget.wall_seconds` from now (or `deadline`: runner/search/deadline.py), capture and baselines included, less
     `reserve_s` kept at its end for what follows (a command's exit). A step of the setup (the judge's start, the
-    capture, the baselines) still running when the search's share ends is cut off, and the outcome says so. A
+    capture, the baselines) still running when the budget (less the reserve) ends is cut off, and the outcome says
+    so. A
     cancelled deadline raises `Cancelled`. No search where the faster baseline already runs at the memory floor and
     `skips` finds no work a kernel could skip (triage): for a problem with a memory floor the baselines are then
     waited for before the search starts (the capture runs beside them); without one they are timed beside the
@@ -224,7 +225,8 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     models = any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers)
     setup = _Setup(spec, evaluator, backend, models, skips)
     try:
-        ctx, evaluator, why = within(deadline.until(split.search_end_s), setup.run, "starting")
+        # until the confirmation's end, not the search's: baselines that finish late still reach the cache
+        ctx, evaluator, why = within(work, setup.run, "starting")
     except BudgetExhausted as e:
         return _cut_off_in_setup(spec, out, evaluator, setup, deadline, e)
     except Cancelled:
