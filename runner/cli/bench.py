@@ -31,6 +31,7 @@ from runner.cli.common import (
     Command,
     app,
     choose_backend,
+    exit_now,
     exit_status_help,
     fail,
     problem_message,
@@ -279,6 +280,7 @@ def bench(
             typer.echo(f"table in {out}/README.md and {out}/results.json (up to {f.name})")
             raise fail(row.error, ExitStatus.MACHINE)
     typer.echo(f"table in {out}/README.md and {out}/results.json")
+    exit_now(0)  # every table is written and every process closed: torch's teardown is not the budget's
 
 
 def _versions(backend: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from runner.cli.common import (
     Command,
     app,
     choose_backend,
+    exit_now,
     exit_status_help,
     fail,
     problem_message,
@@ -109,6 +110,7 @@ def optimize(
         raise fail(f"interrupted: the same command resumes from {out / TRACE_FILE}", ExitStatus.INTERRUPTED) from None
     typer.echo(("improved: " if o.improved else "no improvement: ") + o.message)
     typer.echo(f"results in {out}/ (report.md, result.json{', dropin.py' if o.improved else ''})")
+    exit_now(0)  # every file is written and every process closed: torch's teardown is not the budget's
 
 
 if __name__ == "__main__":

@@ -24,14 +24,16 @@ from dataclasses import dataclass, field
 # baseline measurement and one candidate's timing.
 CONFIRM_SHARE = 0.15
 
-# What a command keeps of its budget for its own end: writing the result folder, closing the judge and the
-# interpreter's exit. On 2 CPU cores under a load of 8, `fusebot optimize` took 3.7 s from the search's end to its
-# exit with a 30 s budget; this share and the 10% the budget may overrun cover that.
+# What a command keeps of its budget for its own end: writing the result folder and closing the judge and the
+# candidates' processes (under 0.1 s after a cut-off setup on 2 CPU cores under a load of 7; the interpreter's own
+# teardown, 3.6 s there after `import torch`, is skipped: runner/cli/common.py exit_now). A share of small budgets, at
+# most EXIT_MAX_S of large ones.
 EXIT_SHARE = 0.05
+EXIT_MAX_S = 10.0
 
 
 def exit_reserve_s(budget_s: float) -> float:
-    return budget_s * EXIT_SHARE
+    return min(budget_s * EXIT_SHARE, EXIT_MAX_S)
 
 
 def process_start_s(clock: Callable[[], float] = time.monotonic) -> float:
