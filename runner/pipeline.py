@@ -229,7 +229,7 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
         ctx, evaluator, why = within(work, setup.run, "starting")
     except BudgetExhausted as e:
         return _cut_off_in_setup(spec, out, evaluator, setup, deadline, e)
-    except Cancelled:
+    except (Cancelled, KeyboardInterrupt):  # the judge is killed, not waited for, wherever its setup had got to
         _stop(evaluator)
         raise
     if why:
