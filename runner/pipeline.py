@@ -40,13 +40,14 @@ from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, proposal, report_markdown, result_json, trace_markdown
 from runner.results.remeasure import KERNEL_JOBS, run_kernel_job
-from runner.search.deadline import Deadline, plan_split
+from runner.search.cutoff import within
+from runner.search.deadline import Cancelled, Deadline, plan_split
 from runner.search.loop import EvaluatorLike, search
 from runner.search.overlap import BaselinesAhead
 from runner.search.pool import is_remote
 from runner.search.trace import read_events
 from runner.search.triage import at_floor, no_search
-from runner.search.types import GpuInfo, ProblemContext, Proposer
+from runner.search.types import BudgetExhausted, GpuInfo, ProblemContext, Proposer
 
 log = logging.getLogger(__name__)
 
@@ -199,17 +200,21 @@ def baselines_note(compile_baseline: bool = True) -> str:
 def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,
                      evaluator: EvaluatorLike, backend: Backend, *, fresh: bool = False,
                      progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5,
-                     deadline: Deadline | None = None,
+                     deadline: Deadline | None = None, reserve_s: float = 0.0,
                      skips: Callable[[ProblemContext], bool] = skips_work, compile_baseline: bool = True) -> Outcome:
     """Search (or resume the search recorded in out/trace.jsonl) and write the result folder, all within
-    `budget.wall_seconds` from now (or `deadline`: runner/search/deadline.py), capture and baselines included. A
+    `budget.wall_seconds` from now (or `deadline`: runner/search/deadline.py), capture and baselines included, less
+    `reserve_s` kept at its end for what follows (a command's exit). A step of the setup (the judge's start, the
+    capture, the baselines) still running when the budget (less the reserve) ends is cut off, and the outcome says
+    so. A
     cancelled deadline raises `Cancelled`. No search where the faster baseline already runs at the memory floor and
     `skips` finds no work a kernel could skip (triage): for a problem with a memory floor the baselines are then
-    waited for before the search starts; without one they are timed beside the catalog's first builds.
-    `progress` hears the budget's split, then what the first minute does (baselines_note: `compile_baseline` says
-    whether torch.compile is timed too)."""
+    waited for before the search starts (the capture runs beside them); without one they are timed beside the
+    catalog's first builds. `progress` hears the budget's split, then what the first minute does (baselines_note:
+    `compile_baseline` says whether torch.compile is timed too)."""
     deadline = deadline or Deadline(budget.wall_seconds)
-    split = plan_split(deadline.seconds)
+    split = plan_split(deadline.seconds, reserve_s=reserve_s)
+    work = deadline.until(split.work_end_s)
     log.info("%s", split.announce())
     if progress:
         progress(Progress(message=split.announce()))
@@ -218,17 +223,20 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     trace = out / TRACE_FILE
     _check_trace(trace, spec, backend, fresh)
     models = any(is_remote(p[0] if isinstance(p, tuple) else p) for p in proposers)
-    ctx = problem_context(spec, evaluator, backend, describe=models, baselines=models)
-    if ctx.baselines is None and ctx.roofline is not None and not skips(ctx):
-        ctx = ctx.model_copy(update={"baselines": evaluator.baselines()})
-    why = at_floor(ctx.baselines, ctx.roofline, skips=False) if ctx.baselines is not None else None
-    if why and not skips(ctx):
+    setup = _Setup(spec, evaluator, backend, models, skips)
+    try:
+        # until the confirmation's end, not the search's: baselines that finish late still reach the cache
+        ctx, evaluator, why = within(work, setup.run, "starting")
+    except BudgetExhausted as e:
+        return _cut_off_in_setup(spec, out, evaluator, setup, deadline, e)
+    except (Cancelled, KeyboardInterrupt):  # the judge is killed, not waited for, wherever its setup had got to
+        _stop(evaluator)
+        raise
+    if why:
         log.info("%s: %s", spec.name, why)
         o = replace(outcome(spec.name, no_search("at-floor"), ctx.baselines, ctx.roofline), message=why)
         write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
         return o
-    if ctx.baselines is None:  # the catalog's first kernels capture, generate and build while the baselines are timed
-        evaluator = BaselinesAhead(evaluator)
     setup_s = deadline.elapsed_s()
     if setup_s >= split.search_end_s:
         log.warning("the reference's start%s took %.0f s of the %g s budget: no time is left for the search (a "
@@ -239,17 +247,67 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
                  " (its baselines are timed beside the first builds)" if ctx.baselines is None else " and baselines",
                  setup_s, split.search_end_s)
     result = search(ctx, evaluator, proposers, budget, trace, progress=progress,
-                    deadline=deadline.until(split.search_end_s))
+                    deadline=work.until(split.search_end_s))
     # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are
     # re-timed against both baselines, and the outcome proposes one of them, or nothing.
-    confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, confirm_rounds, progress, deadline)
-    if ctx.baselines is None:
-        ctx = ctx.model_copy(update={"baselines": evaluator.baselines()})
+    confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, confirm_rounds, progress, work)
+    if ctx.baselines is None:  # timed beside the search: waited for only as long as the budget lasts
+        try:
+            ctx = ctx.model_copy(update={"baselines": within(work, evaluator.baselines, "timing the baselines")})
+        except BudgetExhausted:
+            log.warning("the baselines were still being timed when the budget ran out: the outcome has none")
+            _stop(evaluator)
     o = outcome(spec.name, result, ctx.baselines, ctx.roofline, confirmed=confirmed,
                 confirmed_rewrite=confirmed_rewrite)
     write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
     return o
 
+
+class _Setup:
+    """What a search needs before it starts, one step after another (`stage` says which is running, for the message
+    of a cut-off): the judge's start and the problem's context, then, for triage, the catalog's capture while the
+    baselines are timed."""
+
+    def __init__(self, spec: ProblemSpec, evaluator, backend: Backend, models: bool,
+                 skips: Callable[[ProblemContext], bool]) -> None:
+        self.spec, self.evaluator, self.backend, self.models, self.skips = spec, evaluator, backend, models, skips
+        self.stage = "starting the reference"
+
+    def run(self) -> tuple[ProblemContext, EvaluatorLike, str | None]:
+        """(the context, the evaluator the search uses, the reason to spend no search or None)."""
+        evaluator = self.evaluator
+        if self.models:
+            self.stage = "starting the reference and timing the baselines"
+        ctx = problem_context(self.spec, evaluator, self.backend, describe=self.models, baselines=self.models)
+        if ctx.baselines is None:  # timed from now on, beside the capture and the catalog's first builds
+            evaluator = BaselinesAhead(evaluator)
+        if ctx.roofline is None:
+            return ctx, evaluator, None
+        self.stage = "capturing the module"
+        if self.skips(ctx):  # a kernel may skip work: searched whatever the baselines
+            return ctx, evaluator, None
+        if ctx.baselines is None:
+            self.stage = "timing the baselines"
+            ctx = ctx.model_copy(update={"baselines": evaluator.baselines()})
+        return ctx, evaluator, at_floor(ctx.baselines, ctx.roofline, skips=False)
+
+
+def _stop(evaluator) -> None:
+    """Kill the evaluator's processes now (a step of it was cut off): its close then waits for nothing."""
+    stop = getattr(evaluator, "stop", None)
+    if stop is not None:
+        stop()
+
+
+def _cut_off_in_setup(spec: ProblemSpec, out: Path, evaluator, setup: _Setup, deadline: Deadline,
+                      stop: BudgetExhausted) -> Outcome:
+    _stop(evaluator)
+    message = (f"the budget ran out while {setup.stage} ({deadline.elapsed_s():.0f} s of {deadline.seconds:g} s): no "
+               "search was run; a larger budget lets it finish (baselines, once timed, are cached for the next run)")
+    log.warning("%s: %s", spec.name, message)
+    o = replace(outcome(spec.name, no_search(f"budget: {stop}"), None, None), message=message)
+    write_outputs(out, spec, o, Path(spec.path) if spec.path else None)
+    return o
 
 
 # ---- a job ----------------------------------------------------------------------------------------------------

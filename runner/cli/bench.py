@@ -31,6 +31,7 @@ from runner.cli.common import (
     Command,
     app,
     choose_backend,
+    exit_now,
     exit_status_help,
     fail,
     problem_message,
@@ -44,7 +45,7 @@ from runner.harness.evaluator import HarnessConfig
 from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
 from runner.pipeline import make_proposers, optimize_problem
 from runner.results.choice import SPEED
-from runner.search.deadline import refuse_budget
+from runner.search.deadline import Deadline, exit_reserve_s, refuse_budget
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +146,11 @@ def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compi
     proposers = make_proposers([])
     cfg = HarnessConfig(compile_baseline=compile_baseline, bandwidth_bytes_per_s=bandwidth)
     t0 = time.monotonic()
+    deadline = Deadline(budget.wall_seconds, start_s=t0)  # the evaluator's start and close within the problem's budget
     try:
         with device_evaluators(spec, backend, devices or [], cfg) as ev:  # every GPU in `devices` at once
-            o = optimize_problem(spec, out, budget, proposers, ev, backend, fresh=fresh)  # type: ignore[arg-type]
+            o = optimize_problem(spec, out, budget, proposers, ev, backend, fresh=fresh,  # type: ignore[arg-type]
+                                 deadline=deadline, reserve_s=exit_reserve_s(budget.wall_seconds))
     except ProblemError as e:
         row.error = problem_message(e, path)
         row.search_seconds = time.monotonic() - t0
@@ -223,8 +226,9 @@ def bench(
     suite: Annotated[Path, typer.Argument(metavar="SUITE", show_default=False, help="A folder of problem files.")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Where the table and each problem's "
                                       "results go.")],
-    budget_seconds: Annotated[float, typer.Option(metavar="S", help="Wall-clock budget per problem: capture, "
-                                                  "baselines, search and confirmation all end within it.")] = 300.0,
+    budget_seconds: Annotated[float, typer.Option(metavar="S", help="Budget per problem, in seconds from its start "
+                                                  "to its result folder: capture, baselines, search and "
+                                                  "confirmation all end within it.")] = 300.0,
     rounds: Annotated[int, typer.Option(min=1, metavar="N", help="Search rounds per problem.")] = 3,
     ideas: Annotated[int, typer.Option(min=1, metavar="N", help="Ideas per round.")] = 4,
     implementations: Annotated[int, typer.Option(min=1, metavar="N", help="Implementations per idea.")] = 2,
@@ -276,6 +280,7 @@ def bench(
             typer.echo(f"table in {out}/README.md and {out}/results.json (up to {f.name})")
             raise fail(row.error, ExitStatus.MACHINE)
     typer.echo(f"table in {out}/README.md and {out}/results.json")
+    exit_now(0)  # every table is written and every process closed: torch's teardown is not the budget's
 
 
 def _versions(backend: str) -> dict[str, str]:

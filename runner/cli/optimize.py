@@ -13,6 +13,7 @@ from runner.cli.common import (
     Command,
     app,
     choose_backend,
+    exit_now,
     exit_status_help,
     fail,
     problem_message,
@@ -26,7 +27,7 @@ from runner.errors import MachineError, ProblemError, UsageError
 from runner.harness.evaluator import HarnessConfig
 from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
 from runner.pipeline import TRACE_FILE, make_proposers, optimize_problem
-from runner.search.deadline import refuse_budget
+from runner.search.deadline import Deadline, exit_reserve_s, process_start_s, refuse_budget
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,9 @@ file marks several, or any other class), or a KernelBench file (class Model, get
 DIR gets trace.jsonl (the same command again resumes from it), report.md, result.json and, when a verified kernel
 beats the faster of eager and torch.compile, the kernel, fusebot.h, dropin.py, test_dropin.py and reference.py.
 Progress goes to stderr (a live line on a terminal, log lines elsewhere); the outcome goes to stdout.
---wall-seconds bounds the whole run; its split (search, then confirmation) is announced at the start. Ctrl-C stops
-the search (exit status 130): the same command resumes it from DIR/trace.jsonl.
+--wall-seconds bounds the whole command, from its start to its exit: the module's capture and baselines, the search,
+the confirmation of its finalists and writing DIR; its split is announced at the start. Ctrl-C stops the search (exit
+status 130): the same command resumes it from DIR/trace.jsonl.
 
 """ + exit_status_help()
 
@@ -59,9 +61,9 @@ def optimize(
     beam: Annotated[int, typer.Option(min=1, metavar="N", help="Best verified kernels shown to the next "
                                       "round.")] = 3,
     max_repairs: Annotated[int, typer.Option(min=0, metavar="N", help="Repairs of a rejected candidate.")] = 4,
-    wall_seconds: Annotated[float, typer.Option(metavar="S", help="Budget for the whole run, in wall-clock seconds: "
-                                                "capture and baselines, the search and the confirmation of its "
-                                                "finalists all end within it.")] = 1800.0,
+    wall_seconds: Annotated[float, typer.Option(metavar="S", help="Budget for the whole command, from its start to "
+                                                "its exit, in seconds: capture and baselines, the search, the "
+                                                "confirmation of its finalists and writing DIR all end within it.")] = 1800.0,
     gpu_seconds: Annotated[float | None, typer.Option(metavar="S", help="Budget: seconds spent in the "
                                                       "harness.")] = None,
     tokens: Annotated[int | None, typer.Option(metavar="N", help="Budget: LLM tokens (prompt + completion).")] = None,
@@ -84,6 +86,7 @@ def optimize(
     refused = refuse_budget(wall_seconds, "--wall-seconds")
     if refused:
         raise fail(refused, ExitStatus.USAGE)
+    deadline = Deadline(wall_seconds, start_s=process_start_s())  # from the command's start: torch's import counts
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations, beam=beam,
                           max_repairs=max_repairs, wall_seconds=wall_seconds, gpu_seconds=gpu_seconds, tokens=tokens,
                           candidates=candidates)
@@ -95,7 +98,8 @@ def optimize(
         with device_evaluators(spec, chosen, devices, HarnessConfig(compile_baseline=not no_compile_baseline)) as ev, \
                 ProgressView(console, rounds) as view:
             o = optimize_problem(spec, out, budget, proposers, ev, chosen, fresh=fresh, progress=view,
-                                 compile_baseline=not no_compile_baseline)
+                                 compile_baseline=not no_compile_baseline, deadline=deadline,
+                                 reserve_s=exit_reserve_s(wall_seconds))
     except UsageError as e:
         raise fail(str(e), ExitStatus.USAGE) from None
     except ProblemError as e:
@@ -106,6 +110,7 @@ def optimize(
         raise fail(f"interrupted: the same command resumes from {out / TRACE_FILE}", ExitStatus.INTERRUPTED) from None
     typer.echo(("improved: " if o.improved else "no improvement: ") + o.message)
     typer.echo(f"results in {out}/ (report.md, result.json{', dropin.py' if o.improved else ''})")
+    exit_now(0)  # every file is written and every process closed: torch's teardown is not the budget's
 
 
 if __name__ == "__main__":

@@ -210,6 +210,14 @@ class Evaluator:
                 r.cut = True
                 r.child.kill()
 
+    def stop(self) -> None:
+        """Kill every process of this evaluator now, the judge's too (a step it was taking when the budget ran out or
+        the job was cancelled: the judge's start, the baselines): `close` then waits for none of them."""
+        self.abort()
+        child = self.reference._child  # noqa: SLF001 - the judge, killed as abort kills the candidates
+        if child is not None:
+            child.kill()
+
     def _unless_aborted(self, r: Run, gen: int) -> Run:
         if self._aborted_generation >= gen and r.child is not None:
             r.cut = True

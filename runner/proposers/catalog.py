@@ -15,7 +15,6 @@ import logging
 from dataclasses import fields, replace
 
 from runner.catalog import epilogue
-from runner.catalog.capture import capture_source
 from runner.catalog.codegen import cpu, cuda
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.codegen.head import MATH
@@ -24,6 +23,7 @@ from runner.catalog.pattern import Pattern
 from runner.catalog.recognition import recognise
 from runner.catalog.space import Strategy, strategies
 from runner.contract import Candidate, Verdict
+from runner.proposers.capture_cache import cached_capture
 from runner.search.types import History, Idea, ProblemContext, Session
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ class CatalogProposer:
     def pattern(self, ctx: ProblemContext) -> Pattern:
         key = _key(ctx.reference_source)
         if key not in self._patterns:
-            pat = _PATTERNS.get(key) or recognise(capture_source(ctx.reference_source))
+            pat = _PATTERNS.get(key) or recognise(cached_capture(ctx.reference_source))
             _PATTERNS[key] = pat
             if pat.family == "unsupported":
                 log.warning("catalog: %s is not a pattern the catalog knows: %s", ctx.name, pat.reason)

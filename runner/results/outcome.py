@@ -148,7 +148,19 @@ def why_text(a: Attempt, o: Outcome) -> str:
         parts.append("the best PyTorch rewrite")
     elif fastest and a.median_ms and a.median_ms > fastest:
         parts.append(f"{100 * (a.median_ms / fastest - 1):.0f}% slower than the fastest")
-    return "; ".join(parts) or "verified"
+    return "; ".join(parts + hardware_parts(a, o.roofline)) or "verified"
+
+
+def hardware_parts(a: Attempt, roofline: Roofline | None) -> list[str]:
+    """A verified candidate's place against the memory floor and what ptxas reported of its kernels (registers,
+    spills, shared memory): the trace's row says them as the next round's prompt does."""
+    out = []
+    if roofline is not None and roofline.floor_ms > 0 and a.median_ms:
+        out.append(f"{100 * roofline.floor_ms / a.median_ms:.0f}% of the floor")
+    build = a.verdict.build if a.verdict else None
+    if build is not None and build.kernels:
+        out.append(f"ptxas: {build.kernels_text()}")
+    return out
 
 
 def trace_markdown(o: Outcome) -> str:
@@ -165,7 +177,7 @@ def trace_markdown(o: Outcome) -> str:
             for a in rows:
                 name = (a.candidate.id if a.candidate else "-") + (" (repair)" if a.repair_of else "")
                 out[-1] += (f"\n| {name} | {table_cell(a.idea, 80)} | {_verdict_text(a)} | "
-                            f"{table_cell(why_text(a, o), 200)} |")
+                            f"{table_cell(why_text(a, o), 400)} |")
     return "\n\n".join(out)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.contract import Baselines, Candidate, Confirmation, Verdict
+from runner.contract import Baselines, BuildInfo, Candidate, Confirmation, KernelResources, Roofline, Verdict
 from runner.harness.confirm import MIN_EFFECT, margin, spread, won_every_round
 from runner.harness.timing import summarize
 from runner.results.choice import choose, claim, confirm_finalists, finalists
@@ -134,6 +134,19 @@ def test_every_trace_row_says_why():
     assert len(cells) == 3 and all(cells), rows
     assert "proposed" in cells[0] and "50% slower than the fastest" in cells[1]
     assert "rejected at build (no reason recorded)" in cells[2]
+
+
+def test_a_verified_rows_why_says_its_place_against_the_floor_and_its_ptxas_resources():
+    k = attempt("k", 1.0)
+    res = KernelResources(name="fused", registers=40, spill_stores_bytes=8, spill_loads_bytes=8, shared_bytes=1024)
+    k = k.model_copy(update={"verdict": k.verdict.model_copy(update={"build": BuildInfo(ok=True, seconds=1.0,
+                                                                                         kernels=[res])})})
+    plain = attempt("p", 2.0)
+    floor = Roofline(bytes_moved=1 << 20, bandwidth_bytes_per_s=1e9, bandwidth_source="given", floor_ms=0.5)
+    o = outcome("p", search_result(k, plain), None, floor)
+    rows = [line for line in trace_markdown(o).splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert "50% of the floor; ptxas: fused: 40 registers, 16 B spilled, 1024 B shared, 0 B stack" in rows[0], rows
+    assert "25% of the floor" in rows[1] and "ptxas" not in rows[1]  # a CPU kernel: ptxas reported nothing
 
 
 @pytest.mark.parametrize(("base_ms", "proposed"), [

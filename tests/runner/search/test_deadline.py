@@ -5,6 +5,7 @@ refused. Every time here is a fake clock's: nothing depends on how fast this mac
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -12,12 +13,30 @@ from typer.testing import CliRunner
 from bot.repo.config import FusebotConfig
 from runner.cli.bench import bench_app
 from runner.cli.optimize import optimize_app
-from runner.contract import CUT_OFF, Candidate, Confirmation, Environment, ProblemSpec, Progress, SearchBudget, Verdict
+from runner.contract import (
+    CUT_OFF,
+    Candidate,
+    Confirmation,
+    Environment,
+    ProblemSpec,
+    Progress,
+    Roofline,
+    SearchBudget,
+    Verdict,
+)
 from runner.pipeline import optimize_problem
 from runner.results.choice import confirm_finalists
-from runner.search.deadline import Cancelled, Deadline, plan_split, refuse_budget
+from runner.search.cutoff import within
+from runner.search.deadline import (
+    Cancelled,
+    Deadline,
+    exit_reserve_s,
+    plan_split,
+    process_start_s,
+    refuse_budget,
+)
 from runner.search.loop import search
-from runner.search.types import ProblemContext
+from runner.search.types import BudgetExhausted, ProblemContext
 from tests.fakes.evaluators import TableEvaluator
 from tests.runner.results.test_choice import attempt, confirmed, search_result
 from tests.runner.search.test_loop import Scripted
@@ -201,7 +220,13 @@ def test_the_cli_refuses_a_budget_of_zero_with_exit_2():
 
 def test_the_help_says_what_the_budget_bounds():
     r = CliRunner().invoke(optimize_app, ["-h"], terminal_width=200)
-    assert "Budget for the whole run" in " ".join(r.output.split())
+    text = " ".join(r.output.split())
+    assert "Budget for the whole command, from its start to its exit, in seconds: capture and baselines, the search, " \
+           "the confirmation of its finalists and writing DIR all end within it." in text, text
+    assert "wall-clock seconds" not in text
+    r = CliRunner().invoke(bench_app, ["-h"], terminal_width=200)
+    text = " ".join(r.output.split())
+    assert "Budget per problem, in seconds from its start to its result folder" in text, text
 
 
 def test_the_config_refuses_a_budget_of_zero():
@@ -256,3 +281,100 @@ def test_the_faster_finalist_is_confirmed_first_and_the_slower_one_only_if_its_t
     short = Deadline(9.0, clock)  # the rewrite's two rounds (the least) take 8 s: 1 s is left, the kernel is skipped
     kv, wv = confirm_finalists(search_result(kernel, rewrite), Ev(), 5, deadline=short)
     assert asked == ["w"] and kv is None and wv.confirmation.rounds == 2
+
+
+class Stalling(Timed):
+    """A judge whose step `stage` ("reference" or "baselines") takes `stall_s` on the fake clock and then never ends
+    by itself: it waits until `stop()` kills it (as Evaluator.stop kills the judge)."""
+
+    def __init__(self, clock: Clock, stage: str, stall_s: float):
+        super().__init__(clock, per_candidate_s=1.0)
+        self.stage, self.stall_s = stage, stall_s
+        self.killed = threading.Event()
+
+    def _stall(self) -> None:
+        self.clock.t += self.stall_s
+        assert self.killed.wait(30), "the step was never cut off"
+        raise RuntimeError("the judge was killed")
+
+    def reference_source(self) -> str:
+        if self.stage == "reference":
+            self._stall()
+        return super().reference_source()
+
+    def roofline(self):
+        return Roofline(bytes_moved=4 << 20, bandwidth_bytes_per_s=1e9, floor_ms=4.2, bandwidth_source="given")
+
+    def baselines(self):
+        if self.stage == "baselines":
+            self._stall()
+        return super().baselines()
+
+    def stop(self) -> None:
+        self.killed.set()
+
+
+@pytest.mark.parametrize(("stage", "said"), [("reference", "starting the reference"),
+                                              ("baselines", "timing the baselines")])
+def test_a_setup_step_still_running_when_the_search_share_ends_is_cut_off_and_said(tmp_path, stage, said):
+    clock = Clock()
+    ev = Stalling(clock, stage, stall_s=40.0)
+    deadline = Deadline(30.0, clock)
+    p = Scripted("a", lambda r, k, j: "ms=1")
+    o = optimize_problem(ProblemSpec(name="relu", module="m"), tmp_path, SearchBudget(wall_seconds=30.0), [p], ev,
+                         "cpu", deadline=deadline, reserve_s=1.5, skips=lambda ctx: False)
+    assert ev.killed.is_set() and p.calls == [] and ev.evaluated == []
+    assert o.message.startswith(f"the budget ran out while {said} (40 s of 30 s): no search was run"), o.message
+    assert not o.improved and (tmp_path / "result.json").exists() and "no search was run" in \
+        (tmp_path / "report.md").read_text()
+
+
+def test_a_cancel_during_the_setup_kills_the_judge_and_raises(tmp_path):
+    clock = Clock()
+
+    class CancelledInStart(Stalling):
+        def _stall(self) -> None:
+            deadline.cancel.set()  # /fusebot stop while the judge starts
+            super()._stall()
+
+    ev = CancelledInStart(clock, "reference", stall_s=0.0)
+    deadline = Deadline(1e6, clock)
+    with pytest.raises(Cancelled):
+        optimize_problem(ProblemSpec(name="relu", module="m"), tmp_path, SearchBudget(), [], ev, "cpu",
+                         deadline=deadline)
+    assert ev.killed.is_set()
+
+
+def test_the_split_keeps_the_reserve_for_the_exit_and_says_so():
+    s = plan_split(30.0, reserve_s=exit_reserve_s(30.0))
+    assert (s.search_end_s, s.work_end_s, s.reserve_s) == (pytest.approx(24.225), 28.5, 1.5)
+    assert s.announce().endswith("then the confirmation of the finalists (4 s), then 1.5 s to write the results and "
+                                 "exit")
+
+
+def test_within_returns_the_steps_value_or_cuts_it_off_at_the_deadline():
+    clock = Clock()
+    assert within(Deadline(10.0, clock), lambda: 7, "adding") == 7
+    release = threading.Event()
+
+    def slow() -> int:
+        clock.t += 11.0
+        release.wait(30)
+        return 1
+
+    try:
+        with pytest.raises(BudgetExhausted, match="cut off while adding"):
+            within(Deadline(10.0, clock), slow, "adding")
+    finally:
+        release.set()
+    with pytest.raises(ZeroDivisionError):
+        within(Deadline(10.0, clock), lambda: 1 / 0, "dividing")
+
+
+def test_a_commands_budget_starts_when_its_process_started():
+    import psutil
+
+    clock = Clock()
+    age_s = time.time() - psutil.Process().create_time()
+    start = process_start_s(clock)
+    assert start <= clock.t - age_s + 1e-6  # as old as the process, at least: its imports count
