@@ -131,9 +131,9 @@ def kernel_params(cubin: bytes) -> dict[str, list[tuple[int, int]]]:
 # ---- building ----------------------------------------------------------------------------------------------------
 
 def _run(cmd: list[str], work: Path, timeout_s: float) -> str:
-    from runner.harness.build import _run_confined  # the builds' confinement  # noqa: PLC0415
+    from runner.harness.build import BUILD_MEMORY_BYTES, _run_confined  # the builds' confinement  # noqa: PLC0415
 
-    done, text = _run_confined(cmd, work, confined_env(work), timeout_s)
+    done, text = _run_confined(cmd, work, confined_env(work), timeout_s, BUILD_MEMORY_BYTES)
     if done.returncode != 0:
         raise PlanError(f"{' '.join(cmd)} failed:\n{text[-4000:]}")
     return text

@@ -38,6 +38,7 @@ from runner.results.dropin_test import dropin_test_source
 from runner.results.figures import stated
 from runner.results.licence import NOASSERTION, licence_note, repo_licence, with_spdx
 from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff, without_samples
+from runner.results.pytest_summary import pytest_summary, text_of
 from runner.results.rewrite_test import rewrite_test_source
 from runner.results.shapes import calls as shape_calls
 from runner.results.shapes import verified_inputs
@@ -272,25 +273,6 @@ def write_files(kernels_root: Path, files: dict[str, str]) -> list[Path]:
 
 # ---- the check -------------------------------------------------------------------------------------------------
 
-_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
-
-
-def _text(data: str | bytes | None) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
-
-
-def pytest_summary(stdout: str) -> tuple[str, dict[str, int]]:
-    """pytest's own last summary line ("1 passed, 2 skipped in 0.52s") and its counts. Read from pytest's stdout, the
-    last line that holds counts: a plugin's warning on stderr (pytest-benchmark's under xdist, say) or a line printed
-    after the summary is not the summary."""
-    counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
-    lines = [line for line in stdout.strip().splitlines() if _COUNTS.search(line)]
-    summary = lines[-1].strip("= ") if lines else (stdout.strip().splitlines() or [""])[-1]
-    for n, word in _COUNTS.findall(summary if lines else ""):
-        counts["error" if word.startswith("error") else word] += int(n)
-    return summary, counts
-
-
 def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float = CHECK_TIMEOUT_S,
                  env: dict[str, str] | None = None) -> DropinCheck:
     """Run the generated test of `target` (which builds and runs the drop-in) from the repository root `root`.
@@ -304,6 +286,8 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), test]
     run_env = confined_env(root, base=dict(env if env is not None else os.environ))
     run_env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # the test runs as the PR ships it, not with the runner's options
+        run_env.pop(name, None)
     # torch.compile's caches under root too: a cache the caller's environment names lies outside what the sandbox
     # may write, and torch._dynamo then fails to import (and, imported again, fails on its registry)
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
@@ -313,7 +297,7 @@ def check_dropin(root: Path, kernels_dir: str, target: str, *, timeout_s: float 
         done = subprocess.run(cmd, cwd=root, env=run_env, capture_output=True, text=True, timeout=timeout_s)
         stdout, output, rc = done.stdout, done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as e:
-        stdout, output, rc = _text(e.stdout), _text(e.stdout) + _text(e.stderr), None
+        stdout, output, rc = text_of(e.stdout), text_of(e.stdout) + text_of(e.stderr), None
     seconds = time.monotonic() - start
     summary, counts = pytest_summary(stdout)
     reasons = []

@@ -36,14 +36,24 @@ def exit_reserve_s(budget_s: float) -> float:
     return min(budget_s * EXIT_SHARE, EXIT_MAX_S)
 
 
-def process_start_s(clock: Callable[[], float] = time.monotonic) -> float:
-    """When this process started, on `clock`: a command's budget counts its own start (importing torch takes seconds
-    on a loaded machine). Now, where the start cannot be read."""
-    try:
-        import psutil
+# A process older than this when a command starts is not the command's own (a test runner or a notebook calling it
+# in-process): its budget starts at the call.
+STARTUP_MAX_S = 120.0
 
-        age_s = time.time() - psutil.Process().create_time()
-    except Exception:  # noqa: BLE001 - no process table: the budget starts now
+
+def process_start_s(clock: Callable[[], float] = time.monotonic, age_s: float | None = None) -> float:
+    """When this process started, on `clock`: a command's budget counts its own start (importing torch takes seconds
+    on a loaded machine). Now, where the start cannot be read, or where the process is older than any start-up
+    (STARTUP_MAX_S: the command was called inside a longer-lived process). `age_s`: the process's age, read from the
+    process table when None."""
+    if age_s is None:
+        try:
+            import psutil
+
+            age_s = time.time() - psutil.Process().create_time()
+        except Exception:  # noqa: BLE001 - no process table: the budget starts now
+            age_s = 0.0
+    if age_s > STARTUP_MAX_S:
         age_s = 0.0
     return clock() - max(0.0, age_s)
 

@@ -19,8 +19,12 @@ struct AccProd { fb_acc p;
 struct AccMax { float m;
   FB_M void init() { m = -INFINITY; }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  // the larger, NaN where either is: one instruction, where the comparisons below take four
-  FB_M void add(float x, long long) { asm("max.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(x)); }
+  // the larger, NaN where either is: one instruction, where the comparisons below take four (the PTX spelt through
+  // FB_PTX: this block holds no quote)
+#ifndef FB_PTX
+#define FB_PTX(...) #__VA_ARGS__
+#endif
+  FB_M void add(float x, long long) { asm(FB_PTX(max.NaN.f32 %0, %0, %1;) : FB_PTX(+f)(m) : FB_PTX(f)(x)); }
 #else
   FB_M void add(float x, long long) { m = (x > m || x != x) ? x : m; }
 #endif
@@ -28,7 +32,10 @@ struct AccMax { float m;
 struct AccMin { float m;
   FB_M void init() { m = INFINITY; }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  FB_M void add(float x, long long) { asm("min.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(x)); }
+#ifndef FB_PTX
+#define FB_PTX(...) #__VA_ARGS__
+#endif
+  FB_M void add(float x, long long) { asm(FB_PTX(min.NaN.f32 %0, %0, %1;) : FB_PTX(+f)(m) : FB_PTX(f)(x)); }
 #else
   FB_M void add(float x, long long) { m = (x < m || x != x) ? x : m; }
 #endif

@@ -5,4 +5,6 @@ checks, plan, reference, trials, config: test_evaluator.py, test_contestants.py 
 dropin_device: test_launch_plan.py (a drop-in with device code, without a GPU) and test_dropin_cuda.py (gpu: it
   runs from the cubin)
 clocked: test_measure.py (the parent's bound, the escape ratio and the batch sizing, on injected measurements)
+compile_cache: test_sandbox.py (a judge's compile cache keyed by every file it may read; a hostile reference's file
+  reaches no other problem's judge)
 """

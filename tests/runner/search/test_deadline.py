@@ -28,6 +28,7 @@ from runner.pipeline import optimize_problem
 from runner.results.choice import confirm_finalists
 from runner.search.cutoff import within
 from runner.search.deadline import (
+    STARTUP_MAX_S,
     Cancelled,
     Deadline,
     exit_reserve_s,
@@ -372,9 +373,13 @@ def test_within_returns_the_steps_value_or_cuts_it_off_at_the_deadline():
 
 
 def test_a_commands_budget_starts_when_its_process_started():
+    clock = Clock()
+    assert process_start_s(clock, age_s=7.5) == clock.t - 7.5  # its interpreter's start and imports count
+    assert process_start_s(clock, age_s=-1.0) == clock.t  # a clock that disagrees: now
+    # a process older than any start-up (a test runner calling the command in-process): the budget starts at the call
+    assert process_start_s(clock, age_s=STARTUP_MAX_S + 1) == clock.t
     import psutil
 
-    clock = Clock()
     age_s = time.time() - psutil.Process().create_time()
     start = process_start_s(clock)
-    assert start <= clock.t - age_s + 1e-6  # as old as the process, at least: its imports count
+    assert start <= clock.t - age_s + 1e-6 if age_s <= STARTUP_MAX_S else start == clock.t
