@@ -14,6 +14,10 @@ the judge, a process the candidate never touched:
   the judge's timer took it for the eager baseline (`Batches.overhead_ms`: back-to-back calls of a call bound by its
   host work run at its host's pace, which a GPU time leaves out), and never by more than half (CUDA_ALLOWANCE).
   The `host_ms` the candidate's process reports is shown beside its time and decides nothing.
+- Both: less the noise of the judge's steps (the spread of its three batches, per call): where the steps cost more
+  than the call (a kernel of microseconds behind fingerprints of a fraction of a millisecond), the difference of the
+  two is the host's noise, and a bound made of noise would raise an honest time at random. The spread is the judge's,
+  a process the candidate never touched; the candidate's own batches' spread is not used (a process could widen it).
 
 A batch is sized by what it costs the parent, not by the time the candidate's process reports: as many calls as the
 batch's budget (`wall_check_ms` on CUDA, `cpu_check_ms` on the CPU) holds at the judge's measured cost of a call's
@@ -77,21 +81,41 @@ class Batches:
     steps_cpu_ms: float
     cores: int = 1
     overhead_ms: float = 0.0
+    steps_spread_wall_ms: float = 0.0
+    steps_spread_cpu_ms: float = 0.0
+
+    @classmethod
+    def from_runs(cls, calls: int, full: list[tuple[float, float]], steps: list[tuple[float, float]],
+                  cores: int = 1, overhead_ms: float = 0.0) -> Batches:
+        """From each run's (wall ms, CPU ms): the least of the candidate's batches, the most of the judge's steps,
+        and the spread of the judge's steps (most less least)."""
+        walls, cpus = [s[0] for s in steps], [s[1] for s in steps]
+        return cls(calls=calls, full_wall_ms=min(f[0] for f in full), full_cpu_ms=min(f[1] for f in full),
+                   steps_wall_ms=max(walls), steps_cpu_ms=max(cpus), cores=cores, overhead_ms=overhead_ms,
+                   steps_spread_wall_ms=max(walls) - min(walls), steps_spread_cpu_ms=max(cpus) - min(cpus))
+
+    @property
+    def wall_ms(self) -> float:
+        """The calls' wall time per call: the batch less the judge's steps, less their noise."""
+        return (self.full_wall_ms - self.steps_wall_ms - self.steps_spread_wall_ms) / self.calls
+
+    @property
+    def cpu_ms(self) -> float:
+        """The calls' CPU time per call, likewise."""
+        return (self.full_cpu_ms - self.steps_cpu_ms - self.steps_spread_cpu_ms) / self.calls
 
 
 def allowance_ms(b: Batches) -> float:
     """(CUDA) What a GPU time may be under the parent's per-call wall time: the parent's measured overhead, at most
     CUDA_ALLOWANCE of that time."""
-    wall = (b.full_wall_ms - b.steps_wall_ms) / b.calls
-    return max(0.0, min(b.overhead_ms, CUDA_ALLOWANCE * wall))
+    return max(0.0, min(b.overhead_ms, CUDA_ALLOWANCE * b.wall_ms))
 
 
 def parent_bound_ms(b: Batches, cuda: bool) -> float:
     """The least time per call the parent's clock allows (never negative)."""
-    wall = (b.full_wall_ms - b.steps_wall_ms) / b.calls
     if cuda:
-        return max(0.0, wall - allowance_ms(b))
-    return max(0.0, min(wall, (b.full_cpu_ms - b.steps_cpu_ms) / b.calls))
+        return max(0.0, b.wall_ms - allowance_ms(b))
+    return max(0.0, min(b.wall_ms, b.cpu_ms))
 
 
 def bounded(timing: Timing, bound_ms: float) -> Timing:
@@ -113,13 +137,13 @@ def decide(timing: Timing, b: Batches, cuda: bool) -> tuple[Timing | None, list[
         clock = (f"the parent's clock (less {allowance_ms(b):.4g} ms a call: the reference's host work, as the "
                  "judge measured it)") if b.overhead_ms > 0 else "the parent's clock"
     else:
-        wall = (b.full_wall_ms - b.steps_wall_ms) / b.calls
-        per_call = min(wall, (b.full_cpu_ms - b.steps_cpu_ms) / b.calls / b.cores)
+        per_call = min(b.wall_ms, b.cpu_ms / b.cores)
         least, ratio = CPU_ESCAPE_LEAST_MS, CPU_ESCAPE_RATIO
         clock = (f"both the parent's clock and the CPU time the kernel accounted to the candidate's processes over "
                  f"{b.cores} core(s)")
     if per_call > least and timing.median_ms < ratio * per_call:
         return None, [f"timer-escape: the timer saw {timing.median_ms:.4g} ms per call, but {b.calls} back-to-back "
-                      f"calls took at best {per_call:.4g} ms each by {clock}: work escaped the timed region, "
+                      f"calls took at best {per_call:.4g} ms each by {clock}, less the noise of the judge's steps: "
+                      "work escaped the timed region, "
                       "or the call is bound by its host work"]
     return bounded(timing, bound), []

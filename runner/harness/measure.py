@@ -179,9 +179,8 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
         return None, [check]
     if check["reasons"]:
         return None, check["reasons"]
-    batches = clocked.Batches(calls=calls, full_wall_ms=min(f[0] for f in full), full_cpu_ms=min(f[1] for f in full),
-                              steps_wall_ms=max(s[0] for s in steps), steps_cpu_ms=max(s[1] for s in steps),
-                              cores=1 if cuda else _cores(child), overhead_ms=overhead_ms(ref) if cuda else 0.0)
+    batches = clocked.Batches.from_runs(calls, full, steps, cores=1 if cuda else _cores(child),
+                                        overhead_ms=overhead_ms(ref) if cuda else 0.0)
     log.debug("parent-clocked batches of %s: %s (walls %s, steps %s)", child.workdir.name, batches, full, steps)
     return clocked.decide(timing, batches, cuda)
 
