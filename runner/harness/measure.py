@@ -44,9 +44,11 @@ def warn_if_degenerate(verdict: Verdict, ref: Reference) -> None:
         verdict.warnings.append(f"degenerate: {why}; no speedup on it is reported as real")
 
 
-def measure(contestants: Contestants, child: Child, ref: Reference) -> tuple[Timing | None, list[str]]:
+def measure(contestants: Contestants, child: Child, ref: Reference,
+            raise_: bool = True) -> tuple[Timing | None, list[str]]:
     """The candidate's time on the problem's first shape. Every timed call had fresh inputs; the judge checks a
-    sample of the outputs of timed calls chosen after the last one; the parent's own clock cross-checks the time."""
+    sample of the outputs of timed calls chosen after the last one; the parent's own clock cross-checks the time
+    (`raise_` False: the bound is recorded, not applied: clocked.common applies one to a confirmation's rounds)."""
     config = contestants.config
     seed = contestants.seeds.seed(f"time{contestants.seeds.counter}")
     try:
@@ -72,7 +74,7 @@ def measure(contestants: Contestants, child: Child, ref: Reference) -> tuple[Tim
             return None, [check]
         if check["reasons"]:
             return None, check["reasons"]
-    return cross_check(contestants, child, ref, timing, seed)
+    return cross_check(contestants, child, ref, timing, seed, raise_)
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -142,7 +144,7 @@ def overhead_ms(ref: Reference) -> float:
 
 
 def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: Timing,
-                seed: int) -> tuple[Timing | None, list[str]]:
+                seed: int, raise_: bool = True) -> tuple[Timing | None, list[str]]:
     """The time that counts (runner.harness.clocked): the parent times three batches of back-to-back calls in the
     candidate's process (each output fingerprinted), and the same steps without the calls in the judge's; then it
     draws one call of each batch, whose fingerprints the judge checks against the oracle on that call's inputs.
@@ -182,7 +184,7 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
     batches = clocked.Batches.from_runs(calls, full, steps, cores=1 if cuda else _cores(child),
                                         overhead_ms=overhead_ms(ref) if cuda else 0.0)
     log.debug("parent-clocked batches of %s: %s (walls %s, steps %s)", child.workdir.name, batches, full, steps)
-    return clocked.decide(timing, batches, cuda)
+    return clocked.decide(timing, batches, cuda, raise_)
 
 
 def time_candidate(contestants: Contestants, child: Child, ref: Reference, verdict: Verdict,

@@ -5,7 +5,7 @@ unstable measurement (no claim)."""
 import pytest
 
 from runner.contract import Candidate, Confirmation
-from runner.harness import confirm
+from runner.harness import clocked, confirm
 from runner.harness.config import HarnessConfig, timing_cores
 from runner.harness.evaluator import Evaluator
 
@@ -45,7 +45,9 @@ def test_cpu_timing_is_pinned_to_the_configured_cores(harness_cache):
     assert v.accepted, v.reasons
 
 
-def test_a_confirmation_states_its_spread_and_an_unstable_one_claims_nothing(harness_cache):
+def test_a_confirmation_states_its_spread_and_an_unstable_one_claims_nothing(harness_cache, monkeypatch):
+    # the rounds as the timer measured them: raised to one common bound (a loaded host's), two could be equal
+    monkeypatch.setattr(clocked, "common", lambda rounds: rounds)
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache, unstable_spread=0.0)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
         v = ev.confirm(Candidate(id="c", format="fast", backend="cpu", sources=HONEST_FAST), rounds=2)

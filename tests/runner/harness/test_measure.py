@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runner.harness.clocked import MAX_CALLS, MIN_CALLS, Batches, batch_calls, bounded, decide, parent_bound_ms
+from runner.harness.clocked import MAX_CALLS, MIN_CALLS, Batches, batch_calls, bounded, common, decide, parent_bound_ms
 from runner.harness.timing import summarize
 
 
@@ -196,3 +196,18 @@ def test_the_cuda_allowance_is_the_judges_measure_of_the_reference_never_the_can
     eager = timed(0.5, host_ms=0.04)
     assert overhead_ms(SimpleNamespace(baselines=lambda: Baselines(eager=eager, compile=None))) == 0.04
     assert overhead_ms(SimpleNamespace(baselines=lambda: Baselines(eager=timed(0.5), compile=None))) == 0.0
+
+
+def test_a_confirmations_rounds_are_raised_to_the_median_of_their_bounds():
+    """The bounds of an honest 9 us CUDA kernel's five rounds on an H200 (0, 0, 0, 0, 0.031 ms): each round raised to
+    its own made the rounds spread 234%; raised together to the median, they keep the timer's spread. A forged time
+    whose every round the parent bounds at 17 ms is raised to it however one round's noise fell, and
+    `decide(raise_=False)` records the bound without applying it (an escape is still an escape)."""
+    rounds = [decide(timed(0.0092), batches(0.0092), cuda=True, raise_=False)[0] for _ in range(5)]
+    rounds = [r.model_copy(update={"parent_ms": b}) for r, b in zip(rounds, (0.0, 0.0, 0.0, 0.0, 0.031), strict=True)]
+    assert [r.median_ms for r in common(rounds)] == pytest.approx([0.0092] * 5)
+    forged = [timed(1.9).model_copy(update={"parent_ms": b}) for b in (17.0, 16.8, 17.2, 3.0, 17.1)]
+    assert [r.median_ms for r in common(forged)] == pytest.approx([17.0] * 5)
+    t, reasons = decide(timed(1.9), batches(17.0), cuda=False, raise_=False)
+    assert reasons == [] and t.median_ms == pytest.approx(1.9) and t.parent_ms == pytest.approx(17.0)
+    assert decide(timed(0.5), batches(2.0, overhead_ms=0.1), cuda=True, raise_=False)[1][0].startswith("timer-escape")
