@@ -58,19 +58,40 @@ def _weights3(seed: int, device: str) -> torch.Tensor:
 
 def of(t: torch.Tensor, seed: int) -> torch.Tensor:
     """The fingerprint (S, A, N) of `t`, as a float64 tensor on its device (no synchronisation). Every call of a
-    parent-clocked batch takes one, so it is a few operations a chunk (nine): on CUDA a small kernel's call costs
-    less host time than its fingerprint, and the parent's bound is only as fine as the host's noise on both."""
-    w3 = _weights3(seed, str(t.device))
+    parent-clocked batch takes one: an output of up to FEW_OPS elements in nine operations (on CUDA a small kernel's
+    call costs less host time than its fingerprint, and the parent's bound is only as fine as the host's noise on
+    both), a larger one reading it as few times as it can (there the device's time is the fingerprint's cost)."""
     parts = []
     for x in _chunks(t, native=True):
-        y = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-        rows = -(-x.numel() // PERIOD)
-        three = torch.nn.functional.pad(torch.stack((y, y.abs(), torch.ne(x, y).to(y.dtype))),
-                                        (0, rows * PERIOD - x.numel()))
-        parts.append((three.view(3, rows, PERIOD).sum(1, dtype=torch.float64) * w3).sum(1))
+        parts.append(_few_ops(x, seed) if x.numel() <= FEW_OPS else _few_reads(x, seed))
     if not parts:
         return torch.zeros(3, dtype=torch.float64, device=t.device)
     return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
+
+
+FEW_OPS = 1 << 22
+
+
+@functools.lru_cache(maxsize=8)
+def _weights3(seed: int, device: str) -> torch.Tensor:
+    """The weights of the three sums `_few_ops` takes at once: (w, w, 1) by rows, PERIOD columns."""
+    w = weights(seed, device)
+    return torch.stack((w, w, torch.ones_like(w)))
+
+
+def _few_ops(x: torch.Tensor, seed: int) -> torch.Tensor:
+    y = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    rows = -(-x.numel() // PERIOD)
+    three = torch.nn.functional.pad(torch.stack((y, y.abs(), torch.ne(x, y).to(y.dtype))),
+                                    (0, rows * PERIOD - x.numel()))
+    return (three.view(3, rows, PERIOD).sum(1, dtype=torch.float64) * _weights3(seed, str(x.device))).sum(1)
+
+
+def _few_reads(x: torch.Tensor, seed: int) -> torch.Tensor:
+    w = weights(seed, str(x.device))
+    finite = torch.isfinite(x)
+    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    return torch.stack([_fold(x, w), _fold(x.abs(), w), x.numel() - finite.sum().to(torch.float64)])
 
 
 def expected(ref: torch.Tensor, oracle: torch.Tensor | None, atol: float, rtol: float,

@@ -68,3 +68,17 @@ def test_chunks_fold_the_same_weights_as_one_pass(monkeypatch):
 def test_a_malformed_fingerprint_is_named():
     ref, oracle = case(10)
     assert "malformed" in fingerprint.mismatch("0", fingerprint.expected(ref, oracle, 1e-4, 1e-4, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool])
+def test_the_few_operations_and_the_few_reads_take_the_same_fingerprint(monkeypatch, dtype):
+    """A small output's fingerprint (nine operations) and a large one's (fewer passes over it) are the same sums:
+    a length that is no multiple of the weights' period, non-finite elements, a non-float output."""
+    x = torch.randn(3 * fingerprint.PERIOD + 17, generator=torch.Generator().manual_seed(1))
+    x[5], x[6], x[7] = float("nan"), float("inf"), -float("inf")
+    x = x > 0 if dtype == torch.bool else x.to(dtype)
+    few_ops = fingerprint.of(x, 11)
+    monkeypatch.setattr(fingerprint, "FEW_OPS", 0)
+    few_reads = fingerprint.of(x, 11)
+    assert few_ops.tolist() == pytest.approx(few_reads.tolist(), rel=1e-12)
+    assert few_ops[2].item() == (0 if dtype == torch.bool else 3)
