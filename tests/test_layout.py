@@ -43,6 +43,7 @@ RANKS = {
     "runner.errors": 0,
     "runner.dtypes": 0,
     "runner.version": 0,
+    "runner.stored": 0,
     "runner.contract": 1,
     "runner.harness": 2,
     "runner.search": 3,

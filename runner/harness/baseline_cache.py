@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from runner.contract import Baselines, ProblemSpec
 from runner.harness.config import HarnessConfig, timing_cores
-
-log = logging.getLogger(__name__)
+from runner.stored import stored
 
 _INPUT_FIELDS = ("class_name", "inputs", "init_inputs", "init_args", "init_kwargs", "second_inputs", "input_shapes",
                  "dtype", "module")
@@ -46,17 +42,4 @@ def baseline_key(problem: ProblemSpec, info: dict, config: HarnessConfig) -> str
 
 def cached_baselines(cache_dir: Path, key: str, measure: Callable[[], Baselines]) -> Baselines:
     """The baselines stored under `key`, else `measure()`'s, stored for the next run."""
-    path = cache_dir / "baselines" / f"{key}.json"
-    try:
-        found = Baselines.model_validate_json(path.read_text())
-        log.info("baselines from the cache (%s): eager and torch.compile are not timed again", path.name)
-        return found
-    except (OSError, ValueError):
-        pass
-    measured = measure()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key}-")
-    with os.fdopen(fd, "w") as f:
-        f.write(measured.model_dump_json())
-    os.replace(tmp, path)  # whole or not at all: two searches of one module may finish together
-    return measured
+    return stored(cache_dir / "baselines" / f"{key}.json", Baselines, measure, what="baselines")

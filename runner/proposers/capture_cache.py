@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from runner.catalog.capture import CGraph, capture_source
 from runner.harness.build import default_cache_dir
-
-log = logging.getLogger(__name__)
+from runner.stored import stored
 
 CATALOG_DIR = Path(__file__).resolve().parents[1] / "catalog"
 
@@ -46,17 +42,5 @@ def cached_capture(source: str, *, cache_dir: Path | None = None,
     import torch
 
     path = (cache_dir or default_cache_dir().parent) / "capture" / f"{capture_key(source, torch.__version__)}.json"
-    try:
-        graph = CGraph.model_validate_json(path.read_text())
-        log.info("the module's graph from the cache (%s): not captured again", path.name)
-        return graph
-    except (OSError, ValueError):
-        pass
-    graph = capture(source)
-    if graph.unsupported is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-")
-        with os.fdopen(fd, "w") as f:
-            f.write(graph.model_dump_json())
-        os.replace(tmp, path)  # whole or not at all: two searches of one module may finish together
-    return graph
+    return stored(path, CGraph, lambda: capture(source), keep=lambda g: g.unsupported is None,
+                  what="module's graph")
