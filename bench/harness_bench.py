@@ -40,7 +40,7 @@ FAST_TEMPLATE = r"""
 #include <cuda_runtime.h>
 __global__ void scale_relu_{K}(const float* x, const float* b, float* y, long long n, long long cols) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < n) { float v = x[i] * 2.0f + b[i % cols]; y[i] = v > 0.0f ? v : 0.0f; }
+  if (i < n) { float v = x[i] * 2.0f + b[i % cols]; y[i] = v < 0.0f ? 0.0f : v; }
 }
 FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
   long long n = in[0].shape[0] * in[0].shape[1], cols = in[0].shape[1];

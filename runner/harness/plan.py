@@ -31,7 +31,8 @@ def trial_plan(seeds: Seeds, tag: str, *, trials: int, shape_sets: int, large: b
     """The trials of one verification: `trials` (at least 5) on the problem's first shape, alternating its own
     inputs and a randn draw of secret scale and offset (3 only for a `large` problem), the last of them with edge
     values put into its inputs (runner.harness.problem.edge_values) where the problem takes any values
-    (`randn_trials`), then two on its second shape where it declares one. Each trial gets its own number and seed."""
+    (`randn_trials`), the one before it (not for a `large` problem) with NaN and both infinities
+    (problem.nonfinite_values), then two on its second shape where it declares one. Each trial gets its own number and seed."""
     plan = []
     for i in range(3 if large else max(trials, 5)):
         randn = None
@@ -42,6 +43,8 @@ def trial_plan(seeds: Seeds, tag: str, *, trials: int, shape_sets: int, large: b
         plan.append({"shape_set": 0, "randn": randn})
     if randn_trials:
         plan[-1]["edge"] = True
+        if not large:
+            plan[-2]["nonfinite"] = True
     if shape_sets > 1:
         plan += [{"shape_set": 1, "randn": None}, {"shape_set": 1, "randn": plan[1]["randn"]}]
     for p in plan:

@@ -164,16 +164,36 @@ def edge_values(x: torch.Tensor, seed: int) -> torch.Tensor:
     return x
 
 
+NONFINITE_VALUES = (float("nan"), float("inf"), float("-inf"))
+
+
+def nonfinite_values(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """`x` with NaN, +inf and -inf at three positions drawn from `seed` (as many as it has elements): few enough that
+    most of a reduction's rows stay finite and are compared as usual, while those it reaches must be non-finite
+    where the reference's are."""
+    n = x.numel()
+    if n == 0:
+        return x
+    gen = torch.Generator(device="cpu").manual_seed(seed ^ 0x1AF)
+    at = torch.randperm(n, generator=gen)[:len(NONFINITE_VALUES)]
+    x = x.clone()
+    flat = x.view(-1)
+    for k, i in enumerate(at.tolist()):
+        flat[i] = NONFINITE_VALUES[k]
+    return x
+
+
 def make_inputs(
     problem: LoadedProblem, seed: int, *, shape_set: int, randn: tuple[float, float] | None, device: str,
-    edge: bool = False,
+    edge: bool = False, nonfinite: bool = False,
 ) -> list[Any]:
     """The inputs of one trial, identical in every process given the same seed and device.
 
     The factory runs under `torch.device(device)` so that large inputs are drawn where they are used. With `randn`
     = (scale, offset), each floating tensor is redrawn as randn*scale+offset (a non-uniform distribution beside the
     factory's own torch.rand); integer tensors (indices, labels) keep the factory's values. With `edge`, edge values
-    are put into every floating tensor (`edge_values`).
+    are put into every floating tensor (`edge_values`); with `nonfinite`, NaN and both infinities
+    (`nonfinite_values`).
     """
     factory = problem.get_inputs if shape_set == 0 else problem.get_second_inputs
     torch.manual_seed(seed)
@@ -197,6 +217,8 @@ def make_inputs(
                     x = (torch.randn(x.shape, generator=gen, device=device, dtype=torch.float32) * scale + offset).to(x.dtype)
                 if edge:
                     x = edge_values(x, seed + len(out))
+                if nonfinite:
+                    x = nonfinite_values(x, seed + len(out))
             x = x.contiguous()
         out.append(x)
     return out

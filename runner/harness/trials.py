@@ -47,11 +47,12 @@ def verify(ref: Reference, contestants: Contestants, child: Child, candidate: Ca
                                        reasons=[prep]))
             return results, [prep]
         if prep.get("skipped"):
-            results.append(TrialResult(index=k, shape_set=p["shape_set"], distribution=f"edge (skipped: "
+            kind = "edge" if p.get("edge") else "non-finite"
+            results.append(TrialResult(index=k, shape_set=p["shape_set"], distribution=f"{kind} (skipped: "
                                        f"{prep['skipped']})", passed=True))
             log.debug("%s: edge values skipped (trial %d): %s", candidate.id, k, prep["skipped"])
             continue
-        if not p.get("edge"):  # (whether a problem is degenerate is a question of its own inputs)
+        if not p.get("edge") and not p.get("nonfinite"):  # (degenerate or not: a question of its own inputs)
             digests.append((prep["digest"], prep["near_constant"], prep.get("value_span"), prep["atol_min"]))
         profile = p["shape_set"] not in profiled
         profiled.add(p["shape_set"])
@@ -59,6 +60,7 @@ def verify(ref: Reference, contestants: Contestants, child: Child, candidate: Ca
                "reuse": k > 0, "twice": k == 0, "profile": profile}
         label = "factory" if p["randn"] is None else "randn*{:.3g}{:+.3g}".format(*p["randn"])
         label += " with edge values" if p.get("edge") else ""
+        label += " with NaN and infinities" if p.get("nonfinite") else ""
         result = TrialResult(index=k, shape_set=p["shape_set"], distribution=label, passed=False)
         results.append(result)
         try:

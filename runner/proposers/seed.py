@@ -111,7 +111,7 @@ class _Translator:
                 out = self.expr(node.args[0])
                 for kw in node.keywords:
                     bound = self.expr(kw.value)
-                    out = f"fmaxf({out}, {bound})" if kw.arg == "min" else f"fminf({out}, {bound})"
+                    out = f"fb_clamp_min({out}, {bound})" if kw.arg == "min" else f"fb_clamp_max({out}, {bound})"
                 return out
         raise Unsupported(f"cannot translate {ast.unparse(node)}")
 
@@ -155,7 +155,9 @@ def plan(source: str) -> Plan:
 # ---- code generation -------------------------------------------------------------------------------------------
 
 _HELPERS = """\
-static FB_INLINE float fb_relu(float v) { return v > 0.0f ? v : 0.0f; }
+static FB_INLINE float fb_relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN stays NaN, as torch.relu
+static FB_INLINE float fb_clamp_min(float v, float b) { return v < b ? b : v; }
+static FB_INLINE float fb_clamp_max(float v, float b) { return v > b ? b : v; }
 static FB_INLINE float fb_sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 static FB_INLINE float fb_silu(float v) { return v / (1.0f + expf(-v)); }
 static FB_INLINE float fb_gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f)); }

@@ -37,7 +37,7 @@ def merged(files: dict[str, str]) -> dict[str, str]:
 
 def break_kernel(text: str) -> str:
     """A maintainer's edit that makes the kernel wrong: relu with the wrong threshold."""
-    edited = text.replace("v > 0.0f ? v : 0.0f", "v > 0.25f ? v : 0.0f")
+    edited = text.replace("v < 0.0f ? 0.0f : v", "v > 0.25f ? v : 0.0f")
     assert edited != text
     return edited
 

@@ -21,7 +21,7 @@ static PyObject* scale_relu(PyObject* self, PyObject* args) {
     for (long long r = 0; r < rows; ++r)
         for (long long c = 0; c < cols; ++c) {
             float v = x[r * cols + c] * (float)scale + b[c];
-            y[r * cols + c] = v > 0.0f ? v : 0.0f;
+            y[r * cols + c] = v < 0.0f ? 0.0f : v;
         }
     Py_RETURN_NONE;
 }
@@ -281,7 +281,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 _LOOP = """for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       float v = x[r * cols + c] * 2.0f + bias[c];
-      y[r * cols + c] = v > 0.0f ? v : 0.0f;
+      y[r * cols + c] = v < 0.0f ? 0.0f : v;
     }"""
 
 
@@ -296,8 +296,8 @@ FAST_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
     "partial_computation": (fast("rows = rows / 2;\n  " + _LOOP), "uninitialized-output"),
     # adds into whatever the output held: NaN where the poisoned block came back, stale values where malloc handed
     # back another one (a mismatch, or two runs that differ)
-    "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;",
-                                               "y[r * cols + c] += v > 0.0f ? v : 0.0f;")),
+    "reads_uninitialized": (fast(_LOOP.replace("y[r * cols + c] = v < 0.0f ? 0.0f : v;",
+                                               "y[r * cols + c] += v < 0.0f ? 0.0f : v;")),
                             ("uninitialized-output", "mismatch", "nondeterministic")),
     "build_error": (fast("this is not C++;"), "build"),
     "segfault": (fast("*(volatile int*)0 = 1;\n  " + _LOOP), "crash"),
@@ -369,13 +369,13 @@ DOWNGRADED_FP16 = half_kernel("float16", "coarse(v)")
 
 # scale_relu (fp32) computed in bf16 inside: the output is fp32, its values carry bf16's 8 bits
 FAST_HACKS["bf16_inside_fp32"] = (fast(_LOOP.replace(
-    "y[r * cols + c] = v > 0.0f ? v : 0.0f;",
+    "y[r * cols + c] = v < 0.0f ? 0.0f : v;",
     "uint32_t u; memcpy(&u, &v, 4); u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; memcpy(&v, &u, 4);\n"
-    "      y[r * cols + c] = v > 0.0f ? v : 0.0f;")), "mismatch")
+    "      y[r * cols + c] = v < 0.0f ? 0.0f : v;")), "mismatch")
 
 # every output 1% too large: a mismatch, but not one reduced precision makes (its errors all point away from zero)
-SCALED_OUTPUTS = fast(_LOOP.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;",
-                                    "y[r * cols + c] = (v > 0.0f ? v : 0.0f) * 1.01f;"))
+SCALED_OUTPUTS = fast(_LOOP.replace("y[r * cols + c] = v < 0.0f ? 0.0f : v;",
+                                    "y[r * cols + c] = (v < 0.0f ? 0.0f : v) * 1.01f;"))
 
 # ---- a candidate's fault is a verdict (`crash`, or `runtime` where its call raised), never a broken machine ------
 
@@ -452,3 +452,8 @@ HONEST_GELU = {"kernel.cpp": _GELU.replace("{ARG}", "x[i]")}
 # Its argument clamped to [-24, 24] (where a table or an approximation stops): right on every input a trial of the
 # problem's own distribution or a randn draw reaches, wrong for x > 24 (and NaN becomes -0)
 CLAMPED_GELU = {"kernel.cpp": _GELU.replace("{ARG}", "fminf(fmaxf(x[i], -24.0f), 24.0f)")}
+# The same clamp, NaN and the infinities let through: right on the non-finite trial, wrong on the edge trial's 30, 60
+CLAMPED_FINITE_GELU = {"kernel.cpp": _GELU.replace(
+    "{ARG}", "(x[i] != x[i] || fabsf(x[i]) == INFINITY) ? x[i] : fminf(fmaxf(x[i], -24.0f), 24.0f)")}
+# relu as `v > 0 ? v : 0`: right on every finite input, 0 where torch.relu keeps a NaN
+NAN_DROPPING = fast(_LOOP.replace("y[r * cols + c] = v < 0.0f ? 0.0f : v;", "y[r * cols + c] = v > 0.0f ? v : 0.0f;"))

@@ -13,7 +13,7 @@ CUDA_SRC = r"""
 #include <cuda_runtime.h>
 __global__ void scale_relu_kernel(const float* x, const float* b, float* y, long long rows, long long cols) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i < rows * cols) { float v = x[i] * 2.0f + b[i % cols]; y[i] = v > 0.0f ? v : 0.0f; }
+    if (i < rows * cols) { float v = x[i] * 2.0f + b[i % cols]; y[i] = v < 0.0f ? 0.0f : v; }
 }
 extern "C" int launch(const float* x, const float* b, float* y, long long rows, long long cols, void* stream) {
     long long n = rows * cols;
@@ -103,7 +103,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 '''
 
 
-def fast_cu(store: str = "y[i] = v > 0.0f ? v : 0.0f;", stream: str = "") -> dict[str, str]:
+def fast_cu(store: str = "y[i] = v < 0.0f ? 0.0f : v;", stream: str = "") -> dict[str, str]:
     return {"kernel.cu": _FAST_CU.replace("{STORE}", store).replace("{STREAM}", stream)}
 
 
@@ -112,8 +112,8 @@ HONEST_FAST_CU = fast_cu()
 FAST_CU_HACKS: dict[str, tuple[dict[str, str], str]] = {
     "own_stream": (fast_cu(stream="static cudaStream_t own = 0; if (!own) cudaStreamCreateWithFlags(&own, "
                                   "cudaStreamNonBlocking); s = own;"), "side-stream"),
-    "reads_uninitialized": (fast_cu(store="y[i] += v > 0.0f ? v : 0.0f;"), "uninitialized-output"),
-    "partial_computation": (fast_cu(store="if (i < n / 2) y[i] = v > 0.0f ? v : 0.0f;"), "uninitialized-output"),
+    "reads_uninitialized": (fast_cu(store="y[i] += v < 0.0f ? 0.0f : v;"), "uninitialized-output"),
+    "partial_computation": (fast_cu(store="if (i < n / 2) y[i] = v < 0.0f ? 0.0f : v;"), "uninitialized-output"),
     "illegal_address": (fast_cu(store="y[i + (1LL << 40)] = v;"), ""),
 }
 
@@ -171,4 +171,4 @@ HONEST_FP16_CU = half_cu("float16")
 DOWNGRADED_BF16_CU = half_cu("bfloat16", "coarse(v)")
 # scale_relu (fp32) with a bf16 round trip inside: fp32 outputs carrying bf16's precision
 BF16_INSIDE_FP32_CU = {"kernel.cu": "#include <cuda_bf16.h>\n" + fast_cu(
-    store="float w = __bfloat162float(__float2bfloat16(v)); y[i] = w > 0.0f ? w : 0.0f;")["kernel.cu"]}
+    store="float w = __bfloat162float(__float2bfloat16(v)); y[i] = w < 0.0f ? 0.0f : w;")["kernel.cu"]}

@@ -18,14 +18,14 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
   for (int d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i] * 2.0f + 1.0f;
-    y[i] = ((v > 0.0f ? v : 0.0f) - 0.25f) * 3.0f;
+    y[i] = ((v < 0.0f ? 0.0f : v) - 0.25f) * 3.0f;
   }
   return 0;
 }
 '''
 
 BROKEN = GOOD.replace("float v =", "flaot v =")
-WRONG = GOOD.replace("(v > 0.0f ? v : 0.0f)", "v")
+WRONG = GOOD.replace("(v < 0.0f ? 0.0f : v)", "v")
 SLOW = GOOD.replace("  return 0;\n}", "  for (volatile long k = 0; k < 20000000L; ++k) {}\n  return 0;\n}")  # ~5x eager
 
 

@@ -13,7 +13,7 @@ SCALAR = r'''#include "fusebot.h"
 __global__ void affine_relu_chain_scalar(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     float v = x[i] * 2.0f + 1.0f;
-    y[i] = (fmaxf(v, 0.0f) - 0.25f) * 3.0f;
+    y[i] = ((v < 0.0f ? 0.0f : v) - 0.25f) * 3.0f;
   }
 }
 
@@ -36,7 +36,7 @@ VEC4 = r'''#include "fusebot.h"
 // float4 loads and stores (16 bytes per thread per step), a scalar kernel for the tail.  variant: VARIANT
 __device__ __forceinline__ float chain(float x) {
   float v = x * 2.0f + 1.0f;
-  return (fmaxf(v, 0.0f) - 0.25f) * 3.0f;
+  return ((v < 0.0f ? 0.0f : v) - 0.25f) * 3.0f;
 }
 
 __global__ void affine_relu_chain_vec4(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4) {
@@ -72,7 +72,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 '''
 
 BROKEN = SCALAR.replace("float v =", "flaot v =")
-WRONG = SCALAR.replace("fmaxf(v, 0.0f)", "v")
+WRONG = SCALAR.replace("(v < 0.0f ? 0.0f : v)", "v")
 
 
 def answer(code: str, variant: str = "a") -> str:

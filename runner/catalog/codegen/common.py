@@ -175,8 +175,9 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
     y = a[1] if len(a) > 1 else ""
     table = {
         "add": f"({x} + {y})", "sub": f"({x} - {y})", "mul": f"({x} * {y})", "div": f"fb_div({x}, {y})",
-        "maximum": f"fmaxf({x}, {y})", "minimum": f"fminf({x}, {y})", "pow": f"powf({x}, {y})",
-        "neg": f"(-{x})", "relu": f"({x} > 0.0f ? {x} : 0.0f)", "sigmoid": f"fb_sigmoid({x})",
+        "maximum": f"(({x} > {y} || {x} != {x}) ? {x} : {y})",  # NaN where either is, as torch's
+        "minimum": f"(({x} < {y} || {x} != {x}) ? {x} : {y})", "pow": f"powf({x}, {y})",
+        "neg": f"(-{x})", "relu": f"({x} < 0.0f ? 0.0f : {x})", "sigmoid": f"fb_sigmoid({x})",
         "tanh": f"fb_tanh({x})", "silu": f"({x} * fb_sigmoid({x}))", "exp": f"fb_exp({x})", "log": f"fb_log({x})",
         "abs": f"fabsf({x})", "sqrt": f"sqrtf({x})", "rsqrt": f"fb_rsqrt({x})", "erf": f"erff({x})",
         "gelu": f"(0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f)))",
@@ -185,8 +186,8 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
         "log1p": f"log1pf({x})", "sign": f"(float)(({x} > 0.0f) - ({x} < 0.0f))",
         "softsign": f"fb_div({x}, 1.0f + fabsf({x}))",
         "selu": f"(1.0507009873554805f * ({x} > 0.0f ? {x} : 1.6732632423543772f * (fb_exp({x}) - 1.0f)))",
-        "hardsigmoid": f"fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f)",
-        "hardswish": f"({x} * fminf(fmaxf({x} * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))",
+        "hardsigmoid": f"fb_clamp01({x} * (1.0f / 6.0f) + 0.5f)",
+        "hardswish": f"({x} * fb_clamp01({x} * (1.0f / 6.0f) + 0.5f))",
         "mish": f"({x} * fb_tanh({x} > 20.0f ? {x} : log1pf(fb_exp({x}))))",
         "where_lt": f"({x} < {y} ? {a[2] if len(a) > 2 else ''} : {a[3] if len(a) > 3 else ''})",
         "where": f"({x} != 0.0f ? {y} : {a[2] if len(a) > 2 else ''})",
@@ -209,9 +210,9 @@ def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
     if name == "leaky_relu":
         return f"({x} > 0.0f ? {x} : {x} * {_f(c[0])})"
     if name == "clamp_min":
-        return f"fmaxf({x}, {_f(c[0])})"
+        return f"({x} < {_f(c[0])} ? {_f(c[0])} : {x})"
     if name == "clamp_max":
-        return f"fminf({x}, {_f(c[0])})"
+        return f"({x} > {_f(c[0])} ? {_f(c[0])} : {x})"
     if name == "elu":
         return f"({x} > 0.0f ? {x} : {_f(c[0])} * (fb_exp({x}) - 1.0f))"
     if name == "softplus":

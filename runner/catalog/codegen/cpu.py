@@ -221,8 +221,9 @@ def _rows(p: Program, params: CpuParams, out_t: str) -> str:
         res = fin(_replace(plan.out, done))
         red = []
         for j, t in enumerate(tots):
-            step = {"sum": f"T{j} += tot{j}[k];", "max": f"T{j} = fmax(T{j}, tot{j}[k]);",
-                    "min": f"T{j} = fmin(T{j}, tot{j}[k]);"}[t.kind]
+            step = {"sum": f"T{j} += tot{j}[k];",  # max and min: NaN where any is (torch.amax's)
+                    "max": f"T{j} = (tot{j}[k] > T{j} || tot{j}[k] != tot{j}[k]) ? tot{j}[k] : T{j};",
+                    "min": f"T{j} = (tot{j}[k] < T{j} || tot{j}[k] != tot{j}[k]) ? tot{j}[k] : T{j};"}[t.kind]
             red.append(f"  double T{j} = tot{j}[0]; for (long long k = 1; k < rows; ++k) {step}")
         post = "\n".join(red) + "\n  { const long long flat = 0, o = 0, r = 0, i = 0; (void)flat; (void)o; (void)r; " \
             "(void)i;\n    " + "\n    ".join(fin.lines) + f"\n    y[0] = ({out_t}){res}; }}\n"

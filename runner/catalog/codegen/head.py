@@ -225,6 +225,7 @@ FB_HD fb_acc fb_rcp(fb_acc x) { return __frcp_rn(x); }
 FB_HD fb_acc fb_rcp(fb_acc x) { return (fb_acc)1 / x; }
 #endif
 FB_HD float fb_sigmoid(float x) { return fb_div(1.0f, 1.0f + fb_exp(-x)); }
+FB_HD float fb_clamp01(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }  // NaN stays NaN
 #ifdef __CUDACC__
 FB_HD float fb_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 FB_HD float fb_round_fp16(float x) { return __half2float(__float2half_rn(x)); }

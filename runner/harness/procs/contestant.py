@@ -227,7 +227,7 @@ def _write_outputs(st: State, out, tag: str) -> tuple[list[dict], str]:
 def _inputs_for(st: State, msg: dict) -> list:
     randn = tuple(msg["randn"]) if msg.get("randn") else None
     fresh = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device,
-                        edge=bool(msg.get("edge")))
+                        edge=bool(msg.get("edge")), nonfinite=bool(msg.get("nonfinite")))
     old = st.inputs
     if msg.get("reuse") and old is not None and len(old) == len(fresh) and all(
         isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype

@@ -144,8 +144,8 @@ class _Undefined(Exception):
 
 
 def _run_edge_reference(st: State, inputs: list) -> tuple[list, str]:
-    """The reference on an edge trial's inputs; a forward that refuses them (a check of its own) is not defined
-    there, which is no fault of the user's problem."""
+    """The reference on an edge or non-finite trial's inputs; a forward that refuses them (a check of its own) is not
+    defined there, which is no fault of the user's problem."""
     try:
         return _run_reference(st, inputs)
     except ProblemError as exc:
@@ -168,8 +168,9 @@ def prepare(st: State, msg: dict) -> dict:
     randn = tuple(msg["randn"]) if msg.get("randn") else None
     try:
         inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device,
-                             edge=bool(msg.get("edge")))
-        flat, structure = _run_edge_reference(st, inputs) if msg.get("edge") else _run_reference(st, inputs)
+                             edge=bool(msg.get("edge")), nonfinite=bool(msg.get("nonfinite")))
+        odd = msg.get("edge") or msg.get("nonfinite")
+        flat, structure = _run_edge_reference(st, inputs) if odd else _run_reference(st, inputs)
     except ProblemError as exc:
         return _problem_error(exc)
     except _Undefined as exc:

@@ -162,8 +162,10 @@ def _system(ctx: ProblemContext) -> dict[str, str]:
     device = "GPU" if ctx.backend == "cuda" else "CPU"
     return {"role": "system", "content": (
         f"You are an expert {device} performance engineer. You write fused kernels that compute exactly what a "
-        "PyTorch reference computes, faster. Every kernel is verified on random inputs and timed by a strict "
-        "harness; only measured results count.")}
+        "PyTorch reference computes, faster. Every kernel is verified on random inputs, on edge values and on "
+        "inputs holding NaN and infinities (NaN and infinities must come out where PyTorch's do: relu and clamps "
+        "keep a NaN, so `x < 0 ? 0 : x`, not `fmaxf(x, 0)`), and timed by a strict harness; only measured results "
+        "count.")}
 
 
 def _problem(ctx: ProblemContext) -> str:

@@ -155,7 +155,7 @@ def test_the_packed_tensor_descriptors_are_the_abi_structs_field_by_field(tmp_pa
 def test_the_generated_test_passes_for_a_right_kernel_and_fails_for_a_wrong_one(tmp_path):
     env = {"FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
     ok = write_folder(tmp_path / "ok", KERNEL, ship=True)
-    bad = write_folder(tmp_path / "bad", KERNEL.replace("v > 0.0f ? v : 0.0f", "v"), ship=True)  # forgot the ReLU
+    bad = write_folder(tmp_path / "bad", KERNEL.replace("v < 0.0f ? 0.0f : v", "v"), ship=True)  # forgot the ReLU
     run = lambda d: subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(d)],  # noqa: E731
                                    cwd=d, env=env, capture_output=True, text=True, timeout=300)
     good = run(ok)

@@ -23,7 +23,7 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
   const float* x = (const float*)in[0].data; const float* b = (const float*)in[1].data; float* y = (float*)out[0].data;
   const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) { float v = x[r * cols + c] * 2.0f + b[c]; y[r * cols + c] = v > 0.0f ? v : 0.0f; }
+    for (int64_t c = 0; c < cols; ++c) { float v = x[r * cols + c] * 2.0f + b[c]; y[r * cols + c] = v < 0.0f ? 0.0f : v; }
   return 0;
 }
 """
@@ -219,7 +219,7 @@ def get_init_inputs():
     return [256]
 """
 # the same kernel writing the transposed output contiguously: y[c, r]
-KERNEL_T = KERNEL.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;", "y[c * rows + r] = v > 0.0f ? v : 0.0f;")
+KERNEL_T = KERNEL.replace("y[r * cols + c] = v < 0.0f ? 0.0f : v;", "y[c * rows + r] = v < 0.0f ? 0.0f : v;")
 
 
 def test_the_output_has_the_originals_layout(tmp_path, monkeypatch):

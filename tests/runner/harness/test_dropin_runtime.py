@@ -148,7 +148,7 @@ def test_building_for_another_gpu_says_so_naming_the_test_beside_it(tmp_path, mo
 def test_two_shipped_libraries_in_one_process_stay_apart(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
     right = load(write_folder(tmp_path / "a", KERNEL, SPEC2, ship=True), "dropin_two_a")
-    other = KERNEL.replace("v > 0.0f ? v : 0.0f", "v")  # no ReLU: results tell the libraries apart
+    other = KERNEL.replace("v < 0.0f ? 0.0f : v", "v")  # no ReLU: results tell the libraries apart
     plain = load(write_folder(tmp_path / "b", other, SPEC2, ship=True), "dropin_two_b")
     x = torch.randn(64, 256)
     outs = []

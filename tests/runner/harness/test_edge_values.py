@@ -1,7 +1,8 @@
 """Edge-value trials (runner.harness.plan, runner.harness.problem.edge_values): the last trial on the problem's first
 shape puts signed zeros, denormals, the boundaries of piecewise functions and magnitudes past the usual
-approximations' tails into every floating input, where the problem takes any values and its reference is defined
-there; the candidate is then judged against the float64 oracle like any trial."""
+approximations' tails into every floating input, and the one before it NaN, +inf and -inf
+(problem.nonfinite_values), where the problem takes any values and its reference is defined there; the candidate is
+then judged against the float64 oracle like any trial, its non-finite elements where the reference's are."""
 
 import math
 
@@ -11,11 +12,11 @@ import torch
 from runner.contract import Candidate, ProblemSpec
 from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.harness.plan import Seeds, trial_plan
-from runner.harness.problem import EDGE_EVERY, EDGE_VALUES, edge_values
+from runner.harness.problem import EDGE_EVERY, EDGE_VALUES, edge_values, nonfinite_values
 from runner.harness.procs import judge
 
-from ..adversarial import CLAMPED_GELU, HONEST_GELU
-from ..conftest import FAST_TIMER, PROBLEMS
+from ..adversarial import CLAMPED_FINITE_GELU, CLAMPED_GELU, HONEST_FAST, HONEST_GELU, NAN_DROPPING
+from ..conftest import FAST_TIMER, PROBLEMS, scale_relu_spec
 
 
 def test_the_last_trial_on_the_first_shape_draws_edge_values_where_the_problem_takes_any_values():
@@ -24,8 +25,11 @@ def test_the_last_trial_on_the_first_shape_draws_edge_values_where_the_problem_t
         assert len(plan) == first + 2  # no trial more than before: the last of the first shape's is the edge one
         assert [bool(p.get("edge")) for p in plan] == [False] * (first - 1) + [True, False, False]
         assert plan[first - 1]["randn"] is None and plan[first - 1]["shape_set"] == 0
+        # the one before it draws NaN and the infinities, beside its randn draw (not for a large problem)
+        assert [bool(p.get("nonfinite")) for p in plan] == [False] * (first - 2) + [not large, False, False, False]
+        assert not large and plan[first - 2]["randn"] is not None or large
     plan = trial_plan(Seeds(), "t", trials=5, shape_sets=1, large=False, randn_trials=False)
-    assert not any(p.get("edge") for p in plan)  # inputs that must keep their own distribution keep it
+    assert not any(p.get("edge") or p.get("nonfinite") for p in plan)  # inputs that keep their own distribution
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -41,7 +45,7 @@ def test_edge_values_are_every_kind_at_secret_positions(dtype):
     assert bool(((seen == 0) & torch.signbit(seen)).any()) and bool(((seen == 0) & ~torch.signbit(seen)).any())
     for v in (1.0, -3.0, 6.0, 30.0, -60.0):
         assert bool((seen == v).any()), v
-    assert bool(torch.isfinite(e).all())  # no inf or NaN is drawn (docs/harness.md, "Not covered")
+    assert bool(torch.isfinite(e).all())  # NaN and the infinities have their own trial
     assert len(EDGE_VALUES) == 16
 
 
@@ -58,10 +62,39 @@ def test_a_gelu_wrong_past_its_tails_is_rejected_and_an_honest_one_accepted(harn
     spec = ProblemSpec(name="gelu", path=str(PROBLEMS / "gelu.py"))
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
     with Evaluator(spec, backend="cpu", config=cfg) as ev:
-        honest, clamped = ev.evaluate_many([Candidate(id="gelu", format="fast", backend="cpu", sources=HONEST_GELU),
-                                            Candidate(id="gelu-24", format="fast", backend="cpu",
-                                                      sources=CLAMPED_GELU)])
+        honest, clamped, finite = ev.evaluate_many([
+            Candidate(id="gelu", format="fast", backend="cpu", sources=HONEST_GELU),
+            Candidate(id="gelu-24", format="fast", backend="cpu", sources=CLAMPED_GELU),
+            Candidate(id="gelu-24-finite", format="fast", backend="cpu", sources=CLAMPED_FINITE_GELU)])
     assert honest.accepted, honest.reasons
     assert honest.trials[4].distribution == "factory with edge values" and honest.trials[4].passed, honest.trials
-    assert not clamped.accepted and clamped.reasons[0].startswith("mismatch"), clamped.reasons
-    assert [t.passed for t in clamped.trials] == [True] * 4 + [False], clamped.trials
+    assert honest.trials[3].distribution.endswith("with NaN and infinities") and honest.trials[3].passed
+    # clamped, NaN becomes -0 and +inf 24: the non-finite trial shows it; letting them through, the edge trial does
+    assert not clamped.accepted and clamped.reasons[0].startswith("nan-mismatch"), clamped.reasons
+    assert [t.passed for t in clamped.trials] == [True] * 3 + [False], clamped.trials
+    assert not finite.accepted and finite.reasons[0].startswith("mismatch"), finite.reasons
+    assert [t.passed for t in finite.trials] == [True] * 4 + [False], finite.trials
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nonfinite_values_are_nan_and_both_infinities_at_secret_positions(dtype):
+    x = torch.full((64, 512), 0.5, dtype=dtype)
+    e = nonfinite_values(x, seed=5)
+    assert int(torch.isnan(e).sum()) == 1 and int((e == math.inf).sum()) == 1 and int((e == -math.inf).sum()) == 1
+    assert int((e == 0.5).sum()) == x.numel() - 3
+    assert torch.equal(e.isnan(), nonfinite_values(x, seed=5).isnan())
+    assert not torch.equal(e.isnan(), nonfinite_values(x, seed=6).isnan())
+    assert nonfinite_values(torch.ones(2), seed=1).isfinite().sum() == 0  # as many as it has elements
+
+
+def test_a_kernel_that_drops_nan_is_rejected_where_torch_keeps_it(harness_cache):
+    """relu as `v > 0 ? v : 0` is right on every finite input; the non-finite trial's NaN, which torch.relu keeps, it
+    makes 0. The honest kernel (`v < 0 ? 0 : v`) keeps it and is accepted."""
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        honest, dropping = ev.evaluate_many([Candidate(id="keeps", format="fast", backend="cpu", sources=HONEST_FAST),
+                                             Candidate(id="drops", format="fast", backend="cpu",
+                                                       sources=NAN_DROPPING)])
+    assert honest.accepted, honest.reasons
+    assert not dropping.accepted and dropping.reasons[0].startswith("nan-mismatch"), dropping.reasons
+    assert "with NaN and infinities" in dropping.trials[-1].distribution

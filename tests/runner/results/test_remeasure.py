@@ -80,7 +80,7 @@ def test_benchmark_job_remeasures_the_kernel_on_the_branch(tmp_path, cpu_env):
 def test_benchmark_job_reports_an_edited_kernel_that_is_wrong(tmp_path, cpu_env):
     root = _source_tree(tmp_path)
     kernel = root / KERNELS / FOLDER / "kernel.cpp"
-    kernel.write_text(kernel.read_text().replace("v > 0.0f ? v : 0.0f", "v > 0.25f ? v : 0.0f"))  # the edit
+    kernel.write_text(kernel.read_text().replace("v < 0.0f ? 0.0f : v", "v > 0.25f ? v : 0.0f"))  # the edit
     [r] = _bench(root, [FOLDER]).targets
     assert not r.improved and not r.verdict.accepted and r.dropin_check is None
     assert r.message.startswith("not verified: mismatch"), r.message
