@@ -274,9 +274,13 @@ def compatibility(r: TargetResult, env: Environment | None, folder: str, kernels
     prebuilt = any(".so" in p.rsplit("/", 1)[-1] for p in r.files)  # kernel.<arch>.so.b64, runner-built
     device_code = any(p.endswith(".cubin.b64") for p in r.files)  # kernel.<arch>.cubin.b64: no host code
     builder = "nvcc (the CUDA toolkit)" if cuda else "a C++ compiler (g++)"
+    why_none = manifest_of(r).get("no_device_code") if cuda else ""  # a CUDA kernel ships device code or nothing
     needs = ("torch and the CUDA driver only: device code ships beside the drop-in (the cubin, which `kernel.cu` "
              "makes again by the command its first line states, and PTX for later GPUs; sha256 checked), loaded "
              "through the driver API; no host code of the kernel runs" if device_code else
+             f"torch, and {builder} to build `kernel.cu` on first use (cached); without it the original forward "
+             f"runs. No binary ships: the device code was not made ({why_none}), and fusebot does not ship a host "
+             "library" if why_none else
              f"torch only: the library built on the runner ships beside the drop-in (sha256 checked); {builder} only "
              "where it does not fit the host" if prebuilt else
              f"torch, and {builder} to build the kernel on first use (cached)")

@@ -186,12 +186,12 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     test_name = dropin_test_filename(spec.name)
     bench = bench_filename(folder)
     rewrite = _rewrite_timing(extra)
+    ships = dropin.shipped(spec, candidate, digest, built_for=built_for, root_depth=root_depth,
+                           calls=shape_calls({"shape_sets": ((extra or {}).get("verified") or {}).get("shapes", [])}))
     files = {
         f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
-        **{f"{folder}/{name}": text for name, text in dropin.dropin_files(  # the drop-in and what it ships
-            spec, candidate, digest, built_for=built_for, root_depth=root_depth,
-            calls=shape_calls({"shape_sets": ((extra or {}).get("verified") or {}).get("shapes", [])})).items()},
+        **{f"{folder}/{name}": text for name, text in ships.files.items()},  # the drop-in and what it ships
         f"{folder}/{test_name}": dropin_test_source(spec, candidate.backend),
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check,
@@ -200,8 +200,10 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
                                           kernels_dir=kernels_dir),
     }
+    shipping = {"no_device_code": ships.no_device_code} if ships.no_device_code else {}
     files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(without_samples(manifest(spec, candidate, kernel_name)
-                                                                    | (extra or {}) | {"licence": licence[0]}),
+                                                                    | (extra or {}) | shipping
+                                                                    | {"licence": licence[0]}),
                                                     indent=1) + "\n"
     files[f"{folder}/{BENCHMARK_FILE}"] += "\n" + licence_note(*licence) + "\n"
     if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package

@@ -129,6 +129,15 @@ def test_a_cuda_kernel_states_what_holds_on_a_gpu():
     only = compatibility(device, GPU, "row_gain", "fusebot_kernels")
     assert "torch and the CUDA driver only: device code ships beside the drop-in" in only
     assert "no host code of the kernel runs" in only and "library built on the runner" not in only
+    man = json.loads(kernel_result(GPU).files["row_gain/fusebot.json"]) | {
+        "no_device_code": "its host code cannot be written down as launch plans (cudaMemcpy)"}
+    none = kernel_result(GPU).model_copy(update={"files": {**kernel_result(GPU).files,
+                                                           "row_gain/fusebot.json": json.dumps(man)}})
+    declined = compatibility(none, GPU, "row_gain", "fusebot_kernels")
+    assert "No binary ships: the device code was not made (its host code cannot be written down as launch plans " \
+        "(cudaMemcpy)), and fusebot does not ship a host library" in declined
+    assert "nvcc (the CUDA toolkit) to build `kernel.cu` on first use (cached); without it the original forward " \
+        "runs" in declined
 
 
 def test_a_rewrites_stated_precondition_is_a_row_of_its_compatibility_block():
