@@ -293,8 +293,9 @@ def compatibility(r: TargetResult, env: Environment | None, folder: str, kernels
               f"| Autograd | {YES} the drop-in defers to your original module whenever gradients are needed (the "
               "kernel is for inference) |",
               f"| torch.compile | {YES} the kernel is one custom op, traced with the original's output layout |",
-              f"| CUDA graphs | {YES} the kernel launches on torch's current stream with memory from torch's "
-              "allocator (not checked under capture by fusebot) |" if cuda else
+              f"| CUDA graphs | {YES} captured and replayed in a CUDA graph by the drop-in's own test, which the "
+              "runner ran on the GPU before proposing (the kernel launches on torch's current stream with memory "
+              "from torch's allocator) |" if cuda else
               f"| CUDA graphs | {NO} a CPU kernel: CUDA tensors run the original forward |",
               f"| TorchScript (jit) | {NO} not accelerated: jit.script and jit.trace get the original forward |",
               f"| Other devices, dtypes, sizes | {NO} the kernel runs only on "

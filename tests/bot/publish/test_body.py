@@ -118,7 +118,8 @@ def test_what_a_reviewer_needs_comes_first():
 def test_a_cuda_kernel_states_what_holds_on_a_gpu():
     compat = compatibility(kernel_result(GPU), GPU, "row_gain", "fusebot_kernels")
     assert "| Runs on | NVIDIA H100 80GB HBM3 (cuda backend: `row_gain/kernel.cu`" in compat
-    assert "| CUDA graphs | ✅ the kernel launches on torch's current stream" in compat
+    assert "| CUDA graphs | ✅ captured and replayed in a CUDA graph by the drop-in's own test, which the runner ran " \
+        "on the GPU before proposing" in compat and "not checked" not in compat
     assert "nvcc (the CUDA toolkit) to build the kernel" in compat and "this GPU model" in compat
     prebuilt = kernel_result(GPU)
     prebuilt = prebuilt.model_copy(update={"files": {**prebuilt.files, "row_gain/kernel.sm_90.so.b64": "f0VMRg=="}})

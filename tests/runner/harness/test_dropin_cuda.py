@@ -9,6 +9,7 @@ import copy
 import importlib
 import os
 import pickle
+import subprocess
 import sys
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 from runner.catalog.codegen.cuda.common import workspace_code
 from runner.contract import Candidate, ProblemSpec
 from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_files
+from runner.results.dropin_test import dropin_test_source
 from tests.runner.harness.test_dropin import ROOT
 from tests.runner.harness.test_launch_plan import COLS, ROWS, SEED_CALL, call, catalog_kernel
 from tests.runner.harness.test_launch_plan import REFERENCE as ROWGAIN
@@ -256,3 +258,30 @@ def test_a_catalog_kernel_ships_device_code_only_and_runs_from_its_cubin(tmp_pat
     finally:
         for name in [m for m in sys.modules if m.startswith("fbk_cubin")]:
             sys.modules.pop(name)
+
+
+def test_the_generated_test_passes_through_the_device_code_graph_capture_included(tmp_path):
+    """The test a PR ships, run as the runner's check runs it (pytest in its own process, no nvcc on PATH) beside
+    RowGain's catalog drop-in with device code only: every check passes, the CUDA graph's capture and replay among
+    them, and nothing is built."""
+    folder = tmp_path / "repo" / "rowgain"
+    folder.mkdir(parents=True)
+    src = catalog_kernel(ROWGAIN)
+    (folder / "kernel.cu").write_text(src)
+    (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
+    (folder / REFERENCE_FILE).write_text(ROWGAIN)
+    (folder / "reference_src.py").write_text(ROWGAIN)
+    spec = ProblemSpec(name="rowgain", path=str(folder / "reference_src.py"))
+    files = dropin_files(spec, Candidate(id="rg", format="fast", backend="cuda", sources={"kernel.cu": src}),
+                         calls=[call(ROWS)])
+    assert any(n.endswith(".cubin.b64") for n in files) and not any(".so" in n for n in files), sorted(files)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    (folder / "test_rowgain.py").write_text(dropin_test_source(spec, "cuda"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "CUDA_HOME", "CUDA_PATH")} | {
+        "PATH": "/usr/bin:/bin", "FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_rowgain.py"],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "PASSED test_rowgain.py::test_cuda_graph_capture_and_replay" in done.stdout, done.stdout[-4000:]
+    assert "skipped" not in done.stdout and not (tmp_path / "cache").exists()
