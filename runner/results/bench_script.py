@@ -344,7 +344,8 @@ def judge(claim, speedup, per_round, noisy):
     """One line: this host's figure against the PR's (`claim`, from `stated`), within its stated spread (its rounds'
     range widened by its margin), outside it, or not comparable because of the host's noise."""
     if claim is None:
-        return "the PR's figure: not found in fusebot.json beside this script"
+        return "the PR's figure: not found in fusebot.json beside this script" + (
+            f"; this host is too noisy for a figure ({noisy}): rerun on an idle host" if noisy else "")
     lo, hi, m = claim["low"], claim["high"], claim["margin"]
     said = (f"the PR states {claim['speedup']:.2f}x ({lo:.2f}-{hi:.2f}x over {claim['rounds']} rounds, margin "
             f"{100 * m:.0f}%) on {claim['device'] or 'its device'}; here {speedup:.2f}x")
@@ -400,11 +401,12 @@ def main(argv=None):
     shape = shapes_text(base)
     print(f"{CLASS} on {device_name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), "
           f"timed on {shape}, {a.rounds} alternating rounds")
-    print(f"{'':16} {'own time, caches flushed':>30} {'a user call, back to back':>28}")
-    print(f"{'':16} {'median ms':>10} {'IQR ms':>9} {'n':>9} {'ms per call':>28}")
+    user_head = "a user's call, back to back"
+    print(f"{'':16} {'own time, caches flushed':>30} {user_head:>29}")
+    print(f"{'':16} {'median ms':>10} {'IQR ms':>9} {'n':>9} {'ms per call':>29}")
     for name, f in figures.items():
         print(f"{name:16} {f['median_ms']:10.4g} {f['iqr_ms']:9.3g} {f['n']:9d} "
-              f"{statistics.median(f['back_to_back_ms']):28.4g}")
+              f"{statistics.median(f['back_to_back_ms']):29.4g}")
     eager, comp, mine = figures["PyTorch eager"], figures["torch.compile"], figures[LABEL]
     per_round = [min(e, c) / k for e, c, k in zip(eager["round_medians_ms"], comp["round_medians_ms"],
                                                    mine["round_medians_ms"])]

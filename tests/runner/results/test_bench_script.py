@@ -66,6 +66,7 @@ def test_the_script_times_the_original_against_the_dropin_in_rounds_with_only_to
         assert len(f["back_to_back_ms"]) == 2 and all(x > 0 for x in f["back_to_back_ms"])
     assert "a user's call back to back (50 calls, host path included)" in done.stdout
     assert "The PR's figure: not found in fusebot.json" in done.stdout and data["stated"] is None  # none was timed
+    assert ("this host is too noisy" in done.stdout) == bool(data["noise"])  # said whenever the host is noisy
     timing, baselines, conf = read_figures(data)
     assert timing.samples_ms == c["fusebot"]["samples_ms"] and timing.clock == "monotonic"
     assert timing.back_to_back_ms == pytest.approx(sum(c["fusebot"]["back_to_back_ms"]) / 2)  # the median of two
@@ -178,6 +179,8 @@ def test_the_script_says_within_outside_or_not_comparable_beside_the_prs_figure(
     assert "NOT COMPARABLE, this host is too noisy" in said and "over the 10% this comparison can bear" in said
     assert "rerun on an idle host" in said and "within" not in said
     assert judge(None, 1.0, [1.0], "") == "the PR's figure: not found in fusebot.json beside this script"
+    assert judge(None, 1.0, [1.0], why).endswith(f"beside this script; this host is too noisy for a figure ({why}): "
+                                                 "rerun on an idle host")
 
 
 def test_the_timed_shape_is_named_per_tensor_input(tmp_path):
