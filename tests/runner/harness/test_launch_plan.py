@@ -242,6 +242,24 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 """
 
 
+OWN_MEMORY = REFUSES.replace("""  float first;  // the launcher reads device memory on the host: no plan can hold that
+  if (cudaMemcpy(&first, in[0].data, sizeof first, cudaMemcpyDeviceToHost) != cudaSuccess) return 7;
+  fb_copy<<<1, 256, 0, (cudaStream_t)stream>>>((const float*)in[0].data, (float*)out[0].data, 256);
+  return 0;""", """  float* scratch = 0;  // memory of its own, its errors unchecked: its address would be this process's
+  cudaMalloc((void**)&scratch, 1024);
+  fb_copy<<<1, 256, 0, (cudaStream_t)stream>>>((const float*)in[0].data, scratch, 256);
+  fb_copy<<<1, 256, 0, (cudaStream_t)stream>>>(scratch, (float*)out[0].data, 256);
+  cudaFree(scratch);
+  return 0;""")
+
+
+def test_a_launcher_with_memory_of_its_own_has_no_plan():
+    assert "cudaMalloc" in OWN_MEMORY
+    call1 = {"inputs": [["float32", [256]]], "outputs": [["float32", [256]]]}
+    why = dropin_ship.shipped_device_code(OWN_MEMORY, [call1], arch="sm_90")
+    assert isinstance(why, str) and "cannot be written down as launch plans" in why and "unsupported allocation" in why
+
+
 def test_host_code_a_plan_cannot_hold_ships_no_binary_and_says_why(tmp_path, monkeypatch):
     monkeypatch.setattr(dropin_ship, "current_arch", lambda backend: "sm_90")
     spec = ProblemSpec(name="copy", path=str(tmp_path / "ref.py"))
