@@ -20,7 +20,7 @@ from runner.contract import Candidate, ProblemSpec
 from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_files
 from runner.results.dropin_test import dropin_test_source
 from tests.runner.harness.test_dropin import ROOT
-from tests.runner.harness.test_launch_plan import COLS, ROWS, SEED_CALL, call, catalog_kernel
+from tests.runner.harness.test_launch_plan import COLS, ROWS, call, catalog_kernel, seed_call
 from tests.runner.harness.test_launch_plan import REFERENCE as ROWGAIN
 from tests.verdicts import EXAMPLE, seed_candidate
 from tests.verdicts import SPEC as EXAMPLE_SPEC
@@ -163,7 +163,8 @@ def test_the_seed_kernel_runs_from_its_device_code_and_other_sizes_and_cpu_tenso
     cand = seed_candidate("cuda")
     (folder / "kernel.cu").write_text(cand.sources["kernel.cu"])
     (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
-    files = dropin_files(EXAMPLE_SPEC, cand, root_depth=1, calls=[SEED_CALL])
+    # the verified calls: the example's two declared shapes (the guard takes exactly those, each with its plan)
+    files = dropin_files(EXAMPLE_SPEC, cand, root_depth=1, calls=[seed_call(256), seed_call(2 * 256 + 3)])
     assert any(n.endswith(".cubin.b64") for n in files) and not any(".so" in n for n in files), sorted(files)
     for name, text in files.items():
         (folder / name).write_text(text)
@@ -173,20 +174,22 @@ def test_the_seed_kernel_runs_from_its_device_code_and_other_sizes_and_cpu_tenso
     monkeypatch.setenv("PATH", "/nonexistent")
     mod = importlib.import_module("fbk_seed.scaledbiasrelu.dropin")
     torch.manual_seed(0)
-    original = mod.Original(1024).cuda().eval()
-    fused = mod.ScaledBiasReLU(1024).cuda().eval()
+    original = mod.Original(4096).cuda().eval()
+    fused = mod.ScaledBiasReLU(4096).cuda().eval()
     fused.load_state_dict(original.state_dict())
-    x = torch.randn(300, 1024, device="cuda")
+    x = torch.randn(256, 4096, device="cuda")
+    second = torch.randn(515, 4096, device="cuda")
     with torch.no_grad():
         torch.testing.assert_close(fused(x), original(x))
-        assert mod.ScaledBiasReLU.kernel_calls == 1
-        other = torch.randn(17, 1024, device="cuda")  # no plan recorded at this size: the original forward
+        torch.testing.assert_close(fused(second), original(second))
+        assert mod.ScaledBiasReLU.kernel_calls == 2
+        other = torch.randn(300, 4096, device="cuda")  # not a verified size: the original forward
         torch.testing.assert_close(fused(other), original(other))
-        assert mod.ScaledBiasReLU.kernel_calls == 1
+        assert mod.ScaledBiasReLU.kernel_calls == 2
         with pytest.warns(mod.FallbackWarning, match="the kernel runs on one cuda device"):
             cpu = copy.deepcopy(fused).cpu()(x.cpu())
         torch.testing.assert_close(cpu, original(x).cpu())
-    assert mod.ScaledBiasReLU.kernel_calls == 1 and not (tmp_path / "cache").exists()
+    assert mod.ScaledBiasReLU.kernel_calls == 2 and not (tmp_path / "cache").exists()
     for name in [m for m in sys.modules if m.startswith("fbk_seed") or m == "examples" or m.startswith("examples.")]:
         sys.modules.pop(name)
 

@@ -205,8 +205,13 @@ def test_a_dropin_with_device_code_ships_no_host_code_and_falls_back_without_a_g
     assert not any(Path(tmp_path).glob("*.so*"))
 
 
-SEED_CALL = {"inputs": [["float32", [300, 1024]], ["float32", []], ["float32", [1024]]],
-             "outputs": [["float32", [300, 1024]]]}  # ScaledBiasReLU(1024) on x (300, 1024): x, scale, bias
+def seed_call(rows: int, features: int = 4096) -> dict:
+    """examples/mlp_epilogue.py's ScaledBiasReLU(features) on x (rows, features): x, scale, bias; the output."""
+    return {"inputs": [["float32", [rows, features]], ["float32", []], ["float32", [features]]],
+            "outputs": [["float32", [rows, features]]]}
+
+
+SEED_CALL = seed_call(256)  # the example's own inputs
 
 
 def test_a_kernel_with_its_authors_host_code_ships_device_code_too(monkeypatch):
