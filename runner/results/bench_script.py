@@ -7,8 +7,11 @@ runner.harness.confirm): on CUDA, events around each call with the L2 flushed be
 written) and the GPU kept busy while the host launches the call; on the CPU, `time.perf_counter_ns` around each call
 with a buffer larger than the last-level cache written before it; warm-up, then repetitions until the median moves by
 less than 1%; fresh inputs before every call, outside the timed span; the contestants alternating in rounds
-(eager, torch.compile, the change, eager, ...). It prints each contestant's median, IQR and n, the speedup over the
-faster baseline per round, and with `--json PATH` writes every raw sample. It needs nothing but torch (and, for a
+(eager, torch.compile, the change, eager, ...); then each in a loop of calls back to back (what a user's call costs,
+the host path included). It prints the threads and the timed shape, each contestant's median, IQR and n and its time
+per call back to back, the speedup over the faster baseline per round, and its figure beside the PR's own (from
+fusebot.json beside it: within the stated spread, outside it, or not comparable where the host's noise exceeds
+NOISE_LIMIT); with `--json PATH` it writes every raw sample. It needs nothing but torch (and, for a
 kernel, the compiler the drop-in builds it with on first use; for a rewrite, git, to read the module as it was, or,
 without git (a runner's copy of the branch), fusebot.json's diff taken back from the module as it is).
 
