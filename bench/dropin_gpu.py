@@ -5,7 +5,8 @@ drop-in driven through torch.compile and (on CUDA) a captured CUDA graph.
     python bench/dropin_gpu.py --backend cuda --out bench/results/h100-dropin     # on the H100
     python bench/dropin_gpu.py --backend cpu --out /tmp/dropin-cpu                 # anywhere
 
-Writes <out>/results.json (per target: verdict summary, the check's counts, the probes), prints the table, and
+Writes <out>/results.json (per target: verdict summary, what ships beside the drop-in (a CUDA kernel: its cubin and
+PTX), the check's counts, the probes), prints the table, and
 exits 1 when any target's drop-in failed its test or a probe. Needs fusebot installed (`make test` sets up .venv).
 """
 
@@ -28,6 +29,8 @@ from runner.pipeline import kernelbench_aliases
 from runner.proposers.catalog import CatalogProposer
 from runner.proposers.seed import SeedProposer, Unsupported
 from runner.results.files import Provenance, check_dropin, slug, target_files, write_files
+from runner.results.proposal import manifest_extra
+from runner.results.shapes import verified_inputs
 from runner.search.types import History, Idea, ProblemContext
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +94,10 @@ def run_target(t, repo: Path, backend: str) -> dict:
                       "trials_passed": sum(tr.passed for tr in v.trials), "trials": len(v.trials),
                       "device": (v.environment.gpu or v.environment.cpu) if v.environment else None}
     row["environment"] = v.environment.model_dump(include={"gpu", "cpu", "driver", "cuda", "torch"}) if v.environment else {}
-    write_files(repo / KERNELS, target_files(spec, cand, v, Provenance.for_verdict(t.name, v, "examples")))
+    extra = manifest_extra(v, backend=backend, verified=verified_inputs(spec))  # the verified calls: launch plans
+    files = target_files(spec, cand, v, Provenance.for_verdict(t.name, v, "examples"), extra=extra)
+    write_files(repo / KERNELS, files)
+    row["shipped"] = sorted(n.rsplit("/", 1)[-1] for n in files if n.endswith((".cubin.b64", ".ptx", ".so.b64")))
     check = check_dropin(repo, KERNELS, t.name)
     row["check"] = check.model_dump(exclude={"output_tail"}) | {"tail": check.output_tail[-1500:]}
     probe = subprocess.run([sys.executable, "-c", PROBE % {"folder": slug(t.name), "module": spec.module,
@@ -123,8 +129,8 @@ def main() -> int:
              "cuda": env.get("cuda"), "torch": env.get("torch"), "commit": git_commit(), "backend": args.backend,
              "rows": rows}
     (args.out / "results.json").write_text(json.dumps(table, indent=1) + "\n")
-    lines = ["| target | fusebot ms | eager ms | compile ms | trials | drop-in test | compile/graph probe |",
-             "| --- | ---: | ---: | ---: | --- | --- | --- |"]
+    lines = ["| target | fusebot ms | eager ms | compile ms | trials | shipped | drop-in test | compile/graph probe |",
+             "| --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
     failed = False
     for r in rows:
         v, c, p = r.get("verdict") or {}, r.get("check") or {}, r.get("probe") or {}
@@ -132,7 +138,8 @@ def main() -> int:
         failed |= not good
         ms = lambda x: f"{x:.4g}" if isinstance(x, float) else "n/a"  # noqa: E731
         lines.append(f"| {r['target']} | {ms(v.get('median_ms'))} | {ms(v.get('eager_ms'))} | {ms(v.get('compile_ms'))} | "
-                     f"{v.get('trials_passed')}/{v.get('trials')} | {c.get('passed_tests')} passed, "
+                     f"{v.get('trials_passed')}/{v.get('trials')} | {', '.join(r.get('shipped') or []) or 'none'} | "
+                     f"{c.get('passed_tests')} passed, "
                      f"{c.get('failed_tests')} failed | {'ok' if p.get('ok') else 'FAILED'} |")
     sys.stdout.write("\n".join(lines) + "\n")
     return 1 if failed else 0

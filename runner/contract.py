@@ -159,6 +159,9 @@ class Timing(_Model):
     # measured it, at most half); a median under it was raised to it, the samples scaled alike. None where not
     # clocked (baselines). `host_ms` is the candidate's process's own report: shown, never used to decide
     parent_ms: float | None = None
+    # what a user's call costs: ms per call in a loop of calls back to back through the module as shipped (the host
+    # path included, the caches as the previous call left them), from the PR's bench script; None where not measured
+    back_to_back_ms: float | None = None
 
     def call_text(self) -> str:
         """How the time was taken, for a report ("" where not recorded)."""

@@ -40,6 +40,8 @@ from runner.results.dropin_test import TEST_FILE, dropin_test_source
 from runner.results.files import DEFAULT_KERNELS_DIR, Provenance, target_result
 from runner.results.outcome import Outcome, outcome, proposal, report_markdown, result_json, trace_markdown
 from runner.results.remeasure import KERNEL_JOBS, run_kernel_job
+from runner.results.shapes import calls as shape_calls
+from runner.results.shapes import verified_inputs
 from runner.search.cutoff import within
 from runner.search.deadline import Cancelled, Deadline, plan_split
 from runner.search.loop import EvaluatorLike, search
@@ -164,8 +166,9 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
     """Write the result folder; a kernel (and its drop-in and test) only when it beat both baselines."""
     for name in GENERATED:  # a previous run's kernel must not outlive a run that found none
         (out / name).unlink(missing_ok=True)
-    for shipped in out.glob("kernel.*.so.b64"):
-        shipped.unlink()
+    for pattern in ("kernel.*.so.b64", "kernel.*.cubin.b64", "kernel.compute_*.ptx"):  # what a drop-in ships
+        for shipped in out.glob(pattern):
+            shipped.unlink()
     files: list[str] = []
     cand = o.best.candidate if o.improved and o.best else None
     if cand is not None:
@@ -179,7 +182,8 @@ def write_outputs(out: Path, spec: ProblemSpec, o: Outcome, problem_file: Path |
                 shutil.copyfile(problem_file, out / dropin.REFERENCE_FILE)
                 files.append(dropin.REFERENCE_FILE)
             digest = hashlib.sha256("".join(cand.sources.values()).encode()).hexdigest()
-            for name, text in dropin.dropin_files(spec, cand, digest).items():  # the drop-in, its shipped library
+            calls = shape_calls(verified_inputs(spec)) if cand.backend == "cuda" else []  # its launch plans' calls
+            for name, text in dropin.dropin_files(spec, cand, digest, calls=calls).items():  # the drop-in, its code
                 (out / name).write_text(text)
                 files.append(name)
             (out / TEST_FILE).write_text(dropin_test_source(spec, cand.backend))

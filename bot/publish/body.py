@@ -274,9 +274,13 @@ def compatibility(r: TargetResult, env: Environment | None, folder: str, kernels
     prebuilt = any(".so" in p.rsplit("/", 1)[-1] for p in r.files)  # kernel.<arch>.so.b64, runner-built
     device_code = any(p.endswith(".cubin.b64") for p in r.files)  # kernel.<arch>.cubin.b64: no host code
     builder = "nvcc (the CUDA toolkit)" if cuda else "a C++ compiler (g++)"
+    why_none = manifest_of(r).get("no_device_code") if cuda else ""  # a CUDA kernel ships device code or nothing
     needs = ("torch and the CUDA driver only: device code ships beside the drop-in (the cubin, which `kernel.cu` "
              "makes again by the command its first line states, and PTX for later GPUs; sha256 checked), loaded "
              "through the driver API; no host code of the kernel runs" if device_code else
+             f"torch, and {builder} to build `kernel.cu` on first use (cached); without it the original forward "
+             f"runs. No binary ships: the device code was not made ({why_none}), and fusebot does not ship a host "
+             "library" if why_none else
              f"torch only: the library built on the runner ships beside the drop-in (sha256 checked); {builder} only "
              "where it does not fit the host" if prebuilt else
              f"torch, and {builder} to build the kernel on first use (cached)")
@@ -289,8 +293,9 @@ def compatibility(r: TargetResult, env: Environment | None, folder: str, kernels
               f"| Autograd | {YES} the drop-in defers to your original module whenever gradients are needed (the "
               "kernel is for inference) |",
               f"| torch.compile | {YES} the kernel is one custom op, traced with the original's output layout |",
-              f"| CUDA graphs | {YES} the kernel launches on torch's current stream with memory from torch's "
-              "allocator (not checked under capture by fusebot) |" if cuda else
+              f"| CUDA graphs | {YES} captured and replayed in a CUDA graph by the drop-in's own test, which the "
+              "runner ran on the GPU before proposing (the kernel launches on torch's current stream with memory "
+              "from torch's allocator) |" if cuda else
               f"| CUDA graphs | {NO} a CPU kernel: CUDA tensors run the original forward |",
               f"| TorchScript (jit) | {NO} not accelerated: jit.script and jit.trace get the original forward |",
               f"| Other devices, dtypes, sizes | {NO} the kernel runs only on "

@@ -93,10 +93,28 @@ def target_table(r: TargetResult) -> str:
         where = "one process" if c.processes == 1 else f"{c.processes} processes one after the other"
         lines += [f"Timed in {c.rounds} alternating rounds (fusebot, eager, torch.compile, ...), {where}: speedup "
                   f"over the faster baseline per round {per_round}."]
+    if (user := user_call_line(v)) is not None:
+        lines += [user]
     lines += [f"> {w}" for w in v.warnings]
     if not r.improved and r.message:
         lines += ["", f"Not proposed: {r.message}"]
     return "\n".join(lines)
+
+
+def user_call_line(v: Verdict) -> str | None:
+    """What a user's call costs beside the kernel's own time, where the bench script measured it for every contestant:
+    the module as shipped called back to back, host path included. None otherwise."""
+    t, b = v.timing, v.baselines
+    named = [(n, x) for n, x in (("eager", b.eager if b else None), ("torch.compile", b.compile if b else None)) if x]
+    if t is None or t.back_to_back_ms is None or not named or any(x.back_to_back_ms is None for _, x in named):
+        return None
+    who, faster = min(named, key=lambda nx: nx[1].back_to_back_ms)
+    what = "the drop-in as shipped" if t.call != "module" else "the module as changed"
+    others = " and ".join(f"{x.back_to_back_ms:.4g} ms for {n}" for n, x in named)
+    return (f"What a user's call costs ({what}, called back to back, host path included): {t.back_to_back_ms:.4g} ms "
+            f"against {others}: **{faster.back_to_back_ms / t.back_to_back_ms:.2f}x** over {who}; "
+            f"{'the change' if t.call == 'module' else 'the kernel'}'s own time with flushed caches is "
+            f"{t.median_ms:.4g} ms.")
 
 
 def with_rewrite_row(table: str, r: TargetResult) -> str:

@@ -1,4 +1,4 @@
-// fusebot's launch recorder: linked into a catalog kernel's host code (runner/harness/launch_plan.py) in place of the
+// fusebot's launch recorder: linked into a kernel's host code (runner/harness/launch_plan.py) in place of the
 // CUDA runtime's launch entry points, so that fusebot_forward, called on descriptors of the verified shapes with
 // stand-in pointers, writes down what it would launch (kernel, grid, block, shared memory, parameter bytes, memsets)
 // instead of launching it. The drop-in replays that through the driver API from the shipped cubin; no host code ships.
@@ -125,6 +125,24 @@ cudaError_t cudaMallocAsync(void** p, size_t, cudaStream_t) {
 }
 
 cudaError_t cudaFreeAsync(void*, cudaStream_t) { return cudaSuccess; }
+
+// memory of its own and copies through the host: a plan cannot hold them (an address from this process, data read
+// while recording), so a launcher that uses them gets no device code
+cudaError_t cudaMalloc(void** p, size_t) {
+  g_rec += "unsupported allocation\n";
+  *p = 0;
+  return cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaMemcpy(void*, const void*, size_t, cudaMemcpyKind) {
+  g_rec += "unsupported copy\n";
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t cudaMemcpyAsync(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t) {
+  g_rec += "unsupported copy\n";
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }  // nothing was launched: no launch error to report
 }

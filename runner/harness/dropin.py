@@ -4,18 +4,18 @@ The drop-in is a subclass of the user's class (same constructor, state_dict and 
 calls the fused kernel through ctypes and the C ABI of runner/csrc/fusebot.h, guarded: only for calls the kernel was
 verified for, and for inference; everything else runs the original forward (runner/harness/dropin_guard.py). Under
 torch.compile the kernel is a `torch.library` custom op. It is self-contained (it never imports fusebot) and needs
-nothing but torch at run time. A catalog CUDA kernel ships device code only: its cubin (`kernel.<arch>.cubin.b64`,
-made again from kernel.cu by the command its first line states), PTX for later GPUs and the launch plans of the
-verified calls, run through the CUDA driver (runner/harness/dropin_device.py, launch_plan.py). Any other kernel loads
-the library the runner shipped beside it (`kernel.<arch>.so.b64`, its sha256 recorded here and checked), and builds
-from source only where that library does not fit this host and a compiler is present
-(runner/harness/dropin_runtime.py). Its parts:
+nothing but torch at run time. A CUDA kernel ships device code only: its cubin (`kernel.<arch>.cubin.b64`, made
+again from kernel.cu by the command its first line states), PTX for later GPUs and the launch plans of the verified
+calls, run through the CUDA driver (runner/harness/dropin_device.py, launch_plan.py); one whose launch plans cannot be
+made ships no binary and builds kernel.cu where nvcc is present. A C++ kernel loads the library the runner shipped
+beside it (`kernel.<arch>.so.b64`, its sha256 recorded here and checked), and builds from source only where that
+library does not fit this host and a compiler is present (runner/harness/dropin_runtime.py). Its parts:
 
 - dropin_runtime.py: loading a library (the shipped one, the per-user build cache);
 - dropin_device.py: loading device code through the driver and launching its plans;
 - dropin_guard.py: what is checked, the kernel call, the custom op;
 - dropin_forward.py: the forward's paths (eager, torch.compile, the original) and the class;
-- dropin_ship.py: the runner's build of what ships (the library; the device code and its plans).
+- dropin_ship.py: the runner's build of what ships (the device code and its plans; a C++ kernel's library).
 
 Files the drop-in expects beside it: the kernel source, fusebot.h, the shipped device code or libraries it names, and for a
 KernelBench-format problem the reference file as `reference.py`. A repository module is imported by name, with the
@@ -26,6 +26,7 @@ importable already.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from runner.contract import Candidate, ProblemSpec
 from runner.harness import build, dropin_ship
@@ -128,25 +129,43 @@ def dropin_source(problem: ProblemSpec, backend: str, extra_cflags: list[str] | 
             + cls.replace("__TARGET__", problem.name))
 
 
+@dataclass(frozen=True)
+class Shipped:
+    """The drop-in and what ships beside it (file name -> text), and for a CUDA kernel without device code, why none
+    ships ("" otherwise)."""
+
+    files: dict[str, str]
+    no_device_code: str = ""
+
+
 def dropin_files(problem: ProblemSpec, candidate: Candidate, kernel_sha256: str = "", *, built_for: str = "",
                  root_depth: int | None = None, calls: list[dict] | None = None) -> dict[str, str]:
-    """The drop-in and what ships beside it (name -> text): what a PR adds besides the kernel's source. A catalog
-    CUDA kernel ships device code only, its cubin, PTX and the launch plans of the verified `calls`
-    (dropin_ship.shipped_device_code); any other kernel, or one whose device code cannot be made here, the library
-    built here for this host's arch (dropin_ship.shipped_library); where neither can be, the drop-in alone (it then
-    builds from source on a host with a compiler)."""
+    """The drop-in and what ships beside it (name -> text): `shipped(...).files`."""
+    return shipped(problem, candidate, kernel_sha256, built_for=built_for, root_depth=root_depth, calls=calls).files
+
+
+def shipped(problem: ProblemSpec, candidate: Candidate, kernel_sha256: str = "", *, built_for: str = "",
+            root_depth: int | None = None, calls: list[dict] | None = None) -> Shipped:
+    """What a PR adds besides the kernel's source. A CUDA kernel (the catalog's, the seed proposer's or an LLM's) ships
+    device code only: its cubin, PTX and the launch plans of the verified `calls` (dropin_ship.shipped_device_code);
+    where those cannot be made, no binary at all (the drop-in builds kernel.cu where nvcc is present, else runs the
+    original forward) and `no_device_code` says why. A C++ kernel ships the library built here for this CPU's level
+    (dropin_ship.shipped_library), or, where it cannot be built, the drop-in alone."""
     if candidate.backend == "cuda":
         source = candidate.sources.get(kernel_filename("cuda")) or next(iter(candidate.sources.values()))
         dev = dropin_ship.shipped_device_code(source, list(calls or []))
-        if dev is not None:
+        if isinstance(dev, dropin_ship.DeviceCode):
             text = dropin_source(problem, "cuda", candidate.extra_cflags, kernel_sha256, built_for=built_for,
                                  root_depth=root_depth, built_arch=dev.arch, device_code=dev.code, plans=dev.plans)
-            return {DROPIN_FILE: text, **dev.files}
+            return Shipped({DROPIN_FILE: text, **dev.files})
+        arch = dropin_ship.current_arch("cuda") or ""
+        return Shipped({DROPIN_FILE: dropin_source(problem, "cuda", candidate.extra_cflags, kernel_sha256,
+                                                   built_for=built_for, root_depth=root_depth, built_arch=arch)},
+                       no_device_code=dev)
     lib = dropin_ship.shipped_library(candidate)
-    shipped = {lib.arch: (lib.name, lib.sha256)} if lib else {}
-    arch = (dropin_ship.current_arch("cuda") or "") if candidate.backend == "cuda" else ""
+    shipped_lib = {lib.arch: (lib.name, lib.sha256)} if lib else {}
     files = {DROPIN_FILE: dropin_source(problem, candidate.backend, candidate.extra_cflags, kernel_sha256,
-                                        built_for=built_for, root_depth=root_depth, built_arch=arch, shipped=shipped)}
+                                        built_for=built_for, root_depth=root_depth, shipped=shipped_lib)}
     if lib:
         files[lib.name] = lib.text
-    return files
+    return Shipped(files)

@@ -1,8 +1,14 @@
-"""The library a PR ships beside its drop-in, so the serving host needs nothing but torch (no compiler, no writable
-shared /tmp): built by the runner for the arch it measured on (runner.harness.build.shippable_toolchain: CUDA with a
-static runtime and PTX beside the SASS; C++ for this CPU's x86-64 level), confined like every build, and written as
-text (a PR's files are text): `kernel.<arch>.so.b64`, the library zlib-compressed and base64-encoded under one comment
-line. The drop-in records its sha256 and refuses a library whose bytes do not have it (runner/harness/dropin_runtime.py).
+"""What a PR ships beside its drop-in, so the serving host needs nothing but torch (no compiler, no writable shared
+/tmp), made by the runner for the arch it measured on, confined like every build, and written as text (a PR's files
+are text).
+
+A CUDA kernel ships device code only (`shipped_device_code`): its cubin (`kernel.<arch>.cubin.b64`), the PTX for later
+GPUs and the launch plans its host code made at the verified calls (runner/harness/launch_plan.py), run through the
+CUDA driver (runner/harness/dropin_device.py). Where those cannot be made (a launcher whose steps a plan cannot hold),
+no binary ships: the drop-in builds kernel.cu where nvcc is present and otherwise runs the original forward, and the
+PR says why. A C++ kernel is host code: its library ships (`shipped_library`, for this CPU's x86-64 level),
+`kernel.<arch>.so.b64`, zlib-compressed and base64-encoded under one comment line; the drop-in records its sha256 and
+refuses a library whose bytes do not have it (runner/harness/dropin_runtime.py).
 """
 
 from __future__ import annotations
@@ -95,11 +101,6 @@ class DeviceCode:
     plans: list[dict]
 
 
-def is_catalog(source: str) -> bool:
-    """Whether a CUDA source is one of the catalog's templates (its host code is fusebot's, so it can be recorded)."""
-    return source.startswith("// fusebot catalog:")
-
-
 def encode_cubin(arch: str, data: bytes) -> str:
     b64 = base64.b64encode(data).decode()
     body = "\n".join(b64[i:i + 76] for i in range(0, len(b64), 76))
@@ -111,27 +112,36 @@ def decode_cubin(text: str) -> bytes:
     return base64.b64decode("".join(ln for ln in text.splitlines() if not ln.startswith("#")))
 
 
-def shipped_device_code(source: str, calls: list[dict], arch: str | None = None) -> DeviceCode | None:
-    """The device code of a catalog CUDA kernel for `arch` (this GPU's by default) and its plans at `calls`
-    (runner.harness.launch_plan.record), or None (logged) where it cannot be made here."""
+def shipped_device_code(source: str, calls: list[dict], arch: str | None = None) -> DeviceCode | str:
+    """The device code of a fast-format CUDA kernel for `arch` (this GPU's by default) and its plans at `calls`
+    (runner.harness.launch_plan.record: the kernel's host code, the catalog's or its author's, run once per verified
+    call with the recorder), or why it cannot be made here (logged): no GPU arch, no verified call, or host code that
+    does something a plan cannot hold. Nothing else ships then: no host binary."""
     arch = arch or current_arch("cuda")
-    if arch is None or not calls or not is_catalog(source):
-        return None
+    if arch is None:
+        return "no GPU on the runner to make device code for"
+    if not calls:
+        return "no verified call to record a launch plan at"
     return _device_code(source, json.dumps(calls, sort_keys=True), arch)
 
 
 @functools.lru_cache(maxsize=16)  # a result's files are made twice (before and after its check): one build
-def _device_code(source: str, calls_json: str, arch: str) -> DeviceCode | None:
+def _device_code(source: str, calls_json: str, arch: str) -> DeviceCode | str:
     calls = json.loads(calls_json)
     try:
         with tempfile.TemporaryDirectory(prefix="fusebot-device-") as tmp:
             cubin, ptx = launch_plan.device_code(source, arch, Path(tmp))
             plans = launch_plan.record(source, arch, calls, Path(tmp), cubin=cubin)
     except (launch_plan.PlanError, MachineError, OSError, subprocess.SubprocessError) as exc:
-        log.warning("the device code was not made (%s); the drop-in ships a host library instead", exc)
-        return None
+        log.warning("the device code was not made (%s); the drop-in ships no binary", exc)
+        return f"its host code cannot be written down as launch plans ({_first_line(exc)})"
     virt = "compute_" + arch.removeprefix("sm_")
     cubin_name, ptx_name = launch_plan.cubin_filename(arch), launch_plan.ptx_filename(arch)
     return DeviceCode(arch, {cubin_name: encode_cubin(arch, cubin), ptx_name: ptx},
                       {arch: (cubin_name, hashlib.sha256(cubin).hexdigest()),
                        virt: (ptx_name, hashlib.sha256(ptx.encode()).hexdigest())}, plans)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split("\n", 1)[0].split())
+    return text[:300] or type(exc).__name__

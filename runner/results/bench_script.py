@@ -7,8 +7,11 @@ runner.harness.confirm): on CUDA, events around each call with the L2 flushed be
 written) and the GPU kept busy while the host launches the call; on the CPU, `time.perf_counter_ns` around each call
 with a buffer larger than the last-level cache written before it; warm-up, then repetitions until the median moves by
 less than 1%; fresh inputs before every call, outside the timed span; the contestants alternating in rounds
-(eager, torch.compile, the change, eager, ...). It prints each contestant's median, IQR and n, the speedup over the
-faster baseline per round, and with `--json PATH` writes every raw sample. It needs nothing but torch (and, for a
+(eager, torch.compile, the change, eager, ...); then each in a loop of calls back to back (what a user's call costs,
+the host path included). It prints the threads and the timed shape, each contestant's median, IQR and n and its time
+per call back to back, the speedup over the faster baseline per round, and its figure beside the PR's own (from
+fusebot.json beside it: within the stated spread, outside it, or not comparable where the host's noise exceeds
+NOISE_LIMIT); with `--json PATH` it writes every raw sample. It needs nothing but torch (and, for a
 kernel, the compiler the drop-in builds it with on first use; for a rewrite, git, to read the module as it was, or,
 without git (a runner's copy of the branch), fusebot.json's diff taken back from the module as it is).
 
@@ -21,8 +24,13 @@ import statistics
 
 from runner.contract import Baselines, Confirmation, ProblemSpec, Timing
 from runner.harness.refs import resolve_source
+from runner.results.choice import KERNEL_OVER_REWRITE
 
 SCRIPT_CONFIRM_ROUNDS = 5  # as many as the search's confirmation
+BACK_TO_BACK_CALLS = 50  # a user's loop of calls, timed together (the host path included)
+# a spread (a contestant's IQR over its median, or its rounds' speedups) beyond which the script's figure cannot be
+# compared with the PR's: the least effect a kernel must show over a PyTorch rewrite
+NOISE_LIMIT = KERNEL_OVER_REWRITE
 KERNEL_LABEL = "fusebot"
 REWRITE_LABEL = "PyTorch rewrite"
 
@@ -44,8 +52,11 @@ Run from the repository root:
 
 {device_note} Contestants alternate in rounds: PyTorch eager (the original module), torch.compile of it, and
 {what}; each is timed with the cache flushed before every call and fresh inputs outside the timed span, until its
-median settles (at least 10 calls). Printed: median, IQR and n per contestant, and the speedup over the faster
-baseline in each round. Correctness is checked by the test beside this file, not here:
+median settles (at least 10 calls), then in a loop of calls back to back (what a user's call costs, the host path
+included). Printed: the threads and the timed shape; median, IQR and n per contestant and its time per call back to
+back; the speedup over the faster baseline in each round; and this host's figure beside the PR's own (fusebot.json
+beside this file), or why this host is too noisy to compare them. Correctness is checked by the test beside this
+file, not here:
 
     python -m pytest -q {test_path}
 """
@@ -79,6 +90,8 @@ MODULE = {module!r}  # the original module (a rewrite: its import name at the co
 MODULE_FILE = {module_file!r}
 COMMIT = {commit!r}
 ROUNDS = {rounds!r}
+BACK_TO_BACK_CALLS = {back_to_back!r}  # a user's loop: calls in a row, timed together
+NOISE_LIMIT = {noise_limit!r}  # a spread (IQR over median, or between rounds) beyond which a figure says nothing
 '''
 
 _BODY = r'''
@@ -273,6 +286,86 @@ def _summary(samples):
             "samples_ms": samples}
 
 
+def back_to_back(fn, cuda, calls=BACK_TO_BACK_CALLS, repeats=3):
+    """ms per call of `calls` calls back to back, as a user's loop makes them (the host path included, the caches
+    as the previous call left them), the median of `repeats` loops."""
+    per_call = []
+    for _ in range(repeats):
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        per_call.append((time.perf_counter_ns() - t0) / 1e6 / calls)
+    return statistics.median(per_call)
+
+
+def stated():
+    """The PR's own figure, from fusebot.json beside this script: {"speedup": over the faster baseline, "low",
+    "high": its rounds' range (or the speedup), "margin", "device", "user_speedup": back to back or None}, or None
+    where the manifest does not hold it."""
+    try:
+        data = json.loads((HERE / "fusebot.json").read_text())
+    except (OSError, ValueError):
+        return None
+    t = data.get("timings") or {}
+    mine = t.get(LABEL)
+    bases = [t[n] for n in ("PyTorch eager", "torch.compile") if t.get(n)]
+    if not mine or not bases:
+        return None
+    speedup = min(b["median_ms"] for b in bases) / mine["median_ms"]
+    rounds = data.get("rounds_vs_faster") or [speedup]
+    b2b = [b["back_to_back_ms"] for b in bases if b.get("back_to_back_ms")]
+    user = min(b2b) / mine["back_to_back_ms"] if b2b and len(b2b) == len(bases) and mine.get("back_to_back_ms") \
+        else None
+    margin = data.get("margin")
+    return {"speedup": speedup, "low": min(rounds), "high": max(rounds), "rounds": len(rounds),
+            "margin": margin if isinstance(margin, (int, float)) else 0.0,
+            "device": (data.get("verified") or {}).get("device", ""), "user_speedup": user}
+
+
+def noise(figures, per_round, load=None, cpus=None):
+    """Why this host's figures cannot be compared with anything, or "": a contestant whose calls spread (IQR) by more
+    than NOISE_LIMIT of its median, rounds whose speedups spread by more than NOISE_LIMIT, or a load average above
+    the CPU count."""
+    why = []
+    for name, f in figures.items():
+        if f["median_ms"] > 0 and f["iqr_ms"] / f["median_ms"] > NOISE_LIMIT:
+            why.append(f"{name}'s calls spread {100 * f['iqr_ms'] / f['median_ms']:.0f}% (IQR over median)")
+    if len(per_round) > 1 and min(per_round) > 0 and max(per_round) / min(per_round) - 1 > NOISE_LIMIT:
+        why.append(f"the rounds' speedups spread {100 * (max(per_round) / min(per_round) - 1):.0f}% "
+                   f"({min(per_round):.2f}-{max(per_round):.2f}x)")
+    if load is not None and cpus and load > cpus:
+        why.append(f"a load average of {load:.1f} on {cpus} CPUs")
+    return "; ".join(why)
+
+
+def judge(claim, speedup, per_round, noisy):
+    """One line: this host's figure against the PR's (`claim`, from `stated`), within its stated spread (its rounds'
+    range widened by its margin), outside it, or not comparable because of the host's noise."""
+    if claim is None:
+        return "the PR's figure: not found in fusebot.json beside this script" + (
+            f"; this host is too noisy for a figure ({noisy}): rerun on an idle host" if noisy else "")
+    lo, hi, m = claim["low"], claim["high"], claim["margin"]
+    said = (f"the PR states {claim['speedup']:.2f}x ({lo:.2f}-{hi:.2f}x over {claim['rounds']} rounds, margin "
+            f"{100 * m:.0f}%) on {claim['device'] or 'its device'}; here {speedup:.2f}x")
+    if noisy:
+        return (f"{said}: NOT COMPARABLE, this host is too noisy ({noisy}, over the {100 * NOISE_LIMIT:.0f}% this "
+                "comparison can bear); rerun on an idle host")
+    if lo / (1 + m) <= speedup <= hi * (1 + m):
+        return f"{said}: within the PR's stated spread"
+    return f"{said}: OUTSIDE the PR's stated spread ({lo / (1 + m):.2f}-{hi * (1 + m):.2f}x) on a quiet host"
+
+
+def shapes_text(inputs):
+    """"(4096, 1024) float32" per tensor input: the timed shape."""
+    return ", ".join(f"({', '.join(str(d) for d in x.shape)}) {str(x.dtype).removeprefix('torch.')}"
+                     for x in inputs if isinstance(x, torch.Tensor)) or "no tensor inputs"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=ROUNDS)
@@ -297,27 +390,46 @@ def main(argv=None):
 
     timer = Timer(device)
     rounds = {name: [] for name in mods}
+    loops = {name: [] for name in mods}
     with torch.no_grad():
         for _ in range(a.rounds):
             for name, m in mods.items():
                 rounds[name].append(timer.measure(lambda m=m: m(*fresh), before))
-    figures = {name: dict(_summary([x for r in rs for x in r]), round_medians_ms=[statistics.median(r) for r in rs])
+                before()
+                loops[name].append(back_to_back(lambda m=m: m(*fresh), timer.cuda))
+    figures = {name: dict(_summary([x for r in rs for x in r]), round_medians_ms=[statistics.median(r) for r in rs],
+                          back_to_back_ms=loops[name])
                for name, rs in rounds.items()}
     device_name = torch.cuda.get_device_name() if device == "cuda" else (platform_cpu() or "CPU")
+    shape = shapes_text(base)
     print(f"{CLASS} on {device_name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), "
-          f"{a.rounds} alternating rounds")
-    print(f"{'':16} {'median ms':>10} {'IQR ms':>9} {'n':>5}")
+          f"timed on {shape}, {a.rounds} alternating rounds")
+    user_head = "a user's call, back to back"
+    print(f"{'':16} {'own time, caches flushed':>30} {user_head:>29}")
+    print(f"{'':16} {'median ms':>10} {'IQR ms':>9} {'n':>9} {'ms per call':>29}")
     for name, f in figures.items():
-        print(f"{name:16} {f['median_ms']:10.4g} {f['iqr_ms']:9.3g} {f['n']:5d}")
-    per_round = [min(e, c) / k for e, c, k in zip(figures["PyTorch eager"]["round_medians_ms"],
-                                                   figures["torch.compile"]["round_medians_ms"],
-                                                   figures[LABEL]["round_medians_ms"])]
-    faster = min(figures["PyTorch eager"]["median_ms"], figures["torch.compile"]["median_ms"])
-    print(f"{LABEL} over the faster baseline: {faster / figures[LABEL]['median_ms']:.2f}x pooled; per round "
-          + ", ".join(f"{x:.2f}x" for x in per_round))
+        print(f"{name:16} {f['median_ms']:10.4g} {f['iqr_ms']:9.3g} {f['n']:9d} "
+              f"{statistics.median(f['back_to_back_ms']):29.4g}")
+    eager, comp, mine = figures["PyTorch eager"], figures["torch.compile"], figures[LABEL]
+    per_round = [min(e, c) / k for e, c, k in zip(eager["round_medians_ms"], comp["round_medians_ms"],
+                                                   mine["round_medians_ms"])]
+    speedup = min(eager["median_ms"], comp["median_ms"]) / mine["median_ms"]
+    user = min(statistics.median(eager["back_to_back_ms"]), statistics.median(comp["back_to_back_ms"])) / \
+        statistics.median(mine["back_to_back_ms"])
+    print(f"{LABEL} over the faster baseline: {speedup:.2f}x pooled; per round "
+          + ", ".join(f"{x:.2f}x" for x in per_round)
+          + f"; a user's call back to back ({BACK_TO_BACK_CALLS} calls, host path included): {user:.2f}x")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    noisy = noise(figures, per_round, load, os.cpu_count())
+    claim = stated()
+    verdict = judge(claim, speedup, per_round, noisy)
+    print(verdict[:1].upper() + verdict[1:])
+    if claim is not None and claim.get("user_speedup"):
+        print(f"The PR states {claim['user_speedup']:.2f}x for a user's call back to back; here {user:.2f}x")
     if a.json:
         a.json.write_text(json.dumps({"device": device_name, "backend": BACKEND, "torch": torch.__version__,
                                       "threads": torch.get_num_threads(), "rounds": a.rounds, "label": LABEL,
+                                      "shape": shape, "noise": noisy, "stated": claim, "judged": verdict,
                                       "contestants": figures}, indent=1))
     return 0
 
@@ -352,7 +464,8 @@ def bench_source(spec: ProblemSpec, *, backend: str, target_folder: str, kernels
                         inputs=spec.inputs if not spec.input_shapes else None,
                         init_inputs=spec.init_inputs, init_args=list(spec.init_args),
                         init_kwargs=dict(spec.init_kwargs), input_shapes=spec.input_shapes, dtype=spec.dtype,
-                        module=spec.module or "", module_file=module_file, commit=commit)
+                        module=spec.module or "", module_file=module_file, commit=commit,
+                        back_to_back=BACK_TO_BACK_CALLS, noise_limit=NOISE_LIMIT)
     return head + _BODY.replace("@RESOLVE@", resolve_source())
 
 
@@ -362,7 +475,8 @@ def _timing(f: dict, clock: str) -> Timing:
     samples = [float(x) for x in f["samples_ms"]]
     q = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [samples[0]] * 3
     return Timing(median_ms=statistics.median(samples), iqr_ms=q[2] - q[0], mean_ms=statistics.fmean(samples),
-                  min_ms=min(samples), n=len(samples), samples_ms=samples, clock=clock, l2_flushed=True)
+                  min_ms=min(samples), n=len(samples), samples_ms=samples, clock=clock, l2_flushed=True,
+                  back_to_back_ms=_back_to_back(f))
 
 
 def read_figures(data: dict) -> tuple[Timing, Baselines, Confirmation]:
@@ -380,8 +494,15 @@ def read_figures(data: dict) -> tuple[Timing, Baselines, Confirmation]:
                       compile=_timing(comp, clock).model_copy(update={"call": "module"})), conf)
 
 
+def _back_to_back(f: dict) -> float | None:
+    loops = f.get("back_to_back_ms") or []
+    return statistics.median(loops) if loops else None
+
+
 def figures_json(timings: dict[str, Timing | None]) -> dict[str, dict]:
     """Every timed contestant's figures and raw samples, for fusebot.json: {name: {median_ms, iqr_ms, n, clock,
-    samples_ms}}."""
+    samples_ms, and back_to_back_ms where the bench script measured a user's call}}."""
     return {name: {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "n": t.n, "clock": t.clock,
-                   "samples_ms": list(t.samples_ms)} for name, t in timings.items() if t is not None}
+                   "samples_ms": list(t.samples_ms)}
+            | ({"back_to_back_ms": t.back_to_back_ms} if t.back_to_back_ms is not None else {})
+            for name, t in timings.items() if t is not None}

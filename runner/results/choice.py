@@ -213,12 +213,14 @@ def choose(kernel: Claim | None, rewrite: Claim | None) -> tuple[Claim | None, s
     if rewrite.eligible and not kernel.eligible:
         return rewrite, (f"the PyTorch rewrite cleared the minimum effect and no kernel did ({_x(ks)} over the faster "
                          "baseline): the rewrite is proposed")
+    # the least a kernel must gain over a rewrite is not called a margin: a PR states one margin, its claim's
+    over = f"{100 * m:.0f}% (what a kernel must gain over a rewrite: at least {100 * KERNEL_OVER_REWRITE:.0f}%)"
     if rewrite.eligible and not _kernel_clearly_faster(kernel, rewrite, m):
         return rewrite, (f"the best kernel ({_x(ks)}) is not faster than the PyTorch rewrite ({_x(ws)}) in every round "
-                         f"by more than the {100 * m:.0f}% margin: the simpler change is proposed, no kernel")
+                         f"and by more than {over}: the simpler change is proposed, no kernel")
     if kernel.eligible:
         return kernel, (f"the best kernel ({_x(ks)}) beats the PyTorch rewrite ({_x(ws)}) in every round and by more "
-                        f"than the {100 * m:.0f}% margin" if rewrite.eligible else
+                        f"than {over}" if rewrite.eligible else
                         f"the PyTorch rewrite did not clear the minimum effect ({_x(ws)})") + ": the kernel is proposed"
     return kernel, "neither the best kernel nor the PyTorch rewrite cleared the minimum effect"
 

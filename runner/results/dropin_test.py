@@ -1,7 +1,8 @@
 """The drop-in's test module: pytest source comparing the drop-in with the original module over several seeds and
 every declared shape (values and the output's layout), its guard (another dtype calls the original, with a warning),
-its switches (FUSEBOT_DISABLE, `fusebot_enabled`), the shipped library being what runs where it fits, and gradients
-(which the original forward computes). Skipped without CUDA for a CUDA kernel. Pure: problem in, text out."""
+its switches (FUSEBOT_DISABLE, `fusebot_enabled`), the shipped library being what runs where it fits, for a CUDA
+kernel its capture and replay in a CUDA graph, and gradients (which the original forward computes). Skipped without
+CUDA for a CUDA kernel. Pure: problem in, text out."""
 
 from __future__ import annotations
 
@@ -128,6 +129,28 @@ def test_dropin_matches_original(seed, shape):
     for g, w in zip([got] if isinstance(got, torch.Tensor) else got, [want] if isinstance(want, torch.Tensor) else want):
         if w.numel() > 1 and dropin._dense(tuple(w.shape), w.stride()):
             assert g.stride() == w.stride(), f"strides {{g.stride()}}, the original's {{w.stride()}}"
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="a CPU kernel: CUDA graphs do not apply")
+def test_cuda_graph_capture_and_replay():
+    original, fused = _pair(0)
+    static = _inputs(SHAPES[0], 0)
+    cls = dropin.{problem.class_name}
+    with torch.no_grad():
+        fused(*static)  # a first call outside the capture loads the kernel, as CUDA graphs want
+        torch.cuda.synchronize()
+        calls = cls.kernel_calls
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fused(*static)
+        assert cls.kernel_calls == calls + 1, "the kernel was not captured (the original forward ran)"
+        for x, new in zip(static, _inputs(SHAPES[0], 1)):
+            if isinstance(x, torch.Tensor):
+                x.copy_(new)  # new values in the captured inputs
+        graph.replay()
+        torch.cuda.synchronize()
+        want = original(*static)
+    torch.testing.assert_close(out, want, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

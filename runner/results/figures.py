@@ -1,5 +1,6 @@
 """A kernel's figures as its PR states them: its bench script run the way the PR tells a reader to run it, read back
-as the harness's types, and judged (faster than the faster baseline by the minimum effect, in every round).
+as the harness's types, and judged (faster than the faster baseline by the minimum effect, in every round, and in
+what a user's call costs: the drop-in as shipped, called back to back, host path included).
 
     figures = run_bench_script(root, kernels_dir, folder, threads=...)   # the script's JSON, or why there is none
     verdict = with_figures(verdict, figures, problem, folder)             # its timing, baselines and rounds
@@ -55,7 +56,30 @@ def assessment(v: Verdict, check: DropinCheck | None = None) -> tuple[bool, str]
         spread += f"; margin {100 * m:.0f}%"
     elif ms >= base_ms:
         return False, f"verified, but not faster: {ms:.4g} ms against {base_ms:.4g} ms for {faster}"
+    user = user_call(v)
+    if user is not None:  # what a user's call costs decides: the kernel's own time is not what a loop of calls pays
+        who, mine_b2b, base_b2b = user
+        need = 1.0 + margin(v.confirmation) if v.confirmation is not None and v.confirmation.rounds else 1.0
+        if base_b2b / mine_b2b < need:
+            return False, (f"verified, and its kernel is {base_ms / ms:.2f}x faster than {faster} with flushed caches, "
+                           f"but a user's call is not: through the drop-in, back to back, {mine_b2b:.4g} ms a call "
+                           f"against {base_b2b:.4g} ms for {who} ({base_b2b / mine_b2b:.2f}x"
+                           f"{f', under the {100 * (need - 1):.0f}% margin' if need > 1 else ''})")
+        spread += f"; a user's call back to back {base_b2b / mine_b2b:.2f}x ({mine_b2b:.4g} ms against {base_b2b:.4g} ms)"
     return True, f"verified; {ms:.4g} ms, {base_ms / ms:.2f}x faster than {faster} ({base_ms:.4g} ms{spread})"
+
+
+def user_call(v: Verdict) -> tuple[str, float, float] | None:
+    """(the faster baseline back to back, the change's ms a call back to back, that baseline's): what a user's call
+    costs, where the bench script measured it for the change and every baseline; else None. Pure."""
+    if v.timing is None or v.timing.back_to_back_ms is None or v.baselines is None:
+        return None
+    base = [(n, t.back_to_back_ms) for n, t in (("eager", v.baselines.eager), ("torch.compile", v.baselines.compile))
+            if t is not None]
+    if not base or any(ms is None for _, ms in base):
+        return None
+    who, ms = min(base, key=lambda nb: nb[1])
+    return who, v.timing.back_to_back_ms, ms
 
 
 def processes_for(backend: str) -> int:
@@ -82,9 +106,8 @@ def run_bench_script(root: Path, kernels_dir: str, folder: str, *, timeout_s: fl
 def pooled(runs: list[dict]) -> dict:
     """Several runs of one bench script as one: every contestant's samples and round medians, in run order."""
     out = {**runs[0], "rounds": sum(r["rounds"] for r in runs), "processes": len(runs)}
-    out["contestants"] = {name: {"samples_ms": [x for r in runs for x in r["contestants"][name]["samples_ms"]],
-                                 "round_medians_ms": [x for r in runs
-                                                      for x in r["contestants"][name]["round_medians_ms"]]}
+    out["contestants"] = {name: {key: [x for r in runs for x in r["contestants"][name].get(key, [])]
+                                 for key in ("samples_ms", "round_medians_ms", "back_to_back_ms")}
                           for name in runs[0]["contestants"]}
     return out
 

@@ -96,6 +96,10 @@ def _ms(t: Timing | None) -> str:
     return f"{t.median_ms:.4g} | {t.iqr_ms:.3g} | {t.n}" if t else "n/a | | "
 
 
+def _b2b(t: Timing | None) -> str:
+    return f"{t.back_to_back_ms:.4g}" if t and t.back_to_back_ms is not None else "n/a"
+
+
 def _ratio(base: Timing | None, t: Timing | None) -> str:
     return f"{base.median_ms / t.median_ms:.2f}x" if base and t and t.median_ms > 0 else "n/a"
 
@@ -113,15 +117,18 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
     environment, and how to reproduce: the bench script for the figures, pytest for correctness."""
     b, t = v.baselines, v.timing
     eager, comp = (b.eager if b else None), (b.compile if b else None)
-    rows = ["| | median ms | IQR ms | n | vs eager | vs torch.compile |", "| --- | ---: | ---: | ---: | ---: | ---: |",
-            f"| PyTorch eager | {_ms(eager)} | 1.00x | {_ratio(comp, eager)} |"]
+    rows = ["| | median ms | IQR ms | n | vs eager | vs torch.compile | a user's call, back to back (ms) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| PyTorch eager | {_ms(eager)} | 1.00x | {_ratio(comp, eager)} | {_b2b(eager)} |"]
     if comp is None and b and b.compile_error:
-        rows.append(f"| torch.compile | failed: {' '.join(b.compile_error.split())[:120]} | | | | |")
+        rows.append(f"| torch.compile | failed: {' '.join(b.compile_error.split())[:120]} | | | | | |")
     else:
-        rows.append(f"| torch.compile | {_ms(comp)} | {_ratio(eager, comp)} | {_ratio(comp, comp) if comp else 'n/a'} |")
-    rows.append(f"| {label} | {_ms(t)} | {_ratio(eager, t)} | {_ratio(comp, t)} |")
+        rows.append(f"| torch.compile | {_ms(comp)} | {_ratio(eager, comp)} | {_ratio(comp, comp) if comp else 'n/a'} "
+                    f"| {_b2b(comp)} |")
+    rows.append(f"| {label} | {_ms(t)} | {_ratio(eager, t)} | {_ratio(comp, t)} | {_b2b(t)} |")
     if rewrite is not None and label != REWRITE_LABEL:
-        rows.append(f"| {REWRITE_LABEL} | {_ms(rewrite)} | {_ratio(eager, rewrite)} | {_ratio(comp, rewrite)} |")
+        rows.append(f"| {REWRITE_LABEL} | {_ms(rewrite)} | {_ratio(eager, rewrite)} | {_ratio(comp, rewrite)} "
+                    f"| {_b2b(rewrite)} |")
     if v.roofline:
         pct = f" (the kernel runs at {v.pct_of_floor:.0f}% of it)" if v.pct_of_floor is not None else ""
         roof = (f"Roofline floor: {v.roofline.floor_ms:.4g} ms for {v.roofline.bytes_moved} bytes at "
@@ -144,8 +151,11 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
            f"{len({tr.distribution for tr in v.trials})} input distribution(s); largest absolute error "
            f"{abs_err if abs_err is not None else 'n/a'}, largest relative error {rel_err if rel_err is not None else 'n/a'}.",
            "", f"Environment: {env}.", "",
-           "Times are medians of n calls with the last-level cache flushed before each; spread is the interquartile "
-           "range. fusebot.json beside this file holds each contestant's median, IQR and n; the raw samples stay "
+           "Times are medians of n calls with the last-level cache flushed before each (the kernel's own time); "
+           "spread is the interquartile range. A user's call is the module as shipped (for the kernel: the drop-in, "
+           "its guard and host path included) called back to back in a loop, ms per call, caches as the previous "
+           "call left them: what a loop of calls pays, measured by the bench script. fusebot.json beside this "
+           "file holds each contestant's median, IQR and n; the raw samples stay "
            "in the run's result (result.json), out of this branch."
            + (f" {v.timing.call_text().capitalize()}." if v.timing and v.timing.call_text() else "")
            + (f" {v.timing.lead_text().capitalize()} in the run's report." if v.timing and v.timing.lead_text() else ""),
@@ -186,12 +196,12 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
     test_name = dropin_test_filename(spec.name)
     bench = bench_filename(folder)
     rewrite = _rewrite_timing(extra)
+    ships = dropin.shipped(spec, candidate, digest, built_for=built_for, root_depth=root_depth,
+                           calls=shape_calls({"shape_sets": ((extra or {}).get("verified") or {}).get("shapes", [])}))
     files = {
         f"{folder}/{kernel_name}": kernel_header(provenance, candidate.backend) + source,
         f"{folder}/{dropin.HEADER_FILE}": HEADER_SOURCE.read_text(),
-        **{f"{folder}/{name}": text for name, text in dropin.dropin_files(  # the drop-in and what it ships
-            spec, candidate, digest, built_for=built_for, root_depth=root_depth,
-            calls=shape_calls({"shape_sets": ((extra or {}).get("verified") or {}).get("shapes", [])})).items()},
+        **{f"{folder}/{name}": text for name, text in ships.files.items()},  # the drop-in and what it ships
         f"{folder}/{test_name}": dropin_test_source(spec, candidate.backend),
         f"{folder}/{BENCHMARK_FILE}": benchmark_markdown(spec, verdict, provenance,
                                                          f"{kernels_dir}/{folder}/{test_name}", check,
@@ -200,8 +210,10 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         f"{folder}/{bench}": bench_source(spec, backend=candidate.backend, target_folder=folder,
                                           kernels_dir=kernels_dir),
     }
+    shipping = {"no_device_code": ships.no_device_code} if ships.no_device_code else {}
     files[f"{folder}/{MANIFEST_FILE}"] = json.dumps(without_samples(manifest(spec, candidate, kernel_name)
-                                                                    | (extra or {}) | {"licence": licence[0]}),
+                                                                    | (extra or {}) | shipping
+                                                                    | {"licence": licence[0]}),
                                                     indent=1) + "\n"
     files[f"{folder}/{BENCHMARK_FILE}"] += "\n" + licence_note(*licence) + "\n"
     if all(part.isidentifier() for part in (*Path(kernels_dir).parts, folder)):  # importable as a package

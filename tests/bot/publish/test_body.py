@@ -118,7 +118,8 @@ def test_what_a_reviewer_needs_comes_first():
 def test_a_cuda_kernel_states_what_holds_on_a_gpu():
     compat = compatibility(kernel_result(GPU), GPU, "row_gain", "fusebot_kernels")
     assert "| Runs on | NVIDIA H100 80GB HBM3 (cuda backend: `row_gain/kernel.cu`" in compat
-    assert "| CUDA graphs | ✅ the kernel launches on torch's current stream" in compat
+    assert "| CUDA graphs | ✅ captured and replayed in a CUDA graph by the drop-in's own test, which the runner ran " \
+        "on the GPU before proposing" in compat and "not checked" not in compat
     assert "nvcc (the CUDA toolkit) to build the kernel" in compat and "this GPU model" in compat
     prebuilt = kernel_result(GPU)
     prebuilt = prebuilt.model_copy(update={"files": {**prebuilt.files, "row_gain/kernel.sm_90.so.b64": "f0VMRg=="}})
@@ -129,6 +130,15 @@ def test_a_cuda_kernel_states_what_holds_on_a_gpu():
     only = compatibility(device, GPU, "row_gain", "fusebot_kernels")
     assert "torch and the CUDA driver only: device code ships beside the drop-in" in only
     assert "no host code of the kernel runs" in only and "library built on the runner" not in only
+    man = json.loads(kernel_result(GPU).files["row_gain/fusebot.json"]) | {
+        "no_device_code": "its host code cannot be written down as launch plans (cudaMemcpy)"}
+    none = kernel_result(GPU).model_copy(update={"files": {**kernel_result(GPU).files,
+                                                           "row_gain/fusebot.json": json.dumps(man)}})
+    declined = compatibility(none, GPU, "row_gain", "fusebot_kernels")
+    assert "No binary ships: the device code was not made (its host code cannot be written down as launch plans " \
+        "(cudaMemcpy)), and fusebot does not ship a host library" in declined
+    assert "nvcc (the CUDA toolkit) to build `kernel.cu` on first use (cached); without it the original forward " \
+        "runs" in declined
 
 
 def test_a_rewrites_stated_precondition_is_a_row_of_its_compatibility_block():
@@ -225,3 +235,21 @@ def test_the_confirmation_rounds_are_shown_per_round():
         update={"processes": 2})})})  # a bench script's two runs, as a PR on CUDA states them
     assert "Timed in 2 alternating rounds (fusebot, eager, torch.compile, ...), 2 processes one after the other:" in \
         pr_body(plan_of(pooled))
+
+
+def test_a_kernels_block_states_what_a_users_call_costs_beside_the_kernels_own_time():
+    """RowGain on the H200: 0.0054 ms for the kernel with flushed caches; a call through the drop-in, back to back,
+    0.0304 ms against eager's 0.0385 ms and torch.compile's 0.0606 ms."""
+    v = verdict(GPU, ms=0.0054, compile_ms=0.0378)
+    b2b = {"timing": 0.0304, "eager": 0.0385, "compile": 0.0606}
+    v = v.model_copy(update={
+        "timing": v.timing.model_copy(update={"back_to_back_ms": b2b["timing"], "call": "drop-in"}),
+        "baselines": Baselines(eager=v.baselines.eager.model_copy(update={"back_to_back_ms": b2b["eager"]}),
+                               compile=v.baselines.compile.model_copy(update={"back_to_back_ms": b2b["compile"]}))})
+    r = kernel_result(GPU).model_copy(update={"verdict": v})
+    table = target_table(r)
+    assert "What a user's call costs (the drop-in as shipped, called back to back, host path included): 0.0304 ms " \
+        "against 0.0385 ms for eager and 0.0606 ms for torch.compile: **1.27x** over eager; the kernel's own time " \
+        "with flushed caches is 0.0054 ms." in table
+    assert table in pr_body(plan(r))
+    assert "What a user's call costs" not in target_table(kernel_result(GPU))  # not measured: not stated

@@ -50,10 +50,12 @@ def test_optimize_on_cuda_builds_verifies_times_and_repairs(tmp_path):
     best = result["verdict"]
     assert best["accepted"] and best["timing"]["clock"] == "cuda_events" and best["timing"]["l2_flushed"]
     if result["improved"]:
-        gen = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=out,
-                             env=env, capture_output=True, text=True, timeout=600)
+        gen = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(out)],
+                             cwd=out, env=env, capture_output=True, text=True, timeout=600)
         print(gen.stdout[-3000:])
-        assert gen.returncode == 0 and "5 passed" in gen.stdout
+        assert gen.returncode == 0 and "6 passed" in gen.stdout  # the graph's capture and replay among them
+        assert "PASSED test_dropin.py::test_cuda_graph_capture_and_replay" in gen.stdout
+        assert list(out.glob("kernel.*.cubin.b64")) and not list(out.glob("*.so.b64"))  # device code only
     else:
         # nothing won, or a kernel at the memory floor beside torch.compile's was within the minimum effect
         assert not (out / "dropin.py").exists()

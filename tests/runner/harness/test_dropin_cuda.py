@@ -1,6 +1,7 @@
-"""The CUDA drop-in on a GPU (marked `gpu`): the library shipped beside it loading with no nvcc on PATH, scratch memory
-from torch's caching allocator (fusebot_set_workspace), several streams, a CUDA graph, torch.compile, and the device
-guard on a second GPU where there is one. Compiling the CUDA sources needs no GPU: test_dropin_ship.py."""
+"""The CUDA drop-in on a GPU (marked `gpu`): the device code shipped beside it (a catalog kernel's, the seed proposer's,
+a hand-written launcher's) loading with no nvcc on PATH, scratch memory from torch's caching allocator (the recorded
+workspace), several streams, a CUDA graph, torch.compile, and the device guard on a second GPU where there is one.
+Making the device code and its plans needs no GPU: test_launch_plan.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import copy
 import importlib
 import os
 import pickle
+import subprocess
 import sys
 
 import pytest
@@ -16,8 +18,9 @@ import torch
 from runner.catalog.codegen.cuda.common import workspace_code
 from runner.contract import Candidate, ProblemSpec
 from runner.harness.dropin import HEADER_FILE, REFERENCE_FILE, dropin_files
+from runner.results.dropin_test import dropin_test_source
 from tests.runner.harness.test_dropin import ROOT
-from tests.runner.harness.test_launch_plan import COLS, ROWS, call, catalog_kernel
+from tests.runner.harness.test_launch_plan import COLS, ROWS, call, catalog_kernel, seed_call
 from tests.runner.harness.test_launch_plan import REFERENCE as ROWGAIN
 from tests.verdicts import EXAMPLE, seed_candidate
 from tests.verdicts import SPEC as EXAMPLE_SPEC
@@ -42,6 +45,8 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+
+WS_CALL = {"inputs": [["float32", [4096, 1024]]], "outputs": [["float32", [4096, 1024]]]}
 
 # two kernels meeting in a workspace, as the catalog's split and grid layouts do (its workspace_code)
 KERNEL = """#include <cuda_runtime.h>
@@ -83,14 +88,16 @@ def ws_dropin(tmp_path, monkeypatch):
     (folder / REFERENCE_FILE).write_text(REFERENCE)
     (folder / "reference_src.py").write_text(REFERENCE)
     spec = ProblemSpec(name="twice", path=str(folder / "reference_src.py"))
-    files = dropin_files(spec, Candidate(id="ws", format="fast", backend="cuda", sources={"kernel.cu": KERNEL}))
-    assert any(n.endswith(".so.b64") for n in files), "the runner built no shippable CUDA library"
+    files = dropin_files(spec, Candidate(id="ws", format="fast", backend="cuda", sources={"kernel.cu": KERNEL}),
+                         calls=[WS_CALL])
+    assert any(n.endswith(".cubin.b64") for n in files), "the runner made no device code"
+    assert not any(".so" in n for n in files), sorted(files)  # its author's launcher ships as launch plans
     for name, text in files.items():
         (folder / name).write_text(text)
     for pkg in (folder.parent, folder):
         (pkg / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "repo"))
-    monkeypatch.setenv("PATH", "/nonexistent")  # the shipped library: no nvcc needed
+    monkeypatch.setenv("PATH", "/nonexistent")  # the shipped device code: no nvcc needed
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     yield importlib.import_module("fbk_ws.twice.dropin")
@@ -106,7 +113,7 @@ def test_scratch_memory_streams_graphs_and_compile(ws_dropin, tmp_path, monkeypa
     with torch.no_grad():
         torch.testing.assert_close(fused(x), want)
         assert mod.Model.kernel_calls == 1
-        assert list(mod._WS_NEED.values()) == [4096 * 1024 * 4]  # asked for once, given by torch's allocator
+        assert [p["workspace"] for p in mod.PLANS] == [4096 * 1024 * 4]  # recorded once, given by torch's allocator
         streams = [torch.cuda.Stream() for _ in range(4)]
         outs = []
         for k, s in enumerate(streams):
@@ -125,7 +132,7 @@ def test_scratch_memory_streams_graphs_and_compile(ws_dropin, tmp_path, monkeypa
         torch.cuda.synchronize()
         torch.testing.assert_close(out, x + 1.0)
         calls = mod.Model.kernel_calls
-        monkeypatch.setenv("PATH", PATH)  # the library is loaded; torch.compile's own builds need gcc and ld
+        monkeypatch.setenv("PATH", PATH)  # the device code is loaded; torch.compile's own builds need gcc and ld
         compiled = torch.compile(fused, fullgraph=True)
         torch.testing.assert_close(compiled(x), want)
         assert mod.Model.kernel_calls == calls + 1
@@ -145,7 +152,8 @@ def test_a_module_on_the_second_gpu_runs_there_and_leaves_the_current_device(ws_
     torch.testing.assert_close(got, x * 2.0 + 1.0)
 
 
-def test_the_seed_kernel_on_the_gpu_takes_other_sizes_and_cpu_tensors_run_the_original(tmp_path, monkeypatch):
+def test_the_seed_kernel_runs_from_its_device_code_and_other_sizes_and_cpu_tensors_run_the_original(tmp_path,
+                                                                                                   monkeypatch):
     monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "repo"
     (root / "examples").mkdir(parents=True)
@@ -155,7 +163,10 @@ def test_the_seed_kernel_on_the_gpu_takes_other_sizes_and_cpu_tensors_run_the_or
     cand = seed_candidate("cuda")
     (folder / "kernel.cu").write_text(cand.sources["kernel.cu"])
     (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
-    for name, text in dropin_files(EXAMPLE_SPEC, cand, root_depth=1).items():
+    # the verified calls: the example's two declared shapes (the guard takes exactly those, each with its plan)
+    files = dropin_files(EXAMPLE_SPEC, cand, root_depth=1, calls=[seed_call(256), seed_call(2 * 256 + 3)])
+    assert any(n.endswith(".cubin.b64") for n in files) and not any(".so" in n for n in files), sorted(files)
+    for name, text in files.items():
         (folder / name).write_text(text)
     for pkg in (folder.parent, folder):
         (pkg / "__init__.py").write_text("")
@@ -163,17 +174,22 @@ def test_the_seed_kernel_on_the_gpu_takes_other_sizes_and_cpu_tensors_run_the_or
     monkeypatch.setenv("PATH", "/nonexistent")
     mod = importlib.import_module("fbk_seed.scaledbiasrelu.dropin")
     torch.manual_seed(0)
-    original = mod.Original(1024).cuda().eval()
-    fused = mod.ScaledBiasReLU(1024).cuda().eval()
+    original = mod.Original(4096).cuda().eval()
+    fused = mod.ScaledBiasReLU(4096).cuda().eval()
     fused.load_state_dict(original.state_dict())
-    x = torch.randn(300, 1024, device="cuda")
+    x = torch.randn(256, 4096, device="cuda")
+    second = torch.randn(515, 4096, device="cuda")
     with torch.no_grad():
         torch.testing.assert_close(fused(x), original(x))
-        assert mod.ScaledBiasReLU.kernel_calls == 1
+        torch.testing.assert_close(fused(second), original(second))
+        assert mod.ScaledBiasReLU.kernel_calls == 2
+        other = torch.randn(300, 4096, device="cuda")  # not a verified size: the original forward
+        torch.testing.assert_close(fused(other), original(other))
+        assert mod.ScaledBiasReLU.kernel_calls == 2
         with pytest.warns(mod.FallbackWarning, match="the kernel runs on one cuda device"):
             cpu = copy.deepcopy(fused).cpu()(x.cpu())
         torch.testing.assert_close(cpu, original(x).cpu())
-    assert mod.ScaledBiasReLU.kernel_calls == 1 and not (tmp_path / "cache").exists()
+    assert mod.ScaledBiasReLU.kernel_calls == 2 and not (tmp_path / "cache").exists()
     for name in [m for m in sys.modules if m.startswith("fbk_seed") or m == "examples" or m.startswith("examples.")]:
         sys.modules.pop(name)
 
@@ -245,3 +261,30 @@ def test_a_catalog_kernel_ships_device_code_only_and_runs_from_its_cubin(tmp_pat
     finally:
         for name in [m for m in sys.modules if m.startswith("fbk_cubin")]:
             sys.modules.pop(name)
+
+
+def test_the_generated_test_passes_through_the_device_code_graph_capture_included(tmp_path):
+    """The test a PR ships, run as the runner's check runs it (pytest in its own process, no nvcc on PATH) beside
+    RowGain's catalog drop-in with device code only: every check passes, the CUDA graph's capture and replay among
+    them, and nothing is built."""
+    folder = tmp_path / "repo" / "rowgain"
+    folder.mkdir(parents=True)
+    src = catalog_kernel(ROWGAIN)
+    (folder / "kernel.cu").write_text(src)
+    (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
+    (folder / REFERENCE_FILE).write_text(ROWGAIN)
+    (folder / "reference_src.py").write_text(ROWGAIN)
+    spec = ProblemSpec(name="rowgain", path=str(folder / "reference_src.py"))
+    files = dropin_files(spec, Candidate(id="rg", format="fast", backend="cuda", sources={"kernel.cu": src}),
+                         calls=[call(ROWS)])
+    assert any(n.endswith(".cubin.b64") for n in files) and not any(".so" in n for n in files), sorted(files)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    (folder / "test_rowgain.py").write_text(dropin_test_source(spec, "cuda"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "CUDA_HOME", "CUDA_PATH")} | {
+        "PATH": "/usr/bin:/bin", "FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_rowgain.py"],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "PASSED test_rowgain.py::test_cuda_graph_capture_and_replay" in done.stdout, done.stdout[-4000:]
+    assert "skipped" not in done.stdout and not (tmp_path / "cache").exists()

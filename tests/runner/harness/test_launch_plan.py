@@ -1,7 +1,8 @@
 """Device code only (runner/harness/launch_plan.py): the cubin made again from kernel.cu by the command the drop-in
-states is the same bytes, and a catalog kernel's host code, run with the recorder at a verified call, gives the plan
-the drop-in launches (which kernel, its grid, which parameter bytes hold which tensor's address). Needs nvcc, no GPU;
-the plans launched on a GPU: test_dropin_cuda.py."""
+states is the same bytes, and a kernel's host code (the catalog's or its author's), run with the recorder at a verified
+call, gives the plan the drop-in launches (which kernel, its grid, which parameter bytes hold which tensor's address);
+host code a plan cannot hold ships no binary at all. Needs nvcc, no GPU; the plans launched on a GPU:
+test_dropin_cuda.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.contract import Candidate, ProblemSpec
 from runner.harness import dropin_ship, launch_plan
-from runner.harness.dropin import dropin_source
+from runner.harness.dropin import dropin_source, shipped
 from runner.proposers.catalog import CatalogProposer
 from runner.results.licence import with_spdx
 from runner.search.types import History, ProblemContext
@@ -130,7 +132,6 @@ def recorded():
     dev = dropin_ship.shipped_device_code(src, [call(ROWS), call(2 * ROWS)], arch="sm_90")
     assert dev is not None and sorted(dev.code) == ["compute_90", "sm_90"]
     assert dropin_ship.shipped_device_code(src, [call(ROWS), call(2 * ROWS)], arch="sm_90") is dev  # built once
-    assert dropin_ship.shipped_device_code("// an LLM's kernel\n" + src, [call(ROWS)], arch="sm_90") is None
     cubin = dropin_ship.decode_cubin(dev.files[launch_plan.cubin_filename("sm_90")])
     ptx = dev.files[launch_plan.ptx_filename("sm_90")]
     assert dev.code["sm_90"][1] == hashlib.sha256(cubin).hexdigest()
@@ -189,8 +190,6 @@ def test_a_dropin_with_device_code_ships_no_host_code_and_falls_back_without_a_g
                                  {"sm_90": (launch_plan.cubin_filename("sm_90"), dropin_ship.hashlib.sha256(cubin).hexdigest()),
                                   "compute_90": (launch_plan.ptx_filename("sm_90"),
                                                  dropin_ship.hashlib.sha256(ptx.encode()).hexdigest())}, plans)
-    from runner.contract import ProblemSpec  # noqa: PLC0415
-
     (tmp_path / "reference.py").write_text(REFERENCE)
     (tmp_path / "ref_src.py").write_text(REFERENCE)
     spec = ProblemSpec(name="rowgain", path=str(tmp_path / "ref_src.py"))
@@ -204,3 +203,77 @@ def test_a_dropin_with_device_code_ships_no_host_code_and_falls_back_without_a_g
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["ok", "2"]
     assert not any(Path(tmp_path).glob("*.so*"))
+
+
+def seed_call(rows: int, features: int = 4096) -> dict:
+    """examples/mlp_epilogue.py's ScaledBiasReLU(features) on x (rows, features): x, scale, bias; the output."""
+    return {"inputs": [["float32", [rows, features]], ["float32", []], ["float32", [features]]],
+            "outputs": [["float32", [rows, features]]]}
+
+
+SEED_CALL = seed_call(256)  # the example's own inputs
+
+
+def test_a_kernel_with_its_authors_host_code_ships_device_code_too(monkeypatch):
+    """The seed proposer's kernel (its own `<<<...>>>` launch, not the catalog's host code) records as a catalog
+    kernel does: one launch of its fused kernel, x, scale, bias and the output in its parameters' slots."""
+    from tests.verdicts import SPEC, seed_candidate  # noqa: PLC0415
+
+    monkeypatch.setattr(dropin_ship, "current_arch", lambda backend: "sm_90")  # the runner's GPU, absent here
+    cand = seed_candidate("cuda")
+    got = shipped(SPEC, cand, calls=[SEED_CALL])
+    assert got.no_device_code == "" and sorted(got.files) == ["dropin.py", "kernel.compute_90.ptx",
+                                                              "kernel.sm_90.cubin.b64"]
+    dev = dropin_ship.shipped_device_code(cand.sources["kernel.cu"], [SEED_CALL], arch="sm_90")
+    assert isinstance(dev, dropin_ship.DeviceCode), dev
+    (plan,) = dev.plans
+    (step,) = plan["steps"]
+    assert step["op"] == "launch" and "fb_fused" in step["kernel"] and plan["workspace"] == 0
+    assert sorted(k for _, k, _ in step["slots"]) == [0, 1, 2, 3]  # x, scale, bias and the output, each an address
+
+
+REFUSES = """#include <cuda_runtime.h>
+#include "fusebot.h"
+__global__ void fb_copy(const float* x, float* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i];
+}
+FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, void* stream) {
+  float first;  // the launcher reads device memory on the host: no plan can hold that
+  if (cudaMemcpy(&first, in[0].data, sizeof first, cudaMemcpyDeviceToHost) != cudaSuccess) return 7;
+  fb_copy<<<1, 256, 0, (cudaStream_t)stream>>>((const float*)in[0].data, (float*)out[0].data, 256);
+  return 0;
+}
+"""
+
+
+OWN_MEMORY = REFUSES.replace("""  float first;  // the launcher reads device memory on the host: no plan can hold that
+  if (cudaMemcpy(&first, in[0].data, sizeof first, cudaMemcpyDeviceToHost) != cudaSuccess) return 7;
+  fb_copy<<<1, 256, 0, (cudaStream_t)stream>>>((const float*)in[0].data, (float*)out[0].data, 256);
+  return 0;""", """  float* scratch = 0;  // memory of its own, its errors unchecked: its address would be this process's
+  cudaMalloc((void**)&scratch, 1024);
+  fb_copy<<<1, 256, 0, (cudaStream_t)stream>>>((const float*)in[0].data, scratch, 256);
+  fb_copy<<<1, 256, 0, (cudaStream_t)stream>>>(scratch, (float*)out[0].data, 256);
+  cudaFree(scratch);
+  return 0;""")
+
+
+def test_a_launcher_with_memory_of_its_own_has_no_plan():
+    assert "cudaMalloc" in OWN_MEMORY
+    call1 = {"inputs": [["float32", [256]]], "outputs": [["float32", [256]]]}
+    why = dropin_ship.shipped_device_code(OWN_MEMORY, [call1], arch="sm_90")
+    assert isinstance(why, str) and "cannot be written down as launch plans" in why and "unsupported allocation" in why
+
+
+def test_host_code_a_plan_cannot_hold_ships_no_binary_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(dropin_ship, "current_arch", lambda backend: "sm_90")
+    spec = ProblemSpec(name="copy", path=str(tmp_path / "ref.py"))
+    cand = Candidate(id="memcpy", format="fast", backend="cuda", sources={"kernel.cu": REFUSES})
+    copy_call = {"inputs": [["float32", [256]]], "outputs": [["float32", [256]]]}
+    why = dropin_ship.shipped_device_code(REFUSES, [copy_call], arch="sm_90")
+    assert isinstance(why, str) and "its host code cannot be written down as launch plans" in why
+    assert "refused a verified call (7)" in why
+    got = shipped(spec, cand, calls=[copy_call])
+    assert list(got.files) == ["dropin.py"] and got.no_device_code == why  # no cubin, no PTX, no host library
+    assert "DEVICE_CODE = {}" in got.files["dropin.py"] and "SHIPPED = {}" in got.files["dropin.py"]
+    assert dropin_ship.shipped_device_code(REFUSES, [], arch="sm_90") == "no verified call to record a launch plan at"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -59,8 +60,16 @@ def test_the_script_times_the_original_against_the_dropin_in_rounds_with_only_to
         assert all(x > 0 for x in f["samples_ms"])
     assert data["backend"] == "cpu" and data["threads"] == 1
     assert "fusebot over the faster baseline:" in done.stdout and "per round" in done.stdout
+    head = done.stdout.splitlines()[0]  # the summary line names the threads and the timed shape
+    assert "1 CPU thread(s)" in head and "timed on (256, 4096) float32" in head and data["shape"] in head
+    for f in c.values():  # a user's call: a loop of calls back to back, once a round
+        assert len(f["back_to_back_ms"]) == 2 and all(x > 0 for x in f["back_to_back_ms"])
+    assert "a user's call back to back (50 calls, host path included)" in done.stdout
+    assert "The PR's figure: not found in fusebot.json" in done.stdout and data["stated"] is None  # none was timed
+    assert ("this host is too noisy" in done.stdout) == bool(data["noise"])  # said whenever the host is noisy
     timing, baselines, conf = read_figures(data)
     assert timing.samples_ms == c["fusebot"]["samples_ms"] and timing.clock == "monotonic"
+    assert timing.back_to_back_ms == pytest.approx(sum(c["fusebot"]["back_to_back_ms"]) / 2)  # the median of two
     assert baselines.compile.n == c["torch.compile"]["n"] and conf.rounds == 2
     assert conf.speedup_vs_faster() == pytest.approx([min(e, k) / f for e, k, f in zip(
         c["PyTorch eager"]["round_medians_ms"], c["torch.compile"]["round_medians_ms"],
@@ -123,3 +132,59 @@ def test_without_git_a_rewrites_script_takes_the_diff_back_from_the_module(tmp_p
     else:
         assert p.returncode == 0, p.stderr
         assert p.stdout == "# a comment\n" + BEFORE  # the edit above the rewrite kept, the rewrite taken back
+
+
+def script_functions(tmp_path: Path, manifest: dict | None) -> dict:
+    """The generated script's functions, loaded (not run) from a folder holding `manifest` as its fusebot.json."""
+    folder = tmp_path / "k" / "m"
+    folder.mkdir(parents=True)
+    if manifest is not None:
+        (folder / "fusebot.json").write_text(json.dumps(manifest))
+    (folder / "bench_m.py").write_text(bench_source(SPEC, backend="cuda", target_folder="m", kernels_dir="k"))
+    return runpy.run_path(str(folder / "bench_m.py"))
+
+
+def _timed(ms: float, b2b: float | None = None) -> dict:
+    return {"median_ms": ms, "iqr_ms": ms / 100, "n": 100, "clock": "cuda_events"} | (
+        {"back_to_back_ms": b2b} if b2b else {})
+
+
+MANIFEST = {"timings": {"PyTorch eager": _timed(0.0385, 0.0385), "torch.compile": _timed(0.0378, 0.0606),
+                        "fusebot": _timed(0.0054, 0.0304)},
+            "rounds_vs_faster": [6.5, 7.0, 7.3], "margin": 0.05, "verified": {"device": "NVIDIA H200"}}
+
+
+def test_the_script_reads_the_prs_own_figure_from_the_manifest_beside_it(tmp_path):
+    claim = script_functions(tmp_path, MANIFEST)["stated"]()
+    assert claim["speedup"] == pytest.approx(0.0378 / 0.0054) and (claim["low"], claim["high"]) == (6.5, 7.3)
+    assert claim["rounds"] == 3 and claim["margin"] == 0.05 and claim["device"] == "NVIDIA H200"
+    assert claim["user_speedup"] == pytest.approx(0.0385 / 0.0304)  # the faster baseline back to back is eager
+    assert script_functions(tmp_path / "none", None)["stated"]() is None
+
+
+def test_the_script_says_within_outside_or_not_comparable_beside_the_prs_figure(tmp_path):
+    g = script_functions(tmp_path, MANIFEST)
+    claim, judge, noise = g["stated"](), g["judge"], g["noise"]
+    quiet = {"fusebot": {"median_ms": 0.0054, "iqr_ms": 0.0002}, "PyTorch eager": {"median_ms": 0.0385, "iqr_ms": 0.001}}
+    assert noise(quiet, [6.9, 7.0, 7.1], load=0.5, cpus=16) == ""
+    assert judge(claim, 7.0, [6.9, 7.0, 7.1], "").endswith("here 7.00x: within the PR's stated spread")
+    assert "the PR states 7.00x (6.50-7.30x over 3 rounds, margin 5%) on NVIDIA H200" in judge(claim, 7.0, [7.0], "")
+    assert "OUTSIDE the PR's stated spread (6.19-7.67x) on a quiet host" in judge(claim, 4.87, [4.8, 4.9], "")
+    # a loaded host: 4.87x against the stated 7x is no evidence either way, and the script says so
+    loud = {"fusebot": {"median_ms": 0.0054, "iqr_ms": 0.003}, "PyTorch eager": {"median_ms": 0.0385, "iqr_ms": 0.001}}
+    why = noise(loud, [2.0, 4.87, 9.0], load=3.2, cpus=2)
+    assert why == ("fusebot's calls spread 56% (IQR over median); the rounds' speedups spread 350% (2.00-9.00x); "
+                   "a load average of 3.2 on 2 CPUs")
+    said = judge(claim, 4.87, [2.0, 4.87, 9.0], why)
+    assert "NOT COMPARABLE, this host is too noisy" in said and "over the 10% this comparison can bear" in said
+    assert "rerun on an idle host" in said and "within" not in said
+    assert judge(None, 1.0, [1.0], "") == "the PR's figure: not found in fusebot.json beside this script"
+    assert judge(None, 1.0, [1.0], why).endswith(f"beside this script; this host is too noisy for a figure ({why}): "
+                                                 "rerun on an idle host")
+
+
+def test_the_timed_shape_is_named_per_tensor_input(tmp_path):
+    shapes_text = script_functions(tmp_path, None)["shapes_text"]
+    assert shapes_text([torch.zeros(4, 3), 2.0, torch.zeros(5, dtype=torch.float16)]) == \
+        "(4, 3) float32, (5) float16"
+    assert shapes_text([1.0]) == "no tensor inputs"

@@ -46,3 +46,7 @@ def test_the_generated_test_names_what_it_checks():
     assert "dropin.NewGELU.kernel_calls" in src and "FUSEBOT_DISABLE" in src and "FallbackWarning" in src
     assert "other = torch.float32 if (DTYPE or torch.float32) == torch.float64 else torch.float64" in src
     assert "dropin._shipped(arch) is not None" in src
+    cuda = dropin_test_source(ProblemSpec(name="gelu", module="pkg.layers", class_name="NewGELU"), "cuda")
+    compile(cuda, "test_gelu.py", "exec")
+    assert "with torch.cuda.graph(graph):" in cuda and "graph.replay()" in cuda  # the capture a PR's body states
+    assert "the kernel was not captured (the original forward ran)" in cuda

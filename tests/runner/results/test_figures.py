@@ -82,15 +82,36 @@ def test_a_pr_whose_bench_script_fails_states_the_harness_s_figures_and_is_not_a
                                                            "failed (exit status 3)")
 
 
+def test_a_kernel_faster_alone_but_not_in_a_users_call_is_not_a_claim():
+    """RowGain on the H200: its kernel 7x torch.compile with flushed caches, a call through the drop-in 0.0304 ms back
+    to back against eager's 0.0385 ms and torch.compile's 0.0606 ms: 1.27x over eager holds; at 0.040 ms it would not."""
+    def timed(ms: float, b2b: float) -> Timing:
+        return _timing(ms).model_copy(update={"back_to_back_ms": b2b})
+
+    conf = Confirmation(rounds=3, candidate_ms=[0.0054] * 3, eager_ms=[0.0385] * 3, compile_ms=[0.0378] * 3,
+                        speedup_vs_eager=[7.1] * 3, speedup_vs_compile=[7.0] * 3)
+    base = Baselines(eager=timed(0.0385, 0.0385), compile=timed(0.0378, 0.0606))
+    holds, why = assessment(_verdict(timing=timed(0.0054, 0.0304), baselines=base, confirmation=conf))
+    assert holds and "a user's call back to back 1.27x (0.0304 ms against 0.0385 ms)" in why
+    holds, why = assessment(_verdict(timing=timed(0.0054, 0.040), baselines=base, confirmation=conf))
+    assert not holds and "its kernel is 7.00x faster than torch.compile with flushed caches, but a user's call is " \
+        "not: through the drop-in, back to back, 0.04 ms a call against 0.0385 ms for eager (0.96x, under the 3% " \
+        "margin)" in why
+    assert assessment(_verdict(timing=timed(0.0054, 0.040), baselines=Baselines(eager=_timing(0.0385)),
+                               confirmation=conf))[0]  # a baseline without its back-to-back figure: not judged on it
+
+
 def test_two_processes_pool_their_rounds_and_samples():
     def run(k: float, c: float) -> dict:
         return {"device": "H100", "backend": "cuda", "rounds": 2, "label": "fusebot", "contestants": {
-            "fusebot": {"samples_ms": [k, k], "round_medians_ms": [k, k]},
+            "fusebot": {"samples_ms": [k, k], "round_medians_ms": [k, k], "back_to_back_ms": [k + 1, k + 2]},
             "PyTorch eager": {"samples_ms": [2.0, 2.0], "round_medians_ms": [2.0, 2.0]},
             "torch.compile": {"samples_ms": [c, c], "round_medians_ms": [c, c]}}}
     both = pooled([run(1.0, 1.5), run(1.0, 1.2)])
     assert both["rounds"] == 4 and both["processes"] == 2
     assert both["contestants"]["torch.compile"]["round_medians_ms"] == [1.5, 1.5, 1.2, 1.2]
+    assert both["contestants"]["fusebot"]["back_to_back_ms"] == [2.0, 3.0, 2.0, 3.0]
+    assert both["contestants"]["torch.compile"]["back_to_back_ms"] == []  # not measured: none pooled
     v = with_figures(_verdict(), both, SPEC.name, "f")
     assert v.confirmation.speedup_vs_faster() == pytest.approx([1.5, 1.5, 1.2, 1.2])
     assert v.timing.n == 4 and "4 rounds in 2 processes;" in v.warnings[-1] and v.confirmation.processes == 2
