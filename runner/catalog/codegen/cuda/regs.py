@@ -81,13 +81,30 @@ def regs_refusal(p: Program, params: CudaParams) -> str | None:
         return f"{T} threads do not hold whole groups of {G}"
     if R % V:
         return f"rows of {R} are not whole vectors of {V}"
-    held = vec_inputs(p, ("full",))
-    K = -(-R // (G * V))
-    size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-    held_bytes = K * V * sum(size.get(p.inputs[k].dtype, 4) for k in held)
-    if held_bytes > MAX_HELD_BYTES:
-        return f"{held_bytes} bytes of registers a thread for its share of the row (at most {MAX_HELD_BYTES})"
+    inputs = held_bytes(p, params)[0]
+    if inputs > MAX_HELD_BYTES:
+        return f"{inputs} bytes of registers a thread for its share of the row (at most {MAX_HELD_BYTES})"
     return None
+
+
+SIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def held_bytes(p: Program, params: CudaParams) -> tuple[int, int]:
+    """A thread's bytes of registers for its share of a row: its held inputs' vectors, and those plus a float per
+    element that a later pass reuses (a softmax's exponential), the estimate the layouts are sized by."""
+    R, V = row_length(p), params.vec
+    K = -(-R // ((params.group or params.threads) * V))
+    inputs = sum(SIZE.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",)))
+    return K * V * inputs, K * V * (inputs + (4 if red_kinds(p) else 0))
+
+
+def loads_ahead(p: Program, params: CudaParams) -> bool:
+    """Whether the vector kernel loads its next row while it reduces this one (`buffers` 2): where it holds inputs
+    and a second copy of them fits MAX_HELD_BYTES beside the row's own registers (else the copy would cost the SM
+    blocks: fp32 rows of 1024 a warp, 105 registers a thread, 137 with it, 2 blocks of 256 an SM to 1)."""
+    inputs, total = held_bytes(p, params)
+    return params.buffers == 2 and inputs > 0 and total + inputs <= MAX_HELD_BYTES
 
 
 def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
@@ -104,9 +121,14 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
     vec_in = vec_inputs(p, ("rowvec", "rowper"))
     kernels = [SUPPORT, tot.support(out_t)]
     for v in sorted({1, V}):
-        kernels.append(_kernel(p, plan, out_t, v, T, G, R, held if v > 1 else set(), vec_in if v > 1 else set()))
+        kernels.append(_kernel(p, plan, out_t, v, T, G, R, held if v > 1 else set(), vec_in if v > 1 else set(),
+                               ahead=v > 1 and loads_ahead(p, params)))
     ok = align_check(p, held | vec_in, out_t, V, "")
     gpb = T // G
+    # a kernel that loads its next row ahead walks its rows with one wave of resident blocks, so that a block has a
+    # next row to load while it reduces this one
+    wave = (f"\n    {{ static const long long wave = fb_wave(fb_regs_v{V}, {T}); if (blocks > wave) blocks = wave; }}"
+            if V > 1 and loads_ahead(p, params) else "")
     launch = f"""  if (a.I != 1 || a.R != {R}LL) {{
     snprintf(fb_err, sizeof fb_err, "compiled for rows of {R} elements, called with %lld x %lld", a.R, a.I);
     return 1;
@@ -115,19 +137,36 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
 {tot.prepare()}  long long blocks = (a.O + {gpb - 1}) / {gpb};
   if (blocks > 0x7fffffffLL) blocks = 0x7fffffffLL;
   const bool wide = {V} > 1 && ({ok});
-  if (wide) fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});
+  if (wide) {{{wave}
+    fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});
+  }}
   else fb_regs_v1<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});{tot.finish()}"""
     return "".join(kernels) + forward(launch)
 
 
-def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: set[int], vec_in: set[int]) -> str:
-    """fb_regs_v{v}: `held` inputs loaded into registers once (none in the scalar kernel: every pass reads memory)."""
+def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: set[int], vec_in: set[int],
+            ahead: bool = False) -> str:
+    """fb_regs_v{v}: `held` inputs loaded into registers once (none in the scalar kernel: every pass reads memory).
+    `ahead`: the group's next row (a grid's worth of rows further) is loaded into a second set of registers (n{k})
+    before this row's reductions, so a thread keeps two rows' loads in flight instead of waiting on each row's."""
     K = -(-R // (G * v))
     unroll = "#pragma unroll" if held or K <= MAX_UNROLL else "#pragma unroll 4"
     loads = RegLoads(p, held, vec_in)
     pos = f"const long long r0 = ((long long)q * {G} + lane) * {v};"
 
     skip = p.limit is not None  # a causal mask: nothing at or past the row's limit is read (runner.catalog.skipping)
+
+    def limit() -> str:
+        """`lim`, the row's limit from its own coordinates (a causal mask: the row's index plus the slice's offset)."""
+        le = emitter(Loads(p, set()))
+        le.prefix = "l"
+        code = le(p.limit)
+        found = "\n      ".join(le.lines)
+        return f"""    long long lim;
+    {{ const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
+      {found}
+      lim = (long long)({code}); lim = lim < 0 ? 0 : (lim > {R}LL ? {R}LL : lim); }}
+"""
 
     def walk(body: str, beyond: str = "", edge: str = "") -> str:
         """`body` at each of the thread's vector positions r0 of its row: where there is a limit, those wholly before
@@ -151,10 +190,30 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
       {inside}{other}
     }}"""
 
-    fills = " ".join(f"x{k}[q] = fb_ldv<{ctype_of(p.inputs[k].dtype)}, {v}>((const {ctype_of(p.inputs[k].dtype)}*)"
-                     f"a.in[{k}] + o * {R}LL + r0);" for k in sorted(held))
-    regs = " ".join(f"FbVec<{ctype_of(p.inputs[k].dtype)}, {v}> x{k}[{K}];" for k in sorted(held))
-    parts = [f"    {regs}\n{walk(fills)}"] if held else []
+    def fills(x: str) -> str:
+        return " ".join(f"{x}{k}[q] = fb_ldv<{ctype_of(p.inputs[k].dtype)}, {v}>((const {ctype_of(p.inputs[k].dtype)}*)"
+                        f"a.in[{k}] + o * {R}LL + r0);" for k in sorted(held))
+
+    def regs(x: str, init: str = "") -> str:
+        return " ".join(f"FbVec<{ctype_of(p.inputs[k].dtype)}, {v}> {x}{k}[{K}]{init};" for k in sorted(held))
+
+    def fetch(row: str) -> str:
+        """The loads of `row`'s held vectors into n{k} (none past the last row, nor past that row's limit)."""
+        return f"""    {{ const long long o = {row}; const bool live = o < a.O;
+{limit() if skip else ""}{walk(fills("n"))}
+    }}"""
+
+    start, parts = "", []
+    if held and ahead:
+        start = f"""  {regs("n", " = {}")}
+{fetch(f"(long long)blockIdx.x * {T // G} + threadIdx.x / {G}")}"""
+        copy = " ".join(f"x{k}[q] = n{k}[q];" for k in sorted(held))
+        parts = [f"""    {regs("x")}
+{unroll}
+    for (int q = 0; q < {K}; ++q) {{ {copy} }}
+{fetch(f"row + (long long)gridDim.x * {T // G}")}"""]
+    elif held:
+        parts = [f"    {regs('x')}\n{walk(fills('x'))}"]
     # a costly value a pass computes per element and a later pass (or the output) needs again (softmax's exp(x - m)):
     # kept in registers where the loops unroll fully, so each element's is computed once
     keep = Kept(plan, K * v) if held else None
@@ -229,20 +288,13 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
       {lines}
     }}"""
     passes = "\n".join(([f"    {keep.decls(K, v)}"] if keep and keep.decls(K, v) else []) + parts)
-    if skip:  # the row's limit, from its own coordinates (a causal mask: the row's index plus the slice's offset)
-        le = emitter(Loads(p, set()))
-        le.prefix = "l"
-        code = le(p.limit)
-        found = "\n      ".join(le.lines)
-        passes = f"""    long long lim;
-    {{ const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
-      {found}
-      lim = (long long)({code}); lim = lim < 0 ? 0 : (lim > {R}LL ? {R}LL : lim); }}
-{passes}"""
+    if skip:
+        passes = f"{limit()}{passes}"
     return f"""
 // {G} threads a row, {T // G} rows a block; thread `lane` of a group holds the row's vectors at ((q * {G} + lane) * {v})
 __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).param()}) {{
   const int lane = threadIdx.x % {G};
+{start}
   for (long long base = (long long)blockIdx.x * {T // G}; base < a.O; base += (long long)gridDim.x * {T // G}) {{
     const long long row = base + threadIdx.x / {G}, o = row, i = 0; (void)i;
     const bool live = row < a.O;
