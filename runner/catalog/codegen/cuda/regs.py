@@ -5,6 +5,9 @@ block, merged through shared memory), each thread K = ceil(R / (G * V)) vectors 
 (q * G + lane) * V. The row length R is fixed when the source is rendered (K is a compile-time constant, so the
 vectors live in registers): the row is read from global memory once, every pass of the program (a mean, then the
 squared deviations; a max, then the sum of exponentials) runs over the registers, and the output is written once.
+With two buffers (the default, where a second copy fits MAX_HELD_BYTES: `loads_ahead`) one wave of resident blocks
+walks the rows, and a group loads its next row into a second set of registers before this row's reductions: two rows'
+loads in flight a thread instead of one, the load of a row no longer waiting on the reductions of the one before.
 The number of rows comes from the call's shapes. The host refuses another row length (the source says so in its
 `// fixed sizes:` line), and takes the scalar kernel, which reads the row from memory in every pass, where a pointer
 does not align to V elements.
@@ -129,6 +132,8 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
     # next row to load while it reduces this one
     wave = (f"\n    {{ static const long long wave = fb_wave(fb_regs_v{V}, {T}); if (blocks > wave) blocks = wave; }}"
             if V > 1 and loads_ahead(p, params) else "")
+    call = f"fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});"
+    call = f"if (wide) {{{wave}\n    {call}\n  }}" if wave else f"if (wide) {call}"
     launch = f"""  if (a.I != 1 || a.R != {R}LL) {{
     snprintf(fb_err, sizeof fb_err, "compiled for rows of {R} elements, called with %lld x %lld", a.R, a.I);
     return 1;
@@ -137,9 +142,7 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
 {tot.prepare()}  long long blocks = (a.O + {gpb - 1}) / {gpb};
   if (blocks > 0x7fffffffLL) blocks = 0x7fffffffLL;
   const bool wide = {V} > 1 && ({ok});
-  if (wide) {{{wave}
-    fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});
-  }}
+  {call}
   else fb_regs_v1<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});{tot.finish()}"""
     return "".join(kernels) + forward(launch)
 
@@ -205,7 +208,8 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
 
     start, parts = "", []
     if held and ahead:
-        start = f"""  {regs("n", " = {}")}
+        start = f"""
+  {regs("n", " = {}")}
 {fetch(f"(long long)blockIdx.x * {T // G} + threadIdx.x / {G}")}"""
         copy = " ".join(f"x{k}[q] = n{k}[q];" for k in sorted(held))
         parts = [f"""    {regs("x")}
@@ -293,8 +297,7 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     return f"""
 // {G} threads a row, {T // G} rows a block; thread `lane` of a group holds the row's vectors at ((q * {G} + lane) * {v})
 __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).param()}) {{
-  const int lane = threadIdx.x % {G};
-{start}
+  const int lane = threadIdx.x % {G};{start}
   for (long long base = (long long)blockIdx.x * {T // G}; base < a.O; base += (long long)gridDim.x * {T // G}) {{
     const long long row = base + threadIdx.x / {G}, o = row, i = 0; (void)i;
     const bool live = row < a.O;
@@ -370,9 +373,8 @@ def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
     n = row_length(p)
     if n > max_len:
         return []
-    size = {"float16": 2, "bfloat16": 2, "float64": 8}
-    stored = [size.get(p.out_dtype, 4)] if full_output(p) else []  # (a per-row output is written one value a row)
-    widest = max([size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))] + stored, default=4)
+    stored = [SIZE.get(p.out_dtype, 4)] if full_output(p) else []  # (a per-row output is written one value a row)
+    widest = max([SIZE.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))] + stored, default=4)
     V = next(v for v in (16 // widest, 8 // widest, 1) if v >= 1 and n % v == 0)
     shapes = []  # (group, threads): a vector each for every lane, at most 8 a thread
     for G in (32, 16, 8, 4):
@@ -389,11 +391,9 @@ def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
     # float each that a later pass reuses: a softmax's score, then its exponential) runs a block or two an SM, whose
     # loads then wait on its own reductions (170 registers a thread, one block of 256 an SM, for a bf16 row of 2048
     # held by a warp: ptxas -v, sm_90)
-    per_elem = sum(size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))) + (4 if red_kinds(p) else 0)
-
     def held(shape: tuple[int, int]) -> int:
         G, T = shape
-        return -(-n // ((G or T) * V)) * V * per_elem
+        return held_bytes(p, CudaParams("regs", vec=V, threads=T, group=G))[1]
 
     # where the first guess holds too much, the lightest first (that bf16 row on a block of 256: 48 registers)
     heavy = held(shapes[0]) > MAX_HELD_BYTES
