@@ -7,7 +7,9 @@
 # kernel, which skips the masked half, and the next two row layouts); bench/family_table.py then writes README.md and
 # results.json to $OUT and prints the table.
 #   source bench/gpu_setup.sh && OUT=/some/folder bash bench/family_floor.sh [budget_s]
-# NAMES, DTYPES, STRATEGIES: other problems, dtypes, strategies per problem.
+# NAMES, DTYPES, STRATEGIES: other problems, dtypes, strategies per problem. ALSO: realworld_floor.py --also values
+# (space-separated; each first parameter set's variant with those fields replaced, e.g. "buffers=1"); TITLE, NOTE: the
+# README's title and a paragraph saying what the run compares.
 set -u
 out=${OUT:?OUT: the folder for README.md and results.json}
 budget_s=${1:-330}  # no problem starts after this; one problem takes up to about 2 minutes more
@@ -15,7 +17,12 @@ names=${NAMES:-"llama_rope gpt2_causal_softmax gptj_interleaved_rope neox_partia
 dtypes=${DTYPES:-"bf16 fp32"}
 paths=$(for d in $dtypes; do for n in $names; do echo "bench/suites/realworld/$d/$n.py"; done; done)
 mkdir -p "$out"
+also=()
+for a in ${ALSO:-}; do also+=(--also "$a"); done
 python3 bench/realworld_floor.py --label family --strategies "${STRATEGIES:-3}" --deadline-s "$budget_s" \
-  --out "$out/rows.json" $paths
+  "${also[@]}" --out "$out/rows.json" $paths
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
-python3 bench/family_table.py "$out/rows.json" --gpu "$gpu" --out "$out"
+cmd="OUT=<folder> bash bench/family_floor.sh $budget_s"
+for v in NAMES DTYPES STRATEGIES ALSO; do [ -n "${!v:-}" ] && cmd="$v=\"${!v}\" $cmd"; done
+python3 bench/family_table.py "$out/rows.json" --gpu "$gpu" --out "$out" --command "$cmd" \
+  ${TITLE:+--title "$TITLE"} ${NOTE:+--note "$NOTE"}

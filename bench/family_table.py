@@ -40,20 +40,24 @@ def main() -> None:
     ap.add_argument("rows", type=Path)
     ap.add_argument("--gpu", required=True, help="the machine, as nvidia-smi names it, and its driver")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--title", default="RoPE and causal softmax against the memory floor")
+    ap.add_argument("--command", default="OUT=<folder> bash bench/family_floor.sh",
+                    help="the command line that made it, after gpu_setup.sh")
+    ap.add_argument("--note", default="", help="a paragraph after the method's (what the run compares)")
     args = ap.parse_args()
     run = json.loads(args.rows.read_text())
     env = {**run["environment"], "gpu_driver": args.gpu}
     lines = table(run)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"environment": env, "rows": run["rows"]}, indent=1) + "\n")
-    head = [f"# RoPE and causal softmax against the memory floor ({args.gpu})", "",
+    head = [f"# {args.title} ({args.gpu})", "",
             f"fusebot {env.get('commit', '')[:12]}, torch {env.get('torch')}. Builtin catalog, no search: the first "
             "parameter set of each of the catalog's first strategies, built, verified against the float64 oracle and "
             "timed by the harness (median, L2 flushed). The floor is bytes moved / the copy rate the harness measured. "
             "Problems not listed were not reached before the run's deadline. A causal softmax whose kernel skips "
             "the masked half (runner/catalog/skipping.py) reads fewer bytes than the floor counts, so it can pass "
-            "100%.", "",
-            "    source bench/gpu_setup.sh && OUT=<folder> bash bench/family_floor.sh", ""]
+            "100%.", "", *([args.note, ""] if args.note else []),
+            f"    source bench/gpu_setup.sh && {args.command}", ""]
     (args.out / "README.md").write_text("\n".join(head + lines) + "\n")
     sys.stdout.write("\n".join(lines) + "\n")
 

@@ -29,6 +29,7 @@ after a change), then `bench/realworld_table.py` writes the tables.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -42,6 +43,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
 
 from runner.catalog.codegen.common import NotExpressible
+from runner.catalog.codegen.cuda import CudaParams
 from runner.harness import build as builder
 from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import problem_from_file
@@ -78,8 +80,21 @@ def ordered(paths: Iterable[Path], first: tuple[str, ...] = FIRST) -> list[Path]
     return list(dict.fromkeys([*files, *(f for f, _ in found)]))
 
 
-def candidates(path: Path, backend: str, strategies: int) -> list:
-    """The first parameter set of each of the catalog's first `strategies` strategies that renders."""
+def parse_also(text: str) -> dict[str, object]:
+    """`buffers=1,fast_math=true`: CudaParams fields to replace, typed as the dataclass types them."""
+    types = {f.name: f.type for f in dataclasses.fields(CudaParams)}
+    kw: dict[str, object] = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key not in types:
+            raise SystemExit(f"--also: no field {key!r} (fields: {', '.join(types)})")
+        kw[key] = value == "true" if types[key] == "bool" else int(value) if types[key] == "int" else value
+    return kw
+
+
+def candidates(path: Path, backend: str, strategies: int, also: tuple[dict, ...] = ()) -> list:
+    """The first parameter set of each of the catalog's first `strategies` strategies that renders; after each, its
+    variants with the fields of each of `also` replaced, where one renders under another label (another kernel)."""
     prop = CatalogProposer()
     ctx = ProblemContext(name=path.stem, reference_source=path.read_text(), backend=backend)
     pat = prop.pattern(ctx)
@@ -88,18 +103,27 @@ def candidates(path: Path, backend: str, strategies: int) -> list:
         for p in s.params[:3]:
             try:
                 out.append(prop.candidate(ctx, pat, p))
-                break
             except NotExpressible:
                 continue
+            for kw in also if isinstance(p, CudaParams) else ():
+                q = dataclasses.replace(p, **kw)
+                if q.label() == p.label():
+                    continue
+                try:
+                    out.append(prop.candidate(ctx, pat, q))
+                except NotExpressible:
+                    pass
+            break
     return out
 
 
-def prepare(path: Path, backend: str, strategies: int, cuda_arch: str | None, cache_dir: Path) -> dict:
+def prepare(path: Path, backend: str, strategies: int, cuda_arch: str | None, cache_dir: Path,
+            also: tuple[dict, ...] = ()) -> dict:
     """In a pool process: the problem's candidates, each fast-format one built into the harness's build cache (the
     evaluator's own build of it is then a cache hit). Never raises: a problem that cannot be prepared says why."""
     t0 = time.monotonic()
     try:
-        cands = candidates(path, backend, strategies)
+        cands = candidates(path, backend, strategies, also)
         # one compiler per candidate: the first problems are ready sooner, so the device waits less at the start
         outs = builder.build_many(cands, cuda_arch=cuda_arch, cache_dir=cache_dir / "build", jobs=max(1, len(cands)))
         built = {cid: out.info.ok for cid, out in outs.items()}
@@ -265,6 +289,9 @@ def main() -> None:
     ap.add_argument("--label", default="")
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--strategies", type=int, default=4)
+    ap.add_argument("--also", action="append", default=[], metavar="FIELD=VALUE,...",
+                    help="also each first parameter set with these CudaParams fields replaced (e.g. buffers=1: the "
+                    "regs kernel without its next row loaded ahead), where that is another kernel; repeatable")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--deadline-s", type=float, default=0, help="start no problem after this many seconds, and cut "
                     "off the candidates in flight then")
@@ -299,7 +326,8 @@ def main() -> None:
 
     pool = ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn"))
     try:
-        run(paths, prepare_one=_Prepare(args.backend, args.strategies, arch, cache),
+        run(paths, prepare_one=_Prepare(args.backend, args.strategies, arch, cache,
+                                        tuple(parse_also(a) for a in args.also)),
             measure_one=lambda p, prep: measure(p, prep, args.backend, config, deadline),
             pool=pool, ahead=cuda, deadline=deadline, on_row=on_row)
     finally:
@@ -316,11 +344,13 @@ def main() -> None:
 class _Prepare:
     """prepare() with the run's settings, picklable for the pool's processes."""
 
-    def __init__(self, backend: str, strategies: int, cuda_arch: str | None, cache_dir: Path) -> None:
+    def __init__(self, backend: str, strategies: int, cuda_arch: str | None, cache_dir: Path,
+                 also: tuple[dict, ...] = ()) -> None:
         self.backend, self.strategies, self.cuda_arch, self.cache_dir = backend, strategies, cuda_arch, cache_dir
+        self.also = also
 
     def __call__(self, path: Path) -> dict:
-        return prepare(path, self.backend, self.strategies, self.cuda_arch, self.cache_dir)
+        return prepare(path, self.backend, self.strategies, self.cuda_arch, self.cache_dir, self.also)
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def _neighbours(p) -> list:
         out.append(replace(p, fast_math=not p.fast_math))
         if p.layout == "rows":
             out.append(replace(p, group=0 if p.group == 32 else 32))
-        if p.layout == "cluster":
+        if p.layout in ("cluster", "regs"):
             out.append(replace(p, buffers=3 - p.buffers))
         if p.layout == "split":
             out.append(replace(p, interleave=not p.interleave))

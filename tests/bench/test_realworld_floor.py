@@ -9,6 +9,7 @@ import multiprocessing
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import bench.realworld_floor as floor  # (by its package name: the pool's processes import it too)
@@ -150,3 +151,38 @@ def test_a_problem_prepared_in_a_pool_process_is_measured_by_the_harness_from_it
     assert cand["accepted"], cand["reason"]
     assert cand["build_cached"] is True, "the evaluator built it again"
     assert row["best_ms"] == cand["median_ms"] > 0 and row["floor_ms"] > 0 and row["eager_ms"] > 0
+
+
+def test_also_adds_each_first_parameter_sets_variant_where_it_is_another_kernel(monkeypatch):
+    """--also buffers=1: after each strategy's first parameter set that renders, its twin with one buffer, where the
+    twin is another kernel (another label: a regs kernel's) and renders; none for the rows layout (the same kernel)
+    nor for a non-CUDA parameter set."""
+    from types import SimpleNamespace
+
+    from runner.catalog.codegen.common import NotExpressible
+    from runner.catalog.codegen.cpu import CpuParams
+    from runner.catalog.codegen.cuda import CudaParams
+
+    regs = CudaParams("regs", vec=8, threads=256, group=0, mode="twopass")
+    wide = CudaParams("regs", vec=8, threads=512, group=0, mode="twopass")  # refused, with its twin
+    rows = CudaParams("rows", vec=8, threads=256, group=32)
+    cpu = CpuParams("flat", threads="one")
+
+    class Proposer:
+        def pattern(self, ctx):
+            return None
+
+        def strategies(self, ctx):
+            return [SimpleNamespace(params=[wide, regs]), SimpleNamespace(params=[rows]), SimpleNamespace(params=[cpu])]
+
+        def candidate(self, ctx, pat, p):
+            if p.threads == 512:
+                raise NotExpressible("too wide")
+            return p
+
+    monkeypatch.setattr(floor, "CatalogProposer", Proposer)
+    assert floor.parse_also("buffers=1,fast_math=true,layout=regs") == {"buffers": 1, "fast_math": True, "layout": "regs"}
+    got = floor.candidates(Path(__file__), "cuda", 3, (floor.parse_also("buffers=1"),))
+    assert got == [regs, replace(regs, buffers=1), rows, cpu]
+    assert [p.label() for p in got[:2]] == ["cuda-regs-v8-t256-g256-twopass", "cuda-regs-v8-t256-g256-twopass-b1"]
+    assert floor.candidates(Path(__file__), "cuda", 3) == [regs, rows, cpu]

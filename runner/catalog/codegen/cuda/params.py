@@ -19,7 +19,8 @@ class CudaParams:
     # split with a per-element output: once = each row's partials merged by one small kernel, then the output pass
     # one tile of U vectors per thread per block over the row (stride: every block merges them, then walks its slice)
     fast_math: bool = False
-    buffers: int = 2  # cluster, grid: 2 = the next row streams into a second buffer where two fit; 1 = one
+    buffers: int = 2  # cluster, grid: 2 = the next row streams into a second buffer where two fit; 1 = one;
+    # regs: 2 = the next row's vectors are loaded into a second set of registers where they fit (regs.loads_ahead)
     unroll: int = 1  # flat, bcast, split: vectors per thread per step, all loaded before any is computed;
     # columns, cluster: the reduction loops unrolled U times (loads of U steps in flight)
     interleave: bool = False  # split: a row's blocks take turns along it (block s reads tiles s, s + S, ...: all
@@ -31,6 +32,7 @@ class CudaParams:
         base = f"cuda-{self.layout}-v{self.vec}-t{self.threads}"
         if self.layout in ("rows", "regs"):
             base += f"-g{self.group or self.threads}-{self.mode}"
+            base += "-b1" if self.layout == "regs" and self.buffers == 1 else ""
         elif self.layout == "columns":
             base += f"-w{self.col_width}x{self.slices}-{self.mode}"
         elif self.layout == "strided":

@@ -5,6 +5,9 @@ block, merged through shared memory), each thread K = ceil(R / (G * V)) vectors 
 (q * G + lane) * V. The row length R is fixed when the source is rendered (K is a compile-time constant, so the
 vectors live in registers): the row is read from global memory once, every pass of the program (a mean, then the
 squared deviations; a max, then the sum of exponentials) runs over the registers, and the output is written once.
+With two buffers (the default, where a second copy fits MAX_HELD_BYTES: `loads_ahead`) one wave of resident blocks
+walks the rows, and a group loads its next row into a second set of registers before this row's reductions: two rows'
+loads in flight a thread instead of one, the load of a row no longer waiting on the reductions of the one before.
 The number of rows comes from the call's shapes. The host refuses another row length (the source says so in its
 `// fixed sizes:` line), and takes the scalar kernel, which reads the row from memory in every pass, where a pointer
 does not align to V elements.
@@ -81,13 +84,30 @@ def regs_refusal(p: Program, params: CudaParams) -> str | None:
         return f"{T} threads do not hold whole groups of {G}"
     if R % V:
         return f"rows of {R} are not whole vectors of {V}"
-    held = vec_inputs(p, ("full",))
-    K = -(-R // (G * V))
-    size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-    held_bytes = K * V * sum(size.get(p.inputs[k].dtype, 4) for k in held)
-    if held_bytes > MAX_HELD_BYTES:
-        return f"{held_bytes} bytes of registers a thread for its share of the row (at most {MAX_HELD_BYTES})"
+    inputs = held_bytes(p, params)[0]
+    if inputs > MAX_HELD_BYTES:
+        return f"{inputs} bytes of registers a thread for its share of the row (at most {MAX_HELD_BYTES})"
     return None
+
+
+SIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def held_bytes(p: Program, params: CudaParams) -> tuple[int, int]:
+    """A thread's bytes of registers for its share of a row: its held inputs' vectors, and those plus a float per
+    element that a later pass reuses (a softmax's exponential), the estimate the layouts are sized by."""
+    R, V = row_length(p), params.vec
+    K = -(-R // ((params.group or params.threads) * V))
+    inputs = sum(SIZE.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",)))
+    return K * V * inputs, K * V * (inputs + (4 if red_kinds(p) else 0))
+
+
+def loads_ahead(p: Program, params: CudaParams) -> bool:
+    """Whether the vector kernel loads its next row while it reduces this one (`buffers` 2): where it holds inputs
+    and a second copy of them fits MAX_HELD_BYTES beside the row's own registers (else the copy would cost the SM
+    blocks: fp32 rows of 1024 a warp, 105 registers a thread, 137 with it, 2 blocks of 256 an SM to 1)."""
+    inputs, total = held_bytes(p, params)
+    return params.buffers == 2 and inputs > 0 and total + inputs <= MAX_HELD_BYTES
 
 
 def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
@@ -104,9 +124,16 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
     vec_in = vec_inputs(p, ("rowvec", "rowper"))
     kernels = [SUPPORT, tot.support(out_t)]
     for v in sorted({1, V}):
-        kernels.append(_kernel(p, plan, out_t, v, T, G, R, held if v > 1 else set(), vec_in if v > 1 else set()))
+        kernels.append(_kernel(p, plan, out_t, v, T, G, R, held if v > 1 else set(), vec_in if v > 1 else set(),
+                               ahead=v > 1 and loads_ahead(p, params)))
     ok = align_check(p, held | vec_in, out_t, V, "")
     gpb = T // G
+    # a kernel that loads its next row ahead walks its rows with one wave of resident blocks, so that a block has a
+    # next row to load while it reduces this one
+    wave = (f"\n    {{ static const long long wave = fb_wave(fb_regs_v{V}, {T}); if (blocks > wave) blocks = wave; }}"
+            if V > 1 and loads_ahead(p, params) else "")
+    call = f"fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});"
+    call = f"if (wide) {{{wave}\n    {call}\n  }}" if wave else f"if (wide) {call}"
     launch = f"""  if (a.I != 1 || a.R != {R}LL) {{
     snprintf(fb_err, sizeof fb_err, "compiled for rows of {R} elements, called with %lld x %lld", a.R, a.I);
     return 1;
@@ -115,19 +142,34 @@ def render_regs(p: Program, params: CudaParams, out_t: str) -> str:
 {tot.prepare()}  long long blocks = (a.O + {gpb - 1}) / {gpb};
   if (blocks > 0x7fffffffLL) blocks = 0x7fffffffLL;
   const bool wide = {V} > 1 && ({ok});
-  if (wide) fb_regs_v{V}<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});
+  {call}
   else fb_regs_v1<<<(unsigned)blocks, {T}, 0, s>>>(a{tot.arg()});{tot.finish()}"""
     return "".join(kernels) + forward(launch)
 
 
-def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: set[int], vec_in: set[int]) -> str:
-    """fb_regs_v{v}: `held` inputs loaded into registers once (none in the scalar kernel: every pass reads memory)."""
+def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: set[int], vec_in: set[int],
+            ahead: bool = False) -> str:
+    """fb_regs_v{v}: `held` inputs loaded into registers once (none in the scalar kernel: every pass reads memory).
+    `ahead`: the group's next row (a grid's worth of rows further) is loaded into a second set of registers (n{k})
+    before this row's reductions, so a thread keeps two rows' loads in flight instead of waiting on each row's."""
     K = -(-R // (G * v))
     unroll = "#pragma unroll" if held or K <= MAX_UNROLL else "#pragma unroll 4"
     loads = RegLoads(p, held, vec_in)
     pos = f"const long long r0 = ((long long)q * {G} + lane) * {v};"
 
     skip = p.limit is not None  # a causal mask: nothing at or past the row's limit is read (runner.catalog.skipping)
+
+    def limit() -> str:
+        """`lim`, the row's limit from its own coordinates (a causal mask: the row's index plus the slice's offset)."""
+        le = emitter(Loads(p, set()))
+        le.prefix = "l"
+        code = le(p.limit)
+        found = "\n      ".join(le.lines)
+        return f"""    long long lim;
+    {{ const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
+      {found}
+      lim = (long long)({code}); lim = lim < 0 ? 0 : (lim > {R}LL ? {R}LL : lim); }}
+"""
 
     def walk(body: str, beyond: str = "", edge: str = "") -> str:
         """`body` at each of the thread's vector positions r0 of its row: where there is a limit, those wholly before
@@ -151,10 +193,31 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
       {inside}{other}
     }}"""
 
-    fills = " ".join(f"x{k}[q] = fb_ldv<{ctype_of(p.inputs[k].dtype)}, {v}>((const {ctype_of(p.inputs[k].dtype)}*)"
-                     f"a.in[{k}] + o * {R}LL + r0);" for k in sorted(held))
-    regs = " ".join(f"FbVec<{ctype_of(p.inputs[k].dtype)}, {v}> x{k}[{K}];" for k in sorted(held))
-    parts = [f"    {regs}\n{walk(fills)}"] if held else []
+    def fills(x: str) -> str:
+        return " ".join(f"{x}{k}[q] = fb_ldv<{ctype_of(p.inputs[k].dtype)}, {v}>((const {ctype_of(p.inputs[k].dtype)}*)"
+                        f"a.in[{k}] + o * {R}LL + r0);" for k in sorted(held))
+
+    def regs(x: str, init: str = "") -> str:
+        return " ".join(f"FbVec<{ctype_of(p.inputs[k].dtype)}, {v}> {x}{k}[{K}]{init};" for k in sorted(held))
+
+    def fetch(row: str) -> str:
+        """The loads of `row`'s held vectors into n{k} (none past the last row, nor past that row's limit)."""
+        return f"""    {{ const long long o = {row}; const bool live = o < a.O;
+{limit() if skip else ""}{walk(fills("n"))}
+    }}"""
+
+    start, parts = "", []
+    if held and ahead:
+        start = f"""
+  {regs("n", " = {}")}
+{fetch(f"(long long)blockIdx.x * {T // G} + threadIdx.x / {G}")}"""
+        copy = " ".join(f"x{k}[q] = n{k}[q];" for k in sorted(held))
+        parts = [f"""    {regs("x")}
+{unroll}
+    for (int q = 0; q < {K}; ++q) {{ {copy} }}
+{fetch(f"row + (long long)gridDim.x * {T // G}")}"""]
+    elif held:
+        parts = [f"    {regs('x')}\n{walk(fills('x'))}"]
     # a costly value a pass computes per element and a later pass (or the output) needs again (softmax's exp(x - m)):
     # kept in registers where the loops unroll fully, so each element's is computed once
     keep = Kept(plan, K * v) if held else None
@@ -229,20 +292,12 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
       {lines}
     }}"""
     passes = "\n".join(([f"    {keep.decls(K, v)}"] if keep and keep.decls(K, v) else []) + parts)
-    if skip:  # the row's limit, from its own coordinates (a causal mask: the row's index plus the slice's offset)
-        le = emitter(Loads(p, set()))
-        le.prefix = "l"
-        code = le(p.limit)
-        found = "\n      ".join(le.lines)
-        passes = f"""    long long lim;
-    {{ const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
-      {found}
-      lim = (long long)({code}); lim = lim < 0 ? 0 : (lim > {R}LL ? {R}LL : lim); }}
-{passes}"""
+    if skip:
+        passes = f"{limit()}{passes}"
     return f"""
 // {G} threads a row, {T // G} rows a block; thread `lane` of a group holds the row's vectors at ((q * {G} + lane) * {v})
 __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).param()}) {{
-  const int lane = threadIdx.x % {G};
+  const int lane = threadIdx.x % {G};{start}
   for (long long base = (long long)blockIdx.x * {T // G}; base < a.O; base += (long long)gridDim.x * {T // G}) {{
     const long long row = base + threadIdx.x / {G}, o = row, i = 0; (void)i;
     const bool live = row < a.O;
@@ -318,9 +373,8 @@ def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
     n = row_length(p)
     if n > max_len:
         return []
-    size = {"float16": 2, "bfloat16": 2, "float64": 8}
-    stored = [size.get(p.out_dtype, 4)] if full_output(p) else []  # (a per-row output is written one value a row)
-    widest = max([size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))] + stored, default=4)
+    stored = [SIZE.get(p.out_dtype, 4)] if full_output(p) else []  # (a per-row output is written one value a row)
+    widest = max([SIZE.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))] + stored, default=4)
     V = next(v for v in (16 // widest, 8 // widest, 1) if v >= 1 and n % v == 0)
     shapes = []  # (group, threads): a vector each for every lane, at most 8 a thread
     for G in (32, 16, 8, 4):
@@ -337,11 +391,9 @@ def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
     # float each that a later pass reuses: a softmax's score, then its exponential) runs a block or two an SM, whose
     # loads then wait on its own reductions (170 registers a thread, one block of 256 an SM, for a bf16 row of 2048
     # held by a warp: ptxas -v, sm_90)
-    per_elem = sum(size.get(p.inputs[k].dtype, 4) for k in vec_inputs(p, ("full",))) + (4 if red_kinds(p) else 0)
-
     def held(shape: tuple[int, int]) -> int:
         G, T = shape
-        return -(-n // ((G or T) * V)) * V * per_elem
+        return held_bytes(p, CudaParams("regs", vec=V, threads=T, group=G))[1]
 
     # where the first guess holds too much, the lightest first (that bf16 row on a block of 256: 48 registers)
     heavy = held(shapes[0]) > MAX_HELD_BYTES

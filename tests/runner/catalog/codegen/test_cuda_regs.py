@@ -16,7 +16,7 @@ import torch
 
 from runner.catalog.codegen import cuda
 from runner.catalog.codegen.common import NotExpressible
-from runner.catalog.codegen.cuda.regs import regs_refusal, short_row_params
+from runner.catalog.codegen.cuda.regs import loads_ahead, regs_refusal, short_row_params
 from runner.catalog.ir import Const, Input, Load, Op, Program, Red
 from runner.harness.procs.abi import AbiError, KernelLibrary
 from tests.runner import cuda_emulation
@@ -81,7 +81,10 @@ def test_the_regs_kernels_match_torch_on_an_emulated_gpu(tmp_path):
     for k, (name, n, dt, params) in enumerate(CASES):
         lib = KernelLibrary(libs[f"case{k}"])
         gpb = params.threads // (params.group or params.threads)
-        for rows, offset in ((6, 0), (2 * gpb + 1, 0), (3, 1)):  # captured; other rows, a block's groups idle; misaligned
+        # captured; other rows, a block's groups idle; misaligned; more rows than a wave of blocks holds (each block
+        # walks several, loading the next ahead where it does)
+        wave = cuda_emulation.SMS * cuda_emulation.BLOCKS_PER_SM
+        for rows, offset in ((6, 0), (2 * gpb + 1, 0), (3, 1), (2 * wave * gpb + 1, 0)):
             xs = inputs(name, rows, n, dt, offset)
             ref = reference(name, xs)
             out = torch.empty_like(ref)
@@ -150,21 +153,48 @@ def test_every_short_row_set_compiles(tmp_path):
     assert rc == 0, log[-3000:]
 
 
+def _vector_kernel_ptx(src: str, entry: str, where) -> str:
+    (where / "k.cu").write_text(src)
+    p = subprocess.run(["nvcc", "-O3", "-std=c++17", "-ptx", "-arch=sm_90", "-I", str(cuda_emulation.CSRC), "k.cu",
+                        "-o", "k.ptx"], cwd=where, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return next(b for b in (where / "k.ptx").read_text().split(".entry ")[1:] if b.startswith(f"_Z10{entry}"))
+
+
+def _loads(ptx: str) -> int:
+    return sum("ld.global.nc.v4" in ln for ln in ptx.splitlines())
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_a_row_is_read_from_memory_once(tmp_path):
     """The held row is loaded before the first pass and never again: one 16-byte load of x per vector position in
-    the vector kernel's PTX (LayerNorm over rows of 1024: 8 positions a lane), whatever the number of passes."""
+    the vector kernel's PTX (LayerNorm over rows of 1024: 8 positions a lane), whatever the number of passes. (fp32
+    rows of 1024 a warp hold 256 bytes a thread: no room for the next row's, so none is loaded ahead.)"""
     src = cuda.render(programs.layernorm(64, 1024), cuda.CudaParams("regs", vec=4, threads=256, group=32,
                                                                      mode="twopass"))
-    (tmp_path / "k.cu").write_text(src)
-    p = subprocess.run(["nvcc", "-O3", "-std=c++17", "-ptx", "-arch=sm_90", "-I", str(cuda_emulation.CSRC), "k.cu",
-                        "-o", "k.ptx"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    ptx = (tmp_path / "k.ptx").read_text()
-    body = next(b for b in ptx.split(".entry ")[1:] if b.startswith("_Z10fb_regs_v4"))
-    loads = [ln for ln in body.splitlines() if "ld.global.nc.v4" in ln]
-    assert len(loads) == 8 + 2 * 8, len(loads)  # x's 8 vectors, and the weight's and bias's at each output position
+    assert not loads_ahead(programs.layernorm(64, 1024), cuda.CudaParams("regs", vec=4, threads=256, group=32))
+    body = _vector_kernel_ptx(src, "fb_regs_v4", tmp_path)
+    assert _loads(body) == 8 + 2 * 8, _loads(body)  # x's 8 vectors, and the weight's and bias's at each output position
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_next_rows_loads_are_issued_before_this_rows_reductions(tmp_path):
+    """bf16 LayerNorm over rows of 1024 a warp (4 vector positions a lane): with two buffers the kernel loads the
+    first row before its loop and, in the loop, the next row's 4 vectors before this row's first shuffle, so 8 loads
+    of x precede any reduction and each row is still read once (the weight's and bias's 8 come after); with one
+    buffer only the row's own 4 precede it. The launch caps the two-buffer kernel's grid to one wave of resident
+    blocks (every block has next rows to load)."""
+    prog = programs.layernorm(64, 1024, "bfloat16")
+    for buffers, before in ((2, 4 + 4), (1, 4)):
+        params = cuda.CudaParams("regs", vec=8, threads=256, group=32, mode="twopass", buffers=buffers)
+        assert loads_ahead(prog, params) == (buffers == 2)
+        src = cuda.render(prog, params)
+        body = _vector_kernel_ptx(src, "fb_regs_v8", tmp_path)
+        first, _, rest = body.partition("shfl.sync")
+        assert (_loads(first), _loads(rest)) == (before, 8), (buffers, _loads(first), _loads(rest))
+        assert ("fb_wave(fb_regs_v8, 256)" in src) == (buffers == 2)
 
 
 @pytest.mark.slow
