@@ -195,6 +195,7 @@ class TrialResult(_Model):
     mismatched: int = 0
     numel: int = 0
     reasons: list[InertStr] = Field(default_factory=list)
+    notes: list[InertStr] = Field(default_factory=list)  # what the trial allowed and says (verify.spread_nonfinite)
 
 
 class KernelResources(_Model):

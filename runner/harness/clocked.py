@@ -14,10 +14,11 @@ the judge, a process the candidate never touched:
   the judge's timer took it for the eager baseline (`Batches.overhead_ms`: back-to-back calls of a call bound by its
   host work run at its host's pace, which a GPU time leaves out), and never by more than half (CUDA_ALLOWANCE).
   The `host_ms` the candidate's process reports is shown beside its time and decides nothing.
-- Both: less the noise of the judge's steps (the spread of its three batches, per call): where the steps cost more
-  than the call (a kernel of microseconds behind fingerprints of a fraction of a millisecond), the difference of the
-  two is the host's noise, and a bound made of noise would raise an honest time at random. The spread is the judge's,
-  a process the candidate never touched; the candidate's own batches' spread is not used (a process could widen it).
+- The escape line (below) is drawn on the bound less the noise of the judge's steps (the spread of its three batches,
+  per call): where the steps cost more than the call (a kernel of microseconds behind fingerprints of a fraction of a
+  millisecond), the difference of the two is the host's noise, and an escape named on noise rejects an honest kernel.
+  The spread is the judge's, a process the candidate never touched (a process could widen its own). A time is still
+  raised to the bound itself; a confirmation raises its rounds together, to the median of their bounds (`common`).
 
 A batch is sized by what it costs the parent, not by the time the candidate's process reports: as many calls as the
 batch's budget (`wall_check_ms` on CUDA, `cpu_check_ms` on the CPU) holds at the judge's measured cost of a call's
@@ -94,28 +95,26 @@ class Batches:
                    steps_wall_ms=max(walls), steps_cpu_ms=max(cpus), cores=cores, overhead_ms=overhead_ms,
                    steps_spread_wall_ms=max(walls) - min(walls), steps_spread_cpu_ms=max(cpus) - min(cpus))
 
-    @property
-    def wall_ms(self) -> float:
-        """The calls' wall time per call: the batch less the judge's steps, less their noise."""
-        return (self.full_wall_ms - self.steps_wall_ms - self.steps_spread_wall_ms) / self.calls
+    def wall_ms(self, less_noise: bool = False) -> float:
+        """The calls' wall time per call: the batch less the judge's steps (and, `less_noise`, less their spread)."""
+        return (self.full_wall_ms - self.steps_wall_ms - (self.steps_spread_wall_ms if less_noise else 0.0)) / self.calls
 
-    @property
-    def cpu_ms(self) -> float:
+    def cpu_ms(self, less_noise: bool = False) -> float:
         """The calls' CPU time per call, likewise."""
-        return (self.full_cpu_ms - self.steps_cpu_ms - self.steps_spread_cpu_ms) / self.calls
+        return (self.full_cpu_ms - self.steps_cpu_ms - (self.steps_spread_cpu_ms if less_noise else 0.0)) / self.calls
 
 
-def allowance_ms(b: Batches) -> float:
+def allowance_ms(b: Batches, less_noise: bool = False) -> float:
     """(CUDA) What a GPU time may be under the parent's per-call wall time: the parent's measured overhead, at most
     CUDA_ALLOWANCE of that time."""
-    return max(0.0, min(b.overhead_ms, CUDA_ALLOWANCE * b.wall_ms))
+    return max(0.0, min(b.overhead_ms, CUDA_ALLOWANCE * b.wall_ms(less_noise)))
 
 
-def parent_bound_ms(b: Batches, cuda: bool) -> float:
-    """The least time per call the parent's clock allows (never negative)."""
+def parent_bound_ms(b: Batches, cuda: bool, less_noise: bool = False) -> float:
+    """The least time per call the parent's clock allows (never negative); `less_noise`: less the judge's noise."""
     if cuda:
-        return max(0.0, b.wall_ms - allowance_ms(b))
-    return max(0.0, min(b.wall_ms, b.cpu_ms))
+        return max(0.0, b.wall_ms(less_noise) - allowance_ms(b, less_noise))
+    return max(0.0, min(b.wall_ms(less_noise), b.cpu_ms(less_noise)))
 
 
 def bounded(timing: Timing, bound_ms: float) -> Timing:
@@ -134,11 +133,11 @@ def decide(timing: Timing, b: Batches, cuda: bool, raise_: bool = True) -> tuple
     False the bound is only recorded (`parent_ms`): rounds that are raised together, to one bound (`common`)."""
     bound = parent_bound_ms(b, cuda)
     if cuda:
-        per_call, least, ratio = bound, CUDA_ESCAPE_LEAST_MS, CUDA_ESCAPE_RATIO
-        clock = (f"the parent's clock (less {allowance_ms(b):.4g} ms a call: the reference's host work, as the "
+        per_call, least, ratio = parent_bound_ms(b, cuda, less_noise=True), CUDA_ESCAPE_LEAST_MS, CUDA_ESCAPE_RATIO
+        clock = (f"the parent's clock (less {allowance_ms(b, True):.4g} ms a call: the reference's host work, as the "
                  "judge measured it)") if b.overhead_ms > 0 else "the parent's clock"
     else:
-        per_call = min(b.wall_ms, b.cpu_ms / b.cores)
+        per_call = min(b.wall_ms(True), b.cpu_ms(True) / b.cores)
         least, ratio = CPU_ESCAPE_LEAST_MS, CPU_ESCAPE_RATIO
         clock = (f"both the parent's clock and the CPU time the kernel accounted to the candidate's processes over "
                  f"{b.cores} core(s)")

@@ -293,6 +293,7 @@ class Evaluator:
             raise
         finally:
             self.contestants.siblings = ()
+        v.warnings += [n for t in v.trials for n in t.notes]
         if reasons:
             v.reasons += reasons
             _close(r)

@@ -84,6 +84,7 @@ def verify(ref: Reference, contestants: Contestants, child: Child, candidate: Ca
             log.debug("%s trial %d: reference %.2f s, candidate %s, outputs by %s, check %.2f s", candidate.id, k,
                      prep.get("seconds", 0.0), rep.get("seconds"), rep.get("handoff"), check.get("seconds", 0.0))
             result.reasons += check["reasons"]
+            result.notes += check.get("notes", [])
             result.max_abs_err, result.max_rel_err = check.get("max_abs_err"), check.get("max_rel_err")
             result.mismatched, result.numel = check.get("mismatched", 0), check.get("numel", 0)
         if profile:

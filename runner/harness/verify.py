@@ -232,6 +232,30 @@ def compare_values(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: floa
     return Comparison(ok, max_abs, max_rel, bad + nan_bad + inf_bad, numel, reasons)
 
 
+def spread_nonfinite(ref: torch.Tensor, out: torch.Tensor, reasons: list[str],
+                     index: int) -> tuple[list[str], str | None]:
+    """On a trial whose inputs hold NaN and infinities: `reasons` kept, or, where the only difference is that the
+    module's output is non-finite at more elements than the candidate's (a matmul by a diagonal spreads a NaN along
+    its column, a kernel of the same products keeps it at its element), the NaN and Inf reasons dropped and a note
+    that says so. Strict where the candidate is non-finite where the module is finite, where both are non-finite but
+    differ (NaN for Inf, a sign), or where a kind the module's output holds (NaN, +inf, -inf) is nowhere in the
+    candidate's (a ReLU that makes a NaN 0 and keeps +inf swallowed the NaN)."""
+    if not ref.is_floating_point():
+        return reasons, None
+    r, o = ref.reshape(-1), out.reshape(-1).to(ref.dtype)
+    rn, on = ~torch.isfinite(r), ~torch.isfinite(o)
+    both = rn & on
+    differ = both & ~((r == o) | (torch.isnan(r) & torch.isnan(o)))
+    kinds = (torch.isnan, lambda t: t == float("inf"), lambda t: t == float("-inf"))
+    swallowed = any(bool(k(r).any()) and not bool(k(o).any()) for k in kinds)
+    if swallowed or int((on & ~rn).sum()) or int(differ.sum()) or not int((rn & ~on).sum()):
+        return reasons, None
+    kept = [x for x in reasons if not x.startswith(("nan-mismatch", "inf-mismatch"))]
+    return kept, (f"non-finite: on inputs holding NaN and infinities, output {index} is NaN or infinite at "
+                  f"{int(on.sum())} elements, each where the module's is, and the module's at {int(rn.sum())}: the "
+                  "module spreads them (a matmul, a reduction) where this candidate does not")
+
+
 def magnitude(t: torch.Tensor) -> float:
     """The largest finite |value| of a floating output (0.0 when it has none), a chunk at a time."""
     if not t.is_floating_point() or t.numel() == 0:

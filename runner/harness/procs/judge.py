@@ -34,6 +34,7 @@ class State:
     oracles: dict[int, list] = {}  # per trial, per output: the oracle's output, or None
     tols: dict[int, list[tuple[float, float]]] = {}  # per trial, per output: the (atol, rtol) its check uses
     prev_ref: list | None = None  # verify.sample() of each output of the previous trial
+    nonfinite: set[int] = set()  # the trials whose inputs hold NaN and infinities (verify.spread_nonfinite)
     timer_cfg = timing.TimerConfig()
     steps: tuple = ()  # (seed, output specs, runner.harness.procs.batch.Steps) of the cross-check under way
 
@@ -170,6 +171,8 @@ def prepare(st: State, msg: dict) -> dict:
         inputs = make_inputs(st.problem, msg["seed"], shape_set=msg["shape_set"], randn=randn, device=st.device,
                              edge=bool(msg.get("edge")), nonfinite=bool(msg.get("nonfinite")))
         odd = msg.get("edge") or msg.get("nonfinite")
+        if msg.get("nonfinite"):
+            st.nonfinite.add(msg["trial"])
         flat, structure = _run_edge_reference(st, inputs) if odd else _run_reference(st, inputs)
     except ProblemError as exc:
         return _problem_error(exc)
@@ -251,7 +254,7 @@ def check(st: State, msg: dict) -> dict:
         return {"passed": False, "reasons": reasons}
     worst_abs = worst_rel = 0.0
     mismatched = numel = 0
-    outs = []
+    outs, notes = [], []
     for i, (r, meta) in enumerate(zip(ref, msg["outputs"], strict=True)):
         meta_reasons = verify.check_metadata(r, meta, i)
         if meta_reasons:
@@ -269,7 +272,12 @@ def check(st: State, msg: dict) -> dict:
             cmp = verify.compare_to_oracle(r, oracles[i], o, atol, rtol, i)
         else:
             cmp = verify.compare_values(r, o, atol, rtol, i)
-        reasons += cmp.reasons
+        if msg["trial"] in st.nonfinite and cmp.reasons:
+            kept, note = verify.spread_nonfinite(r, o, cmp.reasons, i)
+            reasons += kept
+            notes += [note] if note else []
+        else:
+            reasons += cmp.reasons
         worst_abs = max(worst_abs, cmp.max_abs_err or 0.0)
         worst_rel = max(worst_rel, cmp.max_rel_err or 0.0)
         mismatched += cmp.mismatched
@@ -290,7 +298,7 @@ def check(st: State, msg: dict) -> dict:
                 reasons.append(f"nondeterministic: a second run on the same inputs gave a different output {j} "
                                f"(max abs difference {diff:.3g})")
     return {"passed": not reasons, "reasons": reasons, "max_abs_err": worst_abs, "max_rel_err": worst_rel,
-            "mismatched": mismatched, "numel": numel, "seconds": round(time.perf_counter() - t0, 4)}
+            "mismatched": mismatched, "numel": numel, "seconds": round(time.perf_counter() - t0, 4), "notes": notes}
 
 
 def timed_check(st: State, msg: dict) -> dict:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from runner.contract import Candidate, ProblemSpec
+from runner.harness import verify
 from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.harness.plan import Seeds, trial_plan
 from runner.harness.problem import EDGE_EVERY, EDGE_VALUES, edge_values, nonfinite_values
@@ -98,3 +99,25 @@ def test_a_kernel_that_drops_nan_is_rejected_where_torch_keeps_it(harness_cache)
     assert honest.accepted, honest.reasons
     assert not dropping.accepted and dropping.reasons[0].startswith("nan-mismatch"), dropping.reasons
     assert "with NaN and infinities" in dropping.trials[-1].distribution
+
+
+def test_a_module_that_spreads_nan_allows_a_kernel_that_keeps_it_at_its_element():
+    """diag(g) @ x: a NaN in x makes its whole column NaN (0 * NaN), an inf makes the rest of its column NaN; the
+    kernel g[:, None] * x keeps each at its element. The NaN and Inf reasons are dropped, with a note; a kernel that
+    swallows a kind the module's output holds, or puts one where the module is finite, keeps them."""
+    x = torch.randn(4, 5)
+    x[1, 2], x[3, 0] = math.nan, math.inf
+    g = torch.rand(4) + 0.5
+    module, kernel = torch.diag(g) @ x, g[:, None] * x
+    cmp = verify.compare_values(module, kernel, 1e-5, 1e-5, 0)
+    assert any(r.startswith("nan-mismatch") for r in cmp.reasons)
+    kept, note = verify.spread_nonfinite(module, kernel, cmp.reasons, 0)
+    assert kept == [] and "module spreads them" in note and "at 2 elements" in note
+    swallowed = kernel.nan_to_num(nan=0.0, posinf=math.inf)  # a NaN made 0, the inf kept
+    assert verify.spread_nonfinite(module, swallowed, ["nan-mismatch: x"], 0) == (["nan-mismatch: x"], None)
+    extra = kernel.clone()
+    extra[0, 4] = math.nan  # non-finite where the module is finite
+    assert verify.spread_nonfinite(module, extra, ["nan-mismatch: x"], 0) == (["nan-mismatch: x"], None)
+    flipped = kernel.clone()
+    flipped[3, 0] = -math.inf  # the module's +inf there
+    assert verify.spread_nonfinite(module, flipped, ["inf-mismatch: x"], 0) == (["inf-mismatch: x"], None)
