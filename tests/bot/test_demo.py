@@ -36,10 +36,7 @@ def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:
             shutil.copy(ROOT / "examples" / name, examples / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
     env |= session_env() | {"FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
-            "PYTHONPATH": str(ROOT),  # the harness's processes import this checkout's runner too
-            # a 100 ms CPU timer cross-check (its escapes are 10x; tests/runner/harness has its own tests): the same
-            # flow and timer, each measurement's cross-check a quarter as long
-            "FUSEBOT_CPU_CHECK_MS": "100"}
+            "PYTHONPATH": str(ROOT)}  # the harness's processes import this checkout's runner too
     return subprocess.run([sys.executable, "-m", "bot.cli", "demo", "--workdir", str(workdir), "--examples",
                            str(examples), "--rounds", "1", "--wall-seconds", "1800"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer, catalog_proposers, label_of, remember
 from runner.search.types import Attempt, History, ProblemContext
-from tests.runner.catalog.codegen.nvcc import EXPORTS
+from tests.runner.catalog.codegen.nvcc import EXPORTS, compile_together
 from tests.runner.conftest import FAST_TIMER
 
 CATALOG = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog"
@@ -219,18 +218,6 @@ CUDA_CASES = [  # (fixture, params): every layout, both modes, vector widths, fa
 ]
 
 
-def _nvcc(src: str, where: Path) -> tuple[int, str]:
-    """nvcc's whole pipeline (front end, cicc, ptxas, the host compiler, the link). Its -O is the host code's level
-    alone (the PTX of -O0 and -O3 is byte for byte the same): -O0 spares g++ a quarter of the time and checks the
-    same code."""
-    where.mkdir(parents=True, exist_ok=True)
-    (where / "k.cu").write_text(src)
-    cmd = ["nvcc", "-O0", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90,code=sm_90",
-           "-I", str(CSRC), "k.cu", "-o", "k.so"]
-    p = subprocess.run(cmd, cwd=where, capture_output=True, text=True, timeout=300)
-    return p.returncode, p.stdout + p.stderr
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_every_cuda_template_instantiation_compiles(patterns, tmp_path):
@@ -242,13 +229,9 @@ def test_every_cuda_template_instantiation_compiles(patterns, tmp_path):
             p = params if dtype == "float32" or params.vec == 1 else replace(params, vec=min(8, params.vec * 2))
             src = cuda.render(prog, p, abi_offset=1 if pat.family == "epilogue" else 0)
             jobs.append((f"{name}-{p.label()}-{dtype}", src))
-    chunks = [jobs[k::3] for k in range(3)]  # three compiler runs in parallel, each over a third of the sources
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        results = list(pool.map(lambda k: _nvcc(one_translation_unit([src for _, src in chunks[k]]),
-                                                tmp_path / f"chunk{k}"), range(3)))
-    failed = {k: log[-3000:] for k, (rc, log) in enumerate(results) if rc != 0}
-    assert not failed, failed
     assert len(jobs) == 3 * len(CUDA_CASES)
+    rc, log = compile_together([src for _, src in jobs], tmp_path, names=[name for name, _ in jobs])
+    assert rc == 0, log[:3000]
 
 
 @pytest.mark.slow
@@ -309,8 +292,8 @@ def test_columns_kernels_of_every_accumulator_and_input_kind_compile(tmp_path):
         for dtype, vec, mode in (("float32", 4, "online"), ("float16", 8, "twopass")):
             params = cuda.CudaParams("columns", vec=vec, threads=256, col_width=32, slices=8, mode=mode, unroll=4)
             sources.append(cuda.render(_as_dtype(prog, dtype), params))
-    rc, log = _nvcc(one_translation_unit(sources), tmp_path)
-    assert rc == 0, log[-3000:]
+    rc, log = compile_together(sources, tmp_path)
+    assert rc == 0, log[:3000]
 
 
 def test_columns_runs_its_vector_kernel_only_on_whole_aligned_vectors():

@@ -183,8 +183,7 @@ def test_a_search_killed_mid_way_resumes_without_redoing_finished_work(tmp_path)
     trace = out / "trace.jsonl"
     args = ("--rounds", "1", "--ideas", "2", "--implementations", "2")  # 4 candidates: the kill leaves 2 or 3 to do
     with ScriptedLLM(script) as srv:
-        # a 100 ms timer cross-check (its escapes are 10x; tests/runner/harness has its own tests): the same resume
-        env = cli_env(srv.url, tmp_path) | {"FUSEBOT_CPU_CHECK_MS": "100"}
+        env = cli_env(srv.url, tmp_path)
         first = optimize(out, env, *args)
         deadline = time.monotonic() + 480
         while not any(e["event"] == "evaluated" for e in _events(trace)):
