@@ -97,7 +97,11 @@ def _scaled(st, msg):
 
 _H["time"] = _scaled
 """
-FORGED_TIME_KB = kb("        return scale_relu(x, self.bias)\n", header=FORGED_TIME)
+# Its call does 40 times the work (about a millisecond on the CPU), so the parent's clock bounds it above the noise of
+# the judge's steps (a fingerprint and fresh inputs cost about 1 ms a call on a loaded 2-core host: a 30 us call's
+# bound was that noise, 0 on some runs)
+FORGED_TIME_KB = kb("        for _ in range(40):\n            y = scale_relu(x, self.bias)\n        return y\n",
+                    header=FORGED_TIME)
 
 # name -> (sources, the reason prefix it must be rejected with)
 KB_HACKS: dict[str, tuple[dict[str, str], str | tuple[str, ...]]] = {
