@@ -45,6 +45,7 @@ def test_cpu_timing_is_pinned_to_the_configured_cores(harness_cache):
     assert v.accepted, v.reasons
 
 
+@pytest.mark.timing  # real rounds on the CPU: a loaded host's cross-check can end the confirmation before its spread
 def test_a_confirmation_states_its_spread_and_an_unstable_one_claims_nothing(harness_cache, monkeypatch):
     # the rounds as the timer measured them: raised to one common bound (a loaded host's), two could be equal
     monkeypatch.setattr(clocked, "common", lambda rounds: rounds)
