@@ -194,13 +194,9 @@ def test_the_seed_kernel_runs_from_its_device_code_and_other_sizes_and_cpu_tenso
         sys.modules.pop(name)
 
 
-def test_a_catalog_kernel_ships_device_code_only_and_runs_from_its_cubin(tmp_path, monkeypatch):
-    """RowGain's catalog kernel: the drop-in ships its cubin, PTX and launch plans (no host library) and, with no nvcc
-    on PATH, runs from the cubin through the CUDA driver at the verified shape, on torch's current stream, under
-    CUDA graph capture and torch.compile, after deepcopy and pickle; FUSEBOT_DISABLE and another size run the
-    original."""
-    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
-    folder = tmp_path / "repo" / "fbk_cubin" / "rowgain"
+def _rowgain_device_files(folder):
+    """RowGain's catalog kernel, its header and reference written into `folder`; the drop-in's files for them, its
+    launch plan recorded at ROWS: (the problem, the files)."""
     folder.mkdir(parents=True)
     src = catalog_kernel(ROWGAIN)
     (folder / "kernel.cu").write_text(src)
@@ -208,8 +204,18 @@ def test_a_catalog_kernel_ships_device_code_only_and_runs_from_its_cubin(tmp_pat
     (folder / REFERENCE_FILE).write_text(ROWGAIN)
     (folder / "reference_src.py").write_text(ROWGAIN)
     spec = ProblemSpec(name="rowgain", path=str(folder / "reference_src.py"))
-    files = dropin_files(spec, Candidate(id="rg", format="fast", backend="cuda", sources={"kernel.cu": src}),
-                         calls=[call(ROWS)])
+    return spec, dropin_files(spec, Candidate(id="rg", format="fast", backend="cuda", sources={"kernel.cu": src}),
+                              calls=[call(ROWS)])
+
+
+def test_a_catalog_kernel_ships_device_code_only_and_runs_from_its_cubin(tmp_path, monkeypatch):
+    """RowGain's catalog kernel: the drop-in ships its cubin, PTX and launch plans (no host library) and, with no nvcc
+    on PATH, runs from the cubin through the CUDA driver at the verified shape, on torch's current stream, under
+    CUDA graph capture and torch.compile, after deepcopy and pickle; FUSEBOT_DISABLE and another size run the
+    original."""
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "repo" / "fbk_cubin" / "rowgain"
+    spec, files = _rowgain_device_files(folder)
     assert any(n.endswith(".cubin.b64") for n in files) and any(n.endswith(".ptx") for n in files), sorted(files)
     assert not any(".so" in n for n in files), sorted(files)
     for name, text in files.items():
@@ -268,15 +274,7 @@ def test_the_generated_test_passes_through_the_device_code_graph_capture_include
     RowGain's catalog drop-in with device code only: every check passes, the CUDA graph's capture and replay among
     them, and nothing is built."""
     folder = tmp_path / "repo" / "rowgain"
-    folder.mkdir(parents=True)
-    src = catalog_kernel(ROWGAIN)
-    (folder / "kernel.cu").write_text(src)
-    (folder / HEADER_FILE).write_text((ROOT / "runner/csrc/fusebot.h").read_text())
-    (folder / REFERENCE_FILE).write_text(ROWGAIN)
-    (folder / "reference_src.py").write_text(ROWGAIN)
-    spec = ProblemSpec(name="rowgain", path=str(folder / "reference_src.py"))
-    files = dropin_files(spec, Candidate(id="rg", format="fast", backend="cuda", sources={"kernel.cu": src}),
-                         calls=[call(ROWS)])
+    spec, files = _rowgain_device_files(folder)
     assert any(n.endswith(".cubin.b64") for n in files) and not any(".so" in n for n in files), sorted(files)
     for name, text in files.items():
         (folder / name).write_text(text)
