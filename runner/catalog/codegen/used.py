@@ -63,7 +63,10 @@ struct AccArgMin { float v; int i;  // an index along the reduced dims (the set-
 struct AccLse { float m; fb_acc s;
   FB_M void init() { m = -INFINITY; s = 0; }
   FB_M void add(float x, long long) {
-    if (x > m) { s = s * (fb_acc)fb_exp(m - x) + 1; m = x; } else if (x != -INFINITY) { s += (fb_acc)fb_exp(x - m); } }
+    // a new maximum's own term is exp(x - x): 1, or NaN at x = +inf, as the two-pass form's exp(max - max) (torch's
+    // log-softmax is NaN on a row holding +inf); the select sits on the rare rescale branch
+    if (x > m) { s = s * (fb_acc)fb_exp(m - x) + (x == INFINITY ? (fb_acc)NAN : (fb_acc)1); m = x; }
+    else if (x != -INFINITY) { s += (fb_acc)fb_exp(x - m); } }
   FB_M void merge(const AccLse& o) {
     if (o.m == -INFINITY) return;
     if (o.m > m) { s = s * (fb_acc)fb_exp(m - o.m) + o.s; m = o.m; } else { s += o.s * (fb_acc)fb_exp(o.m - m); } } };

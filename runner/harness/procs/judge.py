@@ -35,6 +35,7 @@ class State:
     tols: dict[int, list[tuple[float, float]]] = {}  # per trial, per output: the (atol, rtol) its check uses
     prev_ref: list | None = None  # verify.sample() of each output of the previous trial
     nonfinite: set[int] = set()  # the trials whose inputs hold NaN and infinities (verify.spread_nonfinite)
+    twins: dict[int, tuple[list, list, int]] = {}  # per non-finite trial: `masked_twin`'s outputs, oracles, count
     timer_cfg = timing.TimerConfig()
     steps: tuple = ()  # (seed, output specs, runner.harness.procs.batch.Steps) of the cross-check under way
 
@@ -220,12 +221,84 @@ def prepare(st: State, msg: dict) -> dict:
     st.refs = {msg["trial"]: flat}
     st.oracles = {msg["trial"]: oracles}
     st.tols = {msg["trial"]: tols}
+    st.twins = {}
+    if msg.get("nonfinite"):
+        twin = masked_twin(st, inputs, flat)
+        if twin is not None:
+            st.twins[msg["trial"]] = twin
     return {"outputs": specs, "structure": structure, "digest": digest.hexdigest(),
             "near_constant": near_constant, "tolerance_notes": notes,
             "atol_min": min(atols, default=st.problem.tolerance[0]),
             "value_span": [lo, hi] if lo <= hi else None,
             "input_bytes": bytes_of(inputs), "output_bytes": bytes_of(flat),
             "seconds": round(time.perf_counter() - t0, 4)}
+
+
+PROBES = (0.75, -1.5)  # finite values put where a non-finite one was: of both signs, exact in every float dtype
+
+
+def masked_twin(st: State, inputs: list, flat: list) -> tuple[list, list, int] | None:
+    """On a non-finite trial: the module's outputs (and their oracle's) with each NaN or infinity that the module's
+    own mask discards replaced by a finite value, and how many there were; None where it discards none.
+
+    A value is discarded where the module's output is exactly the same whichever finite value sits there (probed with
+    both PROBES, the other non-finite positions set to the first): a padding mask's x * 0, an additive mask's
+    score + finfo.min. The module still spreads a NaN from there (NaN * 0 is NaN) where a kernel that skips masked
+    elements does not read it; such a kernel is right on every finite input, and matches this twin. A value the
+    output depends on (a ReLU's argument) is never discarded, so a kernel that swallows it still fails."""
+    spots = [(k, i) for k, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.is_floating_point()
+             for i in (~torch.isfinite(x)).reshape(-1).nonzero().flatten().tolist()]
+    if not spots:
+        return None
+
+    def filled(values: dict[tuple[int, int], float]) -> list:
+        out = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        for (k, i), v in values.items():
+            out[k].view(-1)[i] = v
+        return out
+
+    def outputs(values: dict[tuple[int, int], float]) -> list:
+        return _run_reference(st, filled(values))[0]
+
+    def same(a: list, b: list) -> bool:
+        return all(verify.matches(x, y, 0.0, 0.0) if isinstance(x, torch.Tensor) else x == y
+                   for x, y in zip(a, b, strict=True))
+
+    first = PROBES[0]
+    try:
+        base = outputs(dict.fromkeys(spots, first))
+        if same(base, outputs(dict.fromkeys(spots, PROBES[1]))):
+            masked = spots
+        else:
+            masked = [s for s in spots if same(base, outputs(dict.fromkeys(spots, first) | {s: PROBES[1]}))]
+        if not masked:
+            return None
+        twin_inputs = filled(dict.fromkeys(masked, first))
+        twin = _run_reference(st, twin_inputs)[0]
+    except ProblemError:  # the forward refuses the probe (a check of its own): nothing is discarded
+        return None
+    if same(twin, flat):  # discarded, and not spread either: nothing for a candidate to differ on
+        return None
+    return twin, oracle_outputs(st.oracle, twin_inputs, twin)[0], len(masked)
+
+
+def against_twin(st: State, trial: int, i: int, o: torch.Tensor) -> str | None:
+    """A note where output `i` of a non-finite trial, refused against the reference, matches the module with the
+    NaN and infinities its mask discards made finite (`masked_twin`); None otherwise."""
+    if trial not in st.twins:
+        return None
+    outs, oracles, count = st.twins[trial]
+    r, (atol, rtol) = outs[i], st.tols[trial][i]
+    if not isinstance(r, torch.Tensor) or not r.is_floating_point():
+        return None
+    cmp = (verify.compare_to_oracle(r, oracles[i], o, atol, rtol, i) if oracles[i] is not None
+           else verify.compare_values(r, o, atol, rtol, i))
+    kept, spread = verify.spread_nonfinite(r, o, cmp.reasons, i) if cmp.reasons else ([], None)
+    if kept:
+        return None
+    return (f"masked non-finite: output {i} matches the module with the {count} NaN or infinite input values its own "
+            "mask discards made finite (its output is the same whatever finite value is there); the module spreads "
+            "them through the mask (NaN x 0 is NaN), this candidate does not read them" + (f"; {spread}" if spread else ""))
 
 
 def _inside(file: str | None, directory: str) -> Path:
@@ -274,6 +347,8 @@ def check(st: State, msg: dict) -> dict:
             cmp = verify.compare_values(r, o, atol, rtol, i)
         if msg["trial"] in st.nonfinite and cmp.reasons:
             kept, note = verify.spread_nonfinite(r, o, cmp.reasons, i)
+            masked = against_twin(st, msg["trial"], i, o) if kept else None
+            kept, note = ([], masked) if masked else (kept, note)
             reasons += kept
             notes += [note] if note else []
         else:

@@ -171,3 +171,36 @@ def test_cpu_candidates_are_verified_by_the_harness(patterns, harness_cache):
     for name in names:
         for c, v in results[name]:
             assert v.accepted, (name, label_of(c), v.reasons)
+
+
+@pytest.mark.parametrize("mode", ["online", "twopass"])
+def test_cross_entropy_is_non_finite_where_torchs_is(patterns, tmp_path, mode):
+    """A +inf logit makes torch's log-softmax NaN (x - max is inf - inf), so the loss is NaN; a -inf logit at a row's
+    first column leaves it finite; a NaN makes it NaN. The online log-sum-exp must give what the two-pass one gives
+    (its rescale step once turned a +inf into a loss of +inf), wherever in the row the value sits."""
+    import subprocess
+
+    import torch
+
+    from runner.harness.build import CPU_FLAGS
+    from runner.harness.procs.abi import KernelLibrary
+
+    (tmp_path / "k.cpp").write_text(cpu.render(patterns["cross_entropy"].program, cpu.CpuParams("rows", mode, "one")))
+    csrc = Path(__file__).resolve().parents[3] / "runner/csrc"
+    done = subprocess.run(["g++", *CPU_FLAGS, "-I", str(csrc), "k.cpp", "-o", "k.so"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    kernel = KernelLibrary(tmp_path / "k.so")
+    gen = torch.Generator().manual_seed(3)
+    labels = torch.randint(0, 300, (24,), generator=gen)
+    seen = set()
+    for value in (float("inf"), float("-inf"), float("nan")):
+        for col in (0, 1, 150, 299):
+            logits = torch.randn(24, 300, generator=gen)
+            logits[5, col] = value
+            out = torch.empty(())
+            kernel([logits, labels], [out], None)
+            want = torch.nn.functional.cross_entropy(logits.double(), labels).float()
+            seen.add(str(float(want)))
+            assert torch.allclose(out, want, rtol=1e-5, atol=1e-5, equal_nan=True), (value, col, out, want)
+    assert "nan" in seen and any(s != "nan" for s in seen)  # both kinds of row were tried

@@ -121,3 +121,61 @@ def test_a_module_that_spreads_nan_allows_a_kernel_that_keeps_it_at_its_element(
     flipped = kernel.clone()
     flipped[3, 0] = -math.inf  # the module's +inf there
     assert verify.spread_nonfinite(module, flipped, ["inf-mismatch: x"], 0) == (["inf-mismatch: x"], None)
+
+
+class _Pooling(torch.nn.Module):
+    def forward(self, x, mask):  # sentence-transformers' masked mean pooling
+        m = mask.unsqueeze(-1).expand(x.size()).float()
+        return (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+class _Relu(torch.nn.Module):
+    def forward(self, x, mask):
+        return torch.relu(x * mask.unsqueeze(-1).float())
+
+
+def _judge_on(model: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor) -> tuple[judge.State, list]:
+    """A judge's state after preparing one non-finite trial of `model` on (x, mask)."""
+    from runner.harness.oracle import oracle_model
+
+    st = judge.State()
+    st.model, st.device = model, "cpu"
+    st.oracle, _ = oracle_model(model)
+    flat = judge._run_reference(st, [x, mask])[0]
+    st.tols = {0: [(1e-5, 1e-5)]}
+    twin = judge.masked_twin(st, [x, mask], flat)
+    st.twins = {0: twin} if twin is not None else {}
+    return st, flat
+
+
+def test_nan_under_a_padding_mask_may_go_unread_a_nan_the_output_depends_on_may_not():
+    """Masked mean pooling spreads an inf or a NaN at a padded token into its row (x * 0 is NaN): a kernel that
+    skips padded tokens (runner.catalog.skipping.find_guard) is right on every finite input and matches the module
+    with those values finite. A NaN at a kept token stays the module's NaN; under a ReLU (its output depends on the
+    value) nothing is discarded, so a kernel that makes it 0 is still refused."""
+    gen = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(3, 6, 4, generator=gen), torch.tensor([[1, 1, 1, 0, 0, 0]] * 3)
+    keep = mask.unsqueeze(-1).float()
+    x[0, 4, 1], x[1, 5, 2] = math.inf, math.nan  # two padded tokens
+    st, ref = _judge_on(_Pooling(), x, mask)
+    assert ref[0].isnan().sum() == 2 and st.twins[0][2] == 2  # rows 0 and 1 poisoned by their padding
+    skipping = torch.where(keep > 0, x, 0.0).sum(1) / keep.sum(1)  # padded tokens unread: finite everywhere
+    cmp = verify.compare_values(ref[0], skipping, 1e-5, 1e-5, 0)
+    assert cmp.reasons and verify.spread_nonfinite(ref[0], skipping, cmp.reasons, 0)[0]  # NaN swallowed, alone
+    note = judge.against_twin(st, 0, 0, skipping)
+    assert note and "its own mask discards" in note and "2 NaN or infinite" in note
+
+    x[2, 1, 3] = math.nan  # and one at a kept token: row 2's own NaN, which the module keeps and so must a kernel
+    st, ref = _judge_on(_Pooling(), x, mask)
+    assert ref[0].isnan().sum() == 3 and st.twins[0][2] == 2
+    skipping = torch.where(keep > 0, x, 0.0).sum(1) / keep.sum(1)
+    assert judge.against_twin(st, 0, 0, skipping) is not None
+    assert judge.against_twin(st, 0, 0, skipping.nan_to_num(nan=0.0)) is None  # row 2's NaN made 0
+
+    st, ref = _judge_on(_Relu(), x, torch.ones(3, 6, dtype=torch.long))
+    assert st.twins == {}  # relu(x) depends on every x
+    st, ref = _judge_on(_Relu(), x, mask)  # relu(NaN * 0) is NaN in torch; the padded positions are discarded
+    assert st.twins[0][2] == 2
+    kept = torch.relu(torch.where(keep > 0, x, 0.0))
+    assert judge.against_twin(st, 0, 0, kept) is not None
+    assert judge.against_twin(st, 0, 0, kept.nan_to_num(0.0)) is None
