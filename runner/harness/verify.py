@@ -237,15 +237,17 @@ def spread_nonfinite(ref: torch.Tensor, out: torch.Tensor, reasons: list[str],
     """On a trial whose inputs hold NaN and infinities: `reasons` kept, or, where the only difference is that the
     module's output is non-finite at more elements than the candidate's (a matmul by a diagonal spreads a NaN along
     its column, a kernel of the same products keeps it at its element), the NaN and Inf reasons dropped and a note
-    that says so. Strict where the candidate is non-finite where the module is finite, where both are non-finite but
-    differ (NaN for Inf, a sign), or where a kind the module's output holds (NaN, +inf, -inf) is nowhere in the
-    candidate's (a ReLU that makes a NaN 0 and keeps +inf swallowed the NaN)."""
+    that says so. The module's NaN where the candidate holds an infinity is spreading too (an inf row of the diagonal
+    meets a column the matmul made NaN: inf + NaN is NaN). Strict where the candidate is non-finite where the module
+    is finite, where both are non-finite but differ otherwise (NaN for an Inf, a sign), or where a kind the module's
+    output holds (NaN, +inf, -inf) is nowhere in the candidate's (a ReLU that makes a NaN 0 and keeps +inf swallowed
+    the NaN)."""
     if not ref.is_floating_point():
         return reasons, None
     r, o = ref.reshape(-1), out.reshape(-1).to(ref.dtype)
     rn, on = ~torch.isfinite(r), ~torch.isfinite(o)
     both = rn & on
-    differ = both & ~((r == o) | (torch.isnan(r) & torch.isnan(o)))
+    differ = both & ~((r == o) | torch.isnan(r))  # (both non-finite: the module's NaN takes the candidate's either)
     kinds = (torch.isnan, lambda t: t == float("inf"), lambda t: t == float("-inf"))
     swallowed = any(bool(k(r).any()) and not bool(k(o).any()) for k in kinds)
     if swallowed or int((on & ~rn).sum()) or int(differ.sum()) or not int((rn & ~on).sum()):

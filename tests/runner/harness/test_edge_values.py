@@ -121,6 +121,22 @@ def test_a_module_that_spreads_nan_allows_a_kernel_that_keeps_it_at_its_element(
     flipped = kernel.clone()
     flipped[3, 0] = -math.inf  # the module's +inf there
     assert verify.spread_nonfinite(module, flipped, ["inf-mismatch: x"], 0) == (["inf-mismatch: x"], None)
+    nan_for_inf = kernel.clone()
+    nan_for_inf[3, 0] = math.nan  # NaN where the module keeps its +inf
+    assert verify.spread_nonfinite(module, nan_for_inf, ["inf-mismatch: x"], 0) == (["inf-mismatch: x"], None)
+
+
+def test_a_diagonals_inf_that_meets_a_column_the_matmul_made_nan_is_spreading():
+    """diag(g) @ x with g and x both holding NaN and infinities (the non-finite trial puts them into every floating
+    input): where g's inf row crosses a column that x's NaN or inf turned NaN, the module holds NaN (inf + NaN) and the
+    kernel g[:, None] * x its inf. Spreading, as a whole NaN column is."""
+    g, x = nonfinite_values(torch.randn(64), 3), nonfinite_values(torch.randn(64, 20), 4)
+    module, kernel = torch.diag(g) @ x, g[:, None] * x
+    r, o = module.reshape(-1), kernel.reshape(-1)
+    assert bool((r.isnan() & o.isinf()).any())  # the crossing is there
+    cmp = verify.compare_values(module, kernel, 1e-5, 1e-5, 0)
+    kept, note = verify.spread_nonfinite(module, kernel, cmp.reasons, 0)
+    assert kept == [] and "module spreads them" in note
 
 
 class _Pooling(torch.nn.Module):
