@@ -11,7 +11,7 @@ Nodes a template must render (each raises NotExpressible where it cannot):
 - Load(k): input k at the current position of F (its access kind says how: Program.access).
 - Const(v), Dim(name): a number; a size read at run time ('R', or 'F0', 'F1', ...).
 - Op(name, args, attrs): scalar math in fp32 (runner.catalog.codegen.common.op_code is the reference rendering).
-  Besides the UNARY and BINARY names below: `where(c, a, b)` (c != 0 ? a : b); comparisons `eq ne lt le gt ge`
+  Its names are runner.catalog.ops's table: among them `where(c, a, b)` (c != 0 ? a : b); comparisons `eq ne lt le gt ge`
   (1.0 or 0.0); `not` (x == 0); `trunc`; `round_bf16` / `round_fp16`: x rounded to the nearest bf16/fp16 value
   (ties to even) and widened back to fp32, exactly where the reference stores to that type (an op whose result is
   bf16, `.to(torch.bfloat16)`); loads of bf16/fp16 widen exactly and the final store rounds; `idivmod(x; div, mod)`
@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING
+
+from runner.catalog import ops
 
 if TYPE_CHECKING:
     from runner.catalog.rope import Rope
@@ -105,13 +107,6 @@ class Red(Expr):
 
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "lse", "mean", "var")
 
-UNARY = ("neg", "relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", "rsqrt", "erf", "gelu", "gelu_tanh",
-         "leaky_relu", "hardtanh", "softplus", "elu", "hardsigmoid", "hardswish", "mish", "square", "cube", "recip",
-         "powc", "clamp_min", "clamp_max", "sign", "log1p", "softsign", "selu", "cos", "sin", "expm1")
-BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge")
-TERNARY = ("where",)
-CASTS = ("round_bf16", "round_fp16", "trunc", "not", "isnan", "isinf")
-INDEX = ("idivmod",)  # idivmod(x; div, mod) = (x // div) % mod on integer values: a merged dim's coordinate
 
 
 @dataclass
@@ -377,47 +372,7 @@ def op(name: str, *args: Expr, attrs: tuple[float, ...] = ()) -> Expr:
     if name == "where" and isinstance(a, Const):
         return args[1] if a.value != 0 else args[2]
     if all(isinstance(x, Const) for x in args) and args:
-        folded = _fold(name, [x.value for x in args], attrs)  # type: ignore[union-attr]
+        folded = ops.fold(name, [x.value for x in args], attrs)  # type: ignore[union-attr]
         if folded is not None:
             return Const(folded)
     return Op(name, tuple(args), attrs)
-
-
-def _fold(name: str, v: list[float], attrs: tuple[float, ...]) -> float | None:
-    import math
-
-    table = {"add": lambda: v[0] + v[1], "sub": lambda: v[0] - v[1], "mul": lambda: v[0] * v[1],
-             "div": lambda: v[0] / v[1] if v[1] else None, "neg": lambda: -v[0], "sqrt": lambda: math.sqrt(v[0]),
-             "exp": lambda: math.exp(v[0]), "log": lambda: math.log(v[0]) if v[0] > 0 else None,
-             "powc": lambda: v[0] ** attrs[0], "recip": lambda: 1.0 / v[0] if v[0] else None,
-             "tanh": lambda: math.tanh(v[0]), "relu": lambda: max(v[0], 0.0), "abs": lambda: abs(v[0]),
-             "square": lambda: v[0] * v[0], "cube": lambda: v[0] ** 3,
-             "gelu": lambda: 0.5 * v[0] * (1.0 + math.erf(v[0] / math.sqrt(2.0))),
-             "sigmoid": lambda: 1.0 / (1.0 + math.exp(-v[0])), "silu": lambda: v[0] / (1.0 + math.exp(-v[0])),
-             "maximum": lambda: max(v[0], v[1]), "minimum": lambda: min(v[0], v[1]),
-             "clamp_min": lambda: max(v[0], attrs[0]), "clamp_max": lambda: min(v[0], attrs[0]),
-             "leaky_relu": lambda: v[0] if v[0] > 0 else v[0] * attrs[0],
-             "where": lambda: v[1] if v[0] != 0 else v[2], "eq": lambda: float(v[0] == v[1]),
-             "ne": lambda: float(v[0] != v[1]), "lt": lambda: float(v[0] < v[1]), "le": lambda: float(v[0] <= v[1]),
-             "gt": lambda: float(v[0] > v[1]), "ge": lambda: float(v[0] >= v[1]), "not": lambda: float(v[0] == 0),
-             # rounding keeps 0, the infinities and any value the type holds exactly (finfo.min of a bf16 mask)
-             "round_bf16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) or _holds(v[0], "bf16") else None,
-             "round_fp16": lambda: v[0] if v[0] == 0 or math.isinf(v[0]) or _holds(v[0], "fp16") else None}
-    fn = table.get(name)
-    try:
-        return fn() if fn else None
-    except (ValueError, OverflowError, ZeroDivisionError):
-        return None
-
-
-def _holds(x: float, kind: str) -> bool:
-    """Is x exactly a bf16 (an fp32 whose low 16 bits are 0) or an fp16 value?"""
-    import struct
-
-    try:
-        if kind == "bf16":
-            f = struct.unpack("<f", struct.pack("<f", x))[0]
-            return f == x and struct.unpack("<I", struct.pack("<f", x))[0] & 0xFFFF == 0
-        return struct.unpack("<e", struct.pack("<e", x))[0] == x
-    except (OverflowError, struct.error):
-        return False

@@ -9,34 +9,25 @@ and at which source line.
 
 from __future__ import annotations
 
+from runner.catalog import ops
 from runner.catalog.capture import CNode
 
-# ATen name (with its overload, '.default' dropped) -> the lowering's name, arguments in the same positions
-SAME_ARGS = {
-    "add.Tensor": "add", "add.Scalar": "add", "sub.Tensor": "sub", "sub.Scalar": "sub", "mul.Tensor": "mul",
-    "mul.Scalar": "mul", "div.Tensor": "div", "div.Scalar": "div", "div.Tensor_mode": "div", "rsub.Scalar": "rsub",
-    "rsub.Tensor": "rsub", "pow.Tensor_Scalar": "pow", "pow.Tensor_Tensor": "pow", "pow.Scalar": "pow",
-    "maximum": "maximum", "minimum": "minimum", "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp",
-    "log": "log", "abs": "abs", "sqrt": "sqrt", "rsqrt": "rsqrt", "erf": "erf", "neg": "neg", "reciprocal": "reciprocal",
-    "log1p": "log1p", "sign": "sign", "expm1": "expm1", "gelu": "gelu", "silu": "silu", "mish": "mish",
-    "hardsigmoid": "hardsigmoid", "hardswish": "hardswish", "leaky_relu": "leaky_relu", "hardtanh": "hardtanh",
-    "elu": "elu", "softplus": "softplus", "clamp": "clamp", "clamp_min": "clamp_min", "clamp_max": "clamp_max",
+# ATen name (with its overload, '.default' dropped) -> the lowering's name, arguments in the same positions: the scalar
+# ops' (runner.catalog.ops) and the structural ones below
+STRUCTURAL = {
+    "rsub.Scalar": "rsub", "rsub.Tensor": "rsub", "hardtanh": "hardtanh", "clamp": "clamp",
     "amax": "amax", "amin": "amin", "argmax": "argmax", "argmin": "argmin", "max.dim": "max", "min.dim": "min",
     "prod.dim_int": "prod", "logsumexp": "logsumexp", "linalg_vector_norm": "linalg_vector_norm",
     "_softmax": "softmax", "_log_softmax": "log_softmax", "view": "view", "_unsafe_view": "view",
     "reshape": "view", "unsqueeze": "unsqueeze", "squeeze": "squeeze", "squeeze.dim": "squeeze",
     "squeeze.dims": "squeeze", "expand": "expand", "alias": "identity", "clone": "identity", "detach": "identity",
     "lift_fresh_copy": "identity", "contiguous": "identity", "dropout": "identity", "permute": "permute",
-    "t": "t", "transpose.int": "transpose", "where.self": "where", "diag": "diag", "linear": "linear",
+    "t": "t", "transpose.int": "transpose", "diag": "diag", "linear": "linear",
     "matmul": "matmul", "mm": "matmul", "bmm": "matmul", "addmm": "addmm", "conv1d": "conv1d", "conv2d": "conv2d",
     "conv3d": "conv3d", "conv_transpose1d.input": "conv_transpose1d", "conv_transpose2d.input": "conv_transpose2d",
     "conv_transpose3d.input": "conv_transpose3d", "einsum": "einsum", "slice.Tensor": "slice", "cat": "cat",
     "gather": "gather", "index_select": "index_select", "embedding": "embedding", "select.int": "select",
-    "eq.Scalar": "eq", "eq.Tensor": "eq", "ne.Scalar": "ne", "ne.Tensor": "ne", "lt.Scalar": "lt", "lt.Tensor": "lt",
-    "le.Scalar": "le", "le.Tensor": "le", "gt.Scalar": "gt", "gt.Tensor": "gt", "ge.Scalar": "ge", "ge.Tensor": "ge",
-    "logical_not": "not", "isnan": "isnan", "isinf": "isinf", "cos": "cos", "sin": "sin",
-    "bitwise_not": "not", "logical_and": "mul", "bitwise_and.Tensor": "mul",
-    "logical_or": "maximum", "bitwise_or.Tensor": "maximum", "scalar_tensor": "const", "full": "full",
+    "scalar_tensor": "const", "full": "full",
     "full_like": "full_like", "ones_like": "ones_like", "zeros_like": "zeros_like", "arange.start_step": "arange",
     "arange": "arange", "split_with_sizes": "split", "split.Tensor": "split",
     "constant_pad_nd": "pad", "repeat": "repeat", "arange.start": "arange", "iota": "arange",
@@ -44,6 +35,7 @@ SAME_ARGS = {
     "sum.dim_IntList": "sum", "sum": "sum", "var.correction": "var", "var_mean.correction": "var_mean",
     "std.correction": "std", "max": "amax", "min": "amin", "prod": "prod",
 }
+SAME_ARGS = ops.ATEN | STRUCTURAL
 
 
 def translate(n: CNode) -> CNode:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from math import prod
 from typing import Any
 
-from runner.catalog import rope, schedule, skipping
+from runner.catalog import ops, rope, schedule, skipping
 from runner.catalog.capture import ARANGE, TRIL, CGraph, CNode
 from runner.catalog.ir import (
     Const,
@@ -101,12 +101,8 @@ class _Lower(RowOps, ViewOps):
             if isinstance(x, int | float) and x > 0:
                 return Val(op("exp", op("mul", Const(math.log(x)), self.val(e).expr)), tuple(n.shape or ()))
             return self.pointwise(n, "pow", self.val(x), self.val(e))
-        simple = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "abs": "abs",
-                  "sqrt": "sqrt", "rsqrt": "rsqrt", "erf": "erf", "neg": "neg", "square": "square", "silu": "silu",
-                  "mish": "mish", "softsign": "softsign", "hardsigmoid": "hardsigmoid", "hardswish": "hardswish",
-                  "log1p": "log1p", "sign": "sign", "reciprocal": "recip", "selu": "selu", "cos": "cos", "sin": "sin"}
-        if o in simple:
-            return self.pointwise(n, simple[o], self.val(a(0, "input")))
+        if o in ops.PLAIN:
+            return self.pointwise(n, o, self.val(a(0, "input")))
         if o == "gelu":
             approx = n.kwargs.get("approximate", "none")
             return self.pointwise(n, "gelu_tanh" if approx == "tanh" else "gelu", self.val(a(0, "input")))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runner.catalog import ops
 from runner.catalog.codegen.index import coord_code, strided_index_code
 from runner.catalog.ir import Const, Dim, Expr, Gather, Iota, Load, Op, Program, Red, Total, rebuild, reductions, walk
 
@@ -171,54 +172,11 @@ def _f(v: float) -> str:
 
 
 def op_code(name: str, a: list[str], attrs: tuple[float, ...]) -> str:
-    x = a[0] if a else ""
-    y = a[1] if len(a) > 1 else ""
-    table = {
-        "add": f"({x} + {y})", "sub": f"({x} - {y})", "mul": f"({x} * {y})", "div": f"fb_div({x}, {y})",
-        "maximum": f"(({x} > {y} || {x} != {x}) ? {x} : {y})",  # NaN where either is, as torch's
-        "minimum": f"(({x} < {y} || {x} != {x}) ? {x} : {y})", "pow": f"powf({x}, {y})",
-        "neg": f"(-{x})", "relu": f"({x} < 0.0f ? 0.0f : {x})", "sigmoid": f"fb_sigmoid({x})",
-        "tanh": f"fb_tanh({x})", "silu": f"({x} * fb_sigmoid({x}))", "exp": f"fb_exp({x})", "log": f"fb_log({x})",
-        "abs": f"fabsf({x})", "sqrt": f"sqrtf({x})", "rsqrt": f"fb_rsqrt({x})", "erf": f"erff({x})",
-        "gelu": f"(0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f)))",
-        "gelu_tanh": f"(0.5f * {x} * (1.0f + fb_tanh(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))",
-        "square": f"({x} * {x})", "cube": f"({x} * {x} * {x})", "recip": f"fb_div(1.0f, {x})",
-        "log1p": f"log1pf({x})", "sign": f"(float)(({x} > 0.0f) - ({x} < 0.0f))",
-        "softsign": f"fb_div({x}, 1.0f + fabsf({x}))",
-        "selu": f"(1.0507009873554805f * ({x} > 0.0f ? {x} : 1.6732632423543772f * (fb_exp({x}) - 1.0f)))",
-        "hardsigmoid": f"fb_clamp01({x} * (1.0f / 6.0f) + 0.5f)",
-        "hardswish": f"({x} * fb_clamp01({x} * (1.0f / 6.0f) + 0.5f))",
-        "mish": f"({x} * fb_tanh({x} > 20.0f ? {x} : log1pf(fb_exp({x}))))",
-        "where_lt": f"({x} < {y} ? {a[2] if len(a) > 2 else ''} : {a[3] if len(a) > 3 else ''})",
-        "where": f"({x} != 0.0f ? {y} : {a[2] if len(a) > 2 else ''})",
-        "eq": f"(float)({x} == {y})", "ne": f"(float)({x} != {y})", "lt": f"(float)({x} < {y})",
-        "le": f"(float)({x} <= {y})", "gt": f"(float)({x} > {y})", "ge": f"(float)({x} >= {y})",
-        "not": f"(float)({x} == 0.0f)", "isnan": f"(float)({x} != {x})",
-        "isinf": f"(float)(fabsf({x}) == INFINITY)", "trunc": f"truncf({x})", "expm1": f"expm1f({x})",
-        "cos": f"cosf({x})", "sin": f"sinf({x})",
-        "round_bf16": f"fb_round_bf16({x})", "round_fp16": f"fb_round_fp16({x})",
-        # kl_div's xlogy(t, t) - t * y: 0 where t == 0, NaN where t < 0 (torch.xlogy), never 0 for a negative t
-        "xlogy_minus": f"(({x} == 0.0f ? 0.0f : {x} * fb_log({x})) - {x} * {y})",
-    }
-    if name in table:
-        return table[name]
-    c = attrs
-    if name == "powc":
-        return f"powf({x}, {_f(c[0])})"
-    if name == "idivmod":  # a coordinate of a merged dim: (x // div) % mod on integers
-        return f"(float)(((long long){x} / {int(c[0])}LL) % {int(c[1])}LL)"
-    if name == "leaky_relu":
-        return f"({x} > 0.0f ? {x} : {x} * {_f(c[0])})"
-    if name == "clamp_min":
-        return f"({x} < {_f(c[0])} ? {_f(c[0])} : {x})"
-    if name == "clamp_max":
-        return f"({x} > {_f(c[0])} ? {_f(c[0])} : {x})"
-    if name == "elu":
-        return f"({x} > 0.0f ? {x} : {_f(c[0])} * (fb_exp({x}) - 1.0f))"
-    if name == "softplus":
-        beta, th = c
-        return f"({x} * {_f(beta)} > {_f(th)} ? {x} : log1pf(fb_exp({x} * {_f(beta)})) / {_f(beta)})"
-    raise NotExpressible(f"op {name}")
+    """The C expression of a scalar op (runner.catalog.ops)."""
+    code = ops.render(name, a, attrs, _f)
+    if code is None:
+        raise NotExpressible(f"op {name}")
+    return code
 
 
 INT_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}

@@ -35,6 +35,7 @@ from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.totals import Totals
 from runner.catalog.ir import Op, Program
 from runner.catalog.ir import walk as walk_expr
+from runner.catalog.ops import COSTLY
 
 # per-thread registers a row may take: vectors of the held inputs (K * V elements each, stored in their own dtype)
 MAX_HELD_BYTES = 256
@@ -307,10 +308,6 @@ __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).par
   }}
 }}
 """
-
-
-COSTLY = frozenset({"exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh", "erf", "pow", "powc", "expm1",
-                    "log1p", "softplus", "mish", "elu", "selu"})
 
 
 def worth_keeping(e) -> bool:
