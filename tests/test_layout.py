@@ -74,7 +74,6 @@ UPWARD_ALLOWED: set[str] = set()
 # Modules over MAX_LINES, each one concept that a split would scatter (the reason beside it).
 LONG_REASONS: dict[str, str] = {
     "runner/contract.py": "the schema between the towers: every model a verdict, a job and a result is made of",
-    "runner/catalog/ir.py": "the catalog's IR: its node types and their walk, read together by every generator",
     "runner/catalog/recognition.py": "lowering one captured ATen graph to the IR: one dispatch over the graph's ops",
     "runner/pipeline.py": "one problem from its file to its result folder under one budget, and a job's targets",
     "runner/harness/procs/judge.py": "the judge process: its state and the handlers of the parent's requests",
