@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from runner.contract import Backend, Job, JobResult, ProblemSpec, Progress, SearchBudget, TargetResult, TargetSpec
 from runner.errors import ProblemError, UsageError
 from runner.harness import dropin
+from runner.harness.config import confirm_rounds_setting
 from runner.harness.evaluator import default_backend
 from runner.harness.gpus import device_evaluators, lanes, parse_gpus, visible_gpus
 from runner.proposers.catalog import catalog_proposers, skips_work
@@ -203,7 +204,7 @@ def baselines_note(compile_baseline: bool = True) -> str:
 
 def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, proposers: Sequence,
                      evaluator: EvaluatorLike, backend: Backend, *, fresh: bool = False,
-                     progress: Callable[[Progress], None] | None = None, confirm_rounds: int = 5,
+                     progress: Callable[[Progress], None] | None = None, confirm_rounds: int | None = None,
                      deadline: Deadline | None = None, reserve_s: float = 0.0,
                      skips: Callable[[ProblemContext], bool] = skips_work, compile_baseline: bool = True) -> Outcome:
     """Search (or resume the search recorded in out/trace.jsonl) and write the result folder, all within
@@ -215,7 +216,9 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
     `skips` finds no work a kernel could skip (triage): for a problem with a memory floor the baselines are then
     waited for before the search starts (the capture runs beside them); without one they are timed beside the
     catalog's first builds. `progress` hears the budget's split, then what the first minute does (baselines_note:
-    `compile_baseline` says whether torch.compile is timed too)."""
+    `compile_baseline` says whether torch.compile is timed too). The finalists are confirmed in `confirm_rounds`
+    alternating rounds (None: the FUSEBOT_CONFIRM_ROUNDS setting, validated here before anything starts)."""
+    rounds = confirm_rounds if confirm_rounds is not None else confirm_rounds_setting(os.environ)
     deadline = deadline or Deadline(budget.wall_seconds)
     split = plan_split(deadline.seconds, reserve_s=reserve_s)
     work = deadline.until(split.work_end_s)
@@ -254,7 +257,7 @@ def optimize_problem(spec: ProblemSpec, out: Path, budget: SearchBudget, propose
                     deadline=work.until(split.search_end_s))
     # The fastest of many noisy measurements is partly the luckiest: the best kernel and the best PyTorch rewrite are
     # re-timed against both baselines, and the outcome proposes one of them, or nothing.
-    confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, confirm_rounds, progress, work)
+    confirmed, confirmed_rewrite = confirm_finalists(result, evaluator, rounds, progress, work)
     if ctx.baselines is None:  # timed beside the search: waited for only as long as the budget lasts
         try:
             ctx = ctx.model_copy(update={"baselines": within(work, evaluator.baselines, "timing the baselines")})

@@ -16,8 +16,13 @@ import pytest
 # CPU time runs its calls for 100 ms instead of 400 (the least the harness allows: ten of the 10 ms CPU time ticks;
 # an escape is a timer under a tenth of the calls' cost, and tests/runner/harness has the cross-check's own tests):
 # `fusebot bench` over two problems took 32 s instead of 47 alone on the 2-core CI machine.
+# A search's finalists are confirmed in two alternating rounds instead of five (the least a claim accepts): each round
+# times the finalist, eager and torch.compile again, and the flows assert the honesty of whatever verdict comes out;
+# the rules that read five or more rounds (the extremes left out) have their own tests with injected rounds
+# (tests/runner/harness/test_confirm.py, tests/runner/results/test_choice.py).
 # Tests marked `timing` run with the product's own settings.
-SUITE_TIMING = {"FUSEBOT_UNSTABLE_SPREAD": "1000", "FUSEBOT_TIMER_MAX_SECONDS": "1", "FUSEBOT_CPU_CHECK_MS": "100"}
+SUITE_TIMING = {"FUSEBOT_UNSTABLE_SPREAD": "1000", "FUSEBOT_TIMER_MAX_SECONDS": "1", "FUSEBOT_CPU_CHECK_MS": "100",
+                "FUSEBOT_CONFIRM_ROUNDS": "2"}
 for _name, _value in SUITE_TIMING.items():
     os.environ.setdefault(_name, _value)
 

@@ -6,7 +6,8 @@ import os
 
 # FUSEBOT_CACHE_DIR: the session's harness cache; the others: the suite's timing on a loaded two-core host (the
 # names of tests/conftest.py's SUITE_TIMING), unset for tests marked `timing`.
-_PASSED_ON = ("FUSEBOT_CACHE_DIR", "FUSEBOT_UNSTABLE_SPREAD", "FUSEBOT_TIMER_MAX_SECONDS", "FUSEBOT_CPU_CHECK_MS")
+_PASSED_ON = ("FUSEBOT_CACHE_DIR", "FUSEBOT_UNSTABLE_SPREAD", "FUSEBOT_TIMER_MAX_SECONDS", "FUSEBOT_CPU_CHECK_MS",
+              "FUSEBOT_CONFIRM_ROUNDS")
 
 
 def session_env() -> dict[str, str]:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.harness.confirm import CONFIRM_ROUNDS, MIN_CONFIRM_ROUNDS
 from runner.harness.sandbox import confined_env
 
 
@@ -69,6 +70,19 @@ def cpu_check_setting(environ: Mapping[str, str], default: float = 400.0) -> flo
     configured."""
     return _number_setting(environ, "FUSEBOT_CPU_CHECK_MS", default, 100.0, False,
                            "a number of milliseconds, at least 100")
+
+
+def confirm_rounds_setting(environ: Mapping[str, str]) -> int:
+    """FUSEBOT_CONFIRM_ROUNDS, the alternating rounds a search's winner is confirmed in: a whole number, at least
+    MIN_CONFIRM_ROUNDS (unset: CONFIRM_ROUNDS), for a host that needs its flows more than the extremes left out of five
+    rounds; validated when a search starts."""
+    raw = environ.get("FUSEBOT_CONFIRM_ROUNDS", "")
+    if not raw:
+        return CONFIRM_ROUNDS
+    if not (raw.strip().isdigit() and int(raw) >= MIN_CONFIRM_ROUNDS):
+        raise ValueError(f"FUSEBOT_CONFIRM_ROUNDS must be a whole number of rounds, at least {MIN_CONFIRM_ROUNDS}, "
+                         f"not {raw!r}")
+    return int(raw)
 
 
 def timer_setting(environ: Mapping[str, str]) -> dict:

@@ -12,6 +12,13 @@ import statistics
 from runner.contract import Baselines, Confirmation, Timing
 from runner.harness.timing import summarize
 
+# A search's winner is timed in this many rounds (FUSEBOT_CONFIRM_ROUNDS overrides it: runner.harness.config); five
+# or more let a claim leave out the highest and the lowest round (`agreeing`).
+CONFIRM_ROUNDS = 5
+# The fewest rounds a confirmation runs, under a deadline too: a claim needs rounds that agree (one round has no spread
+# to judge).
+MIN_CONFIRM_ROUNDS = 2
+
 
 def pool(ts: list[Timing]) -> Timing:
     """One timing of every sample of several rounds."""

@@ -336,7 +336,7 @@ class Evaluator:
         finally:
             child.close()
 
-    def confirm(self, candidate: Candidate, rounds: int = 5,
+    def confirm(self, candidate: Candidate, rounds: int = confirming.CONFIRM_ROUNDS,
                 on_round: Callable[[int, float, float, float | None], bool] | None = None) -> Verdict:
         """Re-verify `candidate` in a fresh process, then time it and both baselines in alternating rounds
         (runner.harness.confirm). The returned verdict's timing and baselines pool every round's samples;

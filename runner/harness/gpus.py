@@ -32,6 +32,7 @@ from typing import Any
 from runner.contract import Candidate, ProblemSpec, Verdict
 from runner.errors import MachineError, ProblemError, UsageError
 from runner.harness.config import HarnessConfig
+from runner.harness.confirm import CONFIRM_ROUNDS
 from runner.harness.evaluator import Evaluator
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ class DeviceEvaluator:
     def evaluate(self, candidate: Candidate) -> Verdict:
         return name_device(self._run("evaluate", candidate), self.label)
 
-    def confirm(self, candidate: Candidate, rounds: int = 5, on_round: Callable | None = None) -> Verdict:
+    def confirm(self, candidate: Candidate, rounds: int = CONFIRM_ROUNDS, on_round: Callable | None = None) -> Verdict:
         """The rounds run in the device's process: `on_round` hears of them when they are all done."""
         v = name_device(self._run("confirm", candidate, rounds), self.label)
         c = v.confirmation
@@ -224,7 +225,7 @@ class DeviceSet:
     def evaluate(self, candidate: Candidate) -> Verdict:
         return self.evaluate_many([candidate])[0]
 
-    def confirm(self, candidate: Candidate, rounds: int = 5, on_round: Callable | None = None) -> Verdict:
+    def confirm(self, candidate: Candidate, rounds: int = CONFIRM_ROUNDS, on_round: Callable | None = None) -> Verdict:
         return self.first.confirm(candidate, rounds=rounds, on_round=on_round)
 
     def abort(self) -> None:

@@ -23,10 +23,11 @@ from __future__ import annotations
 import statistics
 
 from runner.contract import Baselines, Confirmation, ProblemSpec, Timing
+from runner.harness.confirm import CONFIRM_ROUNDS
 from runner.harness.refs import resolve_source
 from runner.results.choice import KERNEL_OVER_REWRITE
 
-SCRIPT_CONFIRM_ROUNDS = 5  # as many as the search's confirmation
+SCRIPT_CONFIRM_ROUNDS = CONFIRM_ROUNDS  # as many as the search's confirmation by default
 BACK_TO_BACK_CALLS = 50  # a user's loop of calls, timed together (the host path included)
 # a spread (a contestant's IQR over its median, or its rounds' speedups) beyond which the script's figure cannot be
 # compared with the PR's: the least effect a kernel must show over a PyTorch rewrite

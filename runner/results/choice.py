@@ -20,16 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.contract import Candidate, Confirmation, Progress, Verdict, faster_baseline
-from runner.harness.confirm import EXTREMES, MIN_EFFECT, agreeing, margin, spread, won_every_round
+from runner.harness.confirm import EXTREMES, MIN_CONFIRM_ROUNDS, MIN_EFFECT, agreeing, margin, spread, won_every_round
 from runner.search.deadline import Cancelled, Deadline
 from runner.search.loop import SearchResult
 from runner.search.types import Attempt
 
 log = logging.getLogger(__name__)
-
-# Under a deadline, a finalist's confirmation still runs this many rounds: a claim needs rounds that agree (one round
-# has no spread to judge), whatever the budget says.
-MIN_CONFIRM_ROUNDS = 2
 
 # How much faster than an eligible PyTorch rewrite a kernel must be to be proposed instead: a reviewer does not take
 # device code for a gain inside the noise (on the H200, RowGain's kernel and its one-line rewrite were 5% apart while

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from runner.contract import DropinCheck, Verdict
+from runner.harness.config import confirm_rounds_setting
 from runner.harness.confirm import EXTREMES, margin, won_every_round
 from runner.harness.sandbox import confined_env
 from runner.results.bench_script import bench_filename, read_figures
@@ -117,13 +118,15 @@ def _run_bench_script(root: Path, kernels_dir: str, folder: str, *, timeout_s: f
     """Run the folder's bench script from the repository root `root`, confined like every untrusted process: its
     figures (the script's JSON), or why there are none. `threads`: torch's CPU threads for every contestant, as many
     as the harness's CPU timing gives each (runner.harness.config.timing_cores), so that the figure a PR states and
-    this re-measure compare eager and torch.compile on the same threads."""
+    this re-measure compare eager and torch.compile on the same threads. It runs as many rounds as a search's
+    confirmation (FUSEBOT_CONFIRM_ROUNDS, else the script's own default, the same number)."""
     script = f"{kernels_dir}/{folder}/{bench_filename(folder)}"
     if not (root / script).is_file():
         return f"no bench script ({script})"
     out = root / f".fusebot-bench-{folder}.json"
     cmd = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(root), "--", sys.executable, script,
-           "--json", str(out), *(["--threads", str(threads)] if threads else [])]
+           "--json", str(out), "--rounds", str(confirm_rounds_setting(os.environ)),
+           *(["--threads", str(threads)] if threads else [])]
     env = confined_env(root, base=dict(os.environ))
     env["FUSEBOT_DROPIN_CACHE"] = str(root / ".fusebot-dropin-cache")
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):

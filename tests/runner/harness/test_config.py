@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from runner.harness.config import HarnessConfig, cpu_check_setting, timer_setting
+from runner.harness.config import HarnessConfig, confirm_rounds_setting, cpu_check_setting, timer_setting
 
 
 def test_the_cpu_cross_checks_span_is_400_ms_unless_the_host_sets_one(monkeypatch):
@@ -33,6 +33,15 @@ def test_the_timer_cap_is_read_from_the_environment_and_validated(monkeypatch):
     for raw in ("0", "-1", "soon", "nan"):
         with pytest.raises(ValueError, match="FUSEBOT_TIMER_MAX_SECONDS must be a positive number of seconds"):
             timer_setting({"FUSEBOT_TIMER_MAX_SECONDS": raw})
+
+
+def test_the_confirmation_rounds_are_five_unless_the_host_sets_two_or_more():
+    assert confirm_rounds_setting({}) == 5 and confirm_rounds_setting({"FUSEBOT_CONFIRM_ROUNDS": ""}) == 5
+    assert confirm_rounds_setting({"FUSEBOT_CONFIRM_ROUNDS": "2"}) == 2
+    assert confirm_rounds_setting({"FUSEBOT_CONFIRM_ROUNDS": "9"}) == 9
+    for raw in ("1", "0", "-3", "2.5", "many", "nan"):
+        with pytest.raises(ValueError, match="FUSEBOT_CONFIRM_ROUNDS must be a whole number of rounds, at least 2"):
+            confirm_rounds_setting({"FUSEBOT_CONFIRM_ROUNDS": raw})
 
 
 @pytest.mark.timing

@@ -202,7 +202,7 @@ def test_optimize_ends_within_its_budget_and_the_confirmation_reports_its_rounds
     deadline = Deadline(60.0, clock)
     o = optimize_problem(ProblemSpec(name="relu", module="m"), tmp_path, budget,
                          [Scripted("a", lambda r, k, j: f"ms={0.5 - r / 100 - k / 1000 - j / 10000}")], ev, "cpu",
-                         progress=seen.append, deadline=deadline)
+                         progress=seen.append, deadline=deadline, confirm_rounds=5)
     assert deadline.elapsed_s() <= 60.0 * 1.1, deadline.elapsed_s()
     messages = [p.message for p in seen]
     assert messages[0].startswith("budget 60 s for the whole run") and "until 51 s" in messages[0]
@@ -210,6 +210,27 @@ def test_optimize_ends_within_its_budget_and_the_confirmation_reports_its_rounds
     assert rounds and rounds[0].startswith("confirming the best kernel: round 1/5: ")
     assert ev.rounds_run == [len(rounds)] and 1 <= len(rounds) < 5  # stopped when the next would not fit
     assert o.best is not None and o.best.candidate.id.startswith("r")
+
+
+def test_the_finalists_are_confirmed_in_the_rounds_the_host_sets(tmp_path, monkeypatch):
+    budget = SearchBudget(rounds=1, ideas_per_round=1, implementations_per_idea=1, wall_seconds=600.0)
+    proposers = [Scripted("a", lambda r, k, j: "ms=0.5")]
+    for setting, rounds in (("", 5), ("3", 3)):
+        monkeypatch.setenv("FUSEBOT_CONFIRM_ROUNDS", setting)
+        ev = Timed(Clock(), per_candidate_s=1.0)
+        optimize_problem(ProblemSpec(name="relu", module="m"), tmp_path / f"r{rounds}", budget, proposers, ev, "cpu",
+                         deadline=Deadline(600.0, ev.clock))
+        assert ev.rounds_run == [rounds]
+    ev = Timed(Clock(), per_candidate_s=1.0)
+    optimize_problem(ProblemSpec(name="relu", module="m"), tmp_path / "own", budget, proposers, ev, "cpu",
+                     deadline=Deadline(600.0, ev.clock), confirm_rounds=4)  # a caller's own number wins
+    assert ev.rounds_run == [4]
+    monkeypatch.setenv("FUSEBOT_CONFIRM_ROUNDS", "1")
+    ev = Timed(Clock(), per_candidate_s=1.0)
+    with pytest.raises(ValueError, match="FUSEBOT_CONFIRM_ROUNDS must be a whole number of rounds, at least 2"):
+        optimize_problem(ProblemSpec(name="relu", module="m"), tmp_path / "bad", budget, proposers, ev, "cpu",
+                         deadline=Deadline(600.0, ev.clock))
+    assert ev.evaluated == [] and not (tmp_path / "bad").exists()  # refused before anything started
 
 
 def test_the_cli_refuses_a_budget_of_zero_with_exit_2():
