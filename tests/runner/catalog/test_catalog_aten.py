@@ -177,13 +177,15 @@ def test_cpu_candidates_are_verified_by_the_harness(patterns, harness_cache):
 def test_cross_entropy_is_non_finite_where_torchs_is(patterns, tmp_path, mode):
     """A +inf logit makes torch's log-softmax NaN (x - max is inf - inf), so the loss is NaN; a -inf logit at a row's
     first column leaves it finite; a NaN makes it NaN. The online log-sum-exp must give what the two-pass one gives
-    (its rescale step once turned a +inf into a loss of +inf), wherever in the row the value sits."""
+    (its rescale step once turned a +inf into a loss of +inf), wherever in the row the value sits; and the judge's
+    non-finite trial (NaN, +inf and -inf at once) accepts it, on a dozen draws."""
     import subprocess
 
     import torch
 
     from runner.harness.build import CPU_FLAGS
     from runner.harness.procs.abi import KernelLibrary
+    from tests.runner.nonfinite import judged, nonfinite_inputs
 
     (tmp_path / "k.cpp").write_text(cpu.render(patterns["cross_entropy"].program, cpu.CpuParams("rows", mode, "one")))
     csrc = Path(__file__).resolve().parents[3] / "runner/csrc"
@@ -204,3 +206,9 @@ def test_cross_entropy_is_non_finite_where_torchs_is(patterns, tmp_path, mode):
             seen.add(str(float(want)))
             assert torch.allclose(out, want, rtol=1e-5, atol=1e-5, equal_nan=True), (value, col, out, want)
     assert "nan" in seen and any(s != "nan" for s in seen)  # both kinds of row were tried
+    model = torch.nn.CrossEntropyLoss()
+    for seed in range(12):
+        xs = nonfinite_inputs([torch.randn(24, 300, generator=gen), labels], seed)
+        out = torch.empty(())
+        kernel(xs, [out], None)
+        assert judged(model, xs, [out]) == [], seed

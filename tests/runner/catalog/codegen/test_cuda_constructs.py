@@ -6,7 +6,8 @@ every row (a mean of per-row losses).
 
 On the CPU each problem is captured and recognised, rendered in every layout the emulator runs exactly (flat, bcast,
 rows, regs, columns, split; tests/runner/cuda_emulation.py, threaded where blocks merge) and compared with the
-module's own forward; every parameter set the catalog proposes for them compiles with nvcc."""
+module's own forward, then judged on inputs holding NaN and both infinities by the judge's own rule
+(tests/runner/nonfinite.py); every parameter set the catalog proposes for them compiles with nvcc."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from runner.catalog.space import strategies
 from runner.harness.procs.abi import KernelLibrary
 from tests.runner import cuda_emulation
 from tests.runner.catalog.codegen.nvcc import compile_together
+from tests.runner.nonfinite import judged, nonfinite_inputs
 
 ATEN = Path(__file__).resolve().parents[3] / "fixtures/problems/catalog_aten"
 DT = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int64": torch.int64}
@@ -120,6 +122,11 @@ def _match(aten, rendered: dict, tmp_path: Path) -> None:
             tol = dict(rtol=1e-5, atol=1e-5) if ref.dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2)
             torch.testing.assert_close(got.view(ref.shape), ref, **tol, msg=lambda m, k=key, p=params: f"{k} "
                                        f"{p.label()}: {m}")
+        # the judge's non-finite trial: NaN and both infinities in every floating input
+        bad = nonfinite_inputs(xs, seed=1)
+        outs = [torch.empty(o.shape, dtype=DT[o.dtype]) for o in pat.program.outputs]
+        KernelLibrary(libs[key])(bad + ins[len(xs):], outs, None)
+        assert judged(model, bad, outs) == [], (key, params.label())
 
 
 def test_a_strided_view_is_never_read_as_a_broadcast(aten):
