@@ -6,8 +6,10 @@ The lines go at the end of the file, below the class (and the factories beside i
 drop-in and bind the class's name to what it answers, the drop-in's subclass. The drop-in imports this module for the
 original class: `adopt` is defined before that import, so either module may be imported first and each sees the
 other's names (runner/harness/dropin_forward.py). FUSEBOT_DISABLE, read when the module is imported, keeps the
-original class; deleting the lines undoes the change. No edit where the drop-in is not importable as a package
-(a kernels directory whose folders are not identifiers) or the class is not defined at the file's top level.
+original class, as does a copy of the module whose kernels folder is not importable (a package installed without it:
+only a ModuleNotFoundError naming that folder or the drop-in is caught); deleting the lines undoes the change. No edit
+where the drop-in is not importable as a package (a kernels directory whose folders are not identifiers) or the class
+is not defined at the file's top level.
 """
 
 from __future__ import annotations
@@ -30,11 +32,19 @@ def block(class_name: str, kernels_path: str) -> str | None:
     if module is None:
         return None
     folder = kernels_path.strip("/")
+    parts = module.split(".")
+    missing = tuple(".".join(parts[:n]) for n in range(1, len(parts) + 1))  # the packages that may be absent
     return (f"{MARK} {class_name} runs the fused kernel in {folder}/ for the calls it was verified for\n"
             f"# ({folder}/BENCHMARK.md) and its original forward for every other call. FUSEBOT_DISABLE=1 keeps the\n"
-            "# class above; deleting these lines undoes the change. The import stays below the class: the drop-in\n"
-            "# imports this module for it.\n"
-            f"from {module} import adopt as _fusebot_adopt  # noqa: E402  # isort: skip\n\n"
+            "# class above, as does a copy of this module without the kernels folder (an installed package); deleting\n"
+            "# these lines undoes the change. The import stays below the class: the drop-in imports this module.\n"
+            "try:\n"
+            f"    from {module} import adopt as _fusebot_adopt  # noqa: E402  # isort: skip\n"
+            "except ModuleNotFoundError as _fusebot_missing:\n"
+            f"    if _fusebot_missing.name not in {missing!r}:\n"
+            "        raise\n\n"
+            "    def _fusebot_adopt(cls):\n"
+            "        return cls\n\n\n"
             f"{class_name} = _fusebot_adopt({class_name})\n")
 
 

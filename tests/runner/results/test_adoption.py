@@ -143,17 +143,31 @@ def test_the_edited_module_binds_the_dropin_and_fusebot_disable_the_original(tmp
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
 
 
-@pytest.mark.parametrize("first", ["", f"{KERNELS}.rowgain.dropin"])
-def test_a_module_that_adopted_a_dropin_hygiene_removed_keeps_its_own_class(tmp_path, first):
-    """Nightly hygiene replaces a stale drop-in by a shim: the module that adopted it imports and keeps its class."""
+@pytest.mark.parametrize("how", ["module first", "drop-in first", "no kernels folder"])
+def test_a_module_that_adopted_a_removed_or_absent_dropin_keeps_its_own_class(tmp_path, how):
+    """Nightly hygiene replaces a stale drop-in by a shim, and a copy of the module may come without the kernels
+    folder (a package installed without it): either way the module imports and keeps its own class."""
     root = tmp_path / "repo"
     (root / "examples").mkdir(parents=True)
     text = (ROOT / "examples" / "row_gain.py").read_text().replace("rows, cols = 1024, 512", "rows, cols = 8, 16")
     (root / "examples" / "row_gain.py").write_text(adopted(text, "RowGain", f"{KERNELS}/rowgain"))
-    (root / KERNELS / "rowgain").mkdir(parents=True)
-    for init in (root / KERNELS / "__init__.py", root / KERNELS / "rowgain" / "__init__.py"):
-        init.write_text("")
-    spec = ProblemSpec(name="RowGain", module="examples.row_gain", class_name="RowGain")
-    (root / KERNELS / "rowgain" / "dropin.py").write_text(shim_source(spec))
+    if how != "no kernels folder":
+        (root / KERNELS / "rowgain").mkdir(parents=True)
+        for init in (root / KERNELS / "__init__.py", root / KERNELS / "rowgain" / "__init__.py"):
+            init.write_text("")
+        spec = ProblemSpec(name="RowGain", module="examples.row_gain", class_name="RowGain")
+        (root / KERNELS / "rowgain" / "dropin.py").write_text(shim_source(spec))
+    first = f"{KERNELS}.rowgain.dropin" if how == "drop-in first" else ""
     found = _probe(root, tmp_path, "examples.row_gain", "RowGain", [8], first=first)
     assert found["class_module"] == "examples.row_gain" and found["kernel_calls"] is None and found["same"]
+
+
+def test_a_missing_module_the_dropin_itself_needs_is_not_hidden(tmp_path):
+    root = tmp_path / "repo"
+    (root / "examples").mkdir(parents=True)
+    (root / "examples" / "row_gain.py").write_text(adopted(EXAMPLE.read_text(), "ScaledBiasReLU", f"{KERNELS}/s"))
+    (root / KERNELS / "s").mkdir(parents=True)
+    (root / KERNELS / "s" / "dropin.py").write_text("import not_installed_anywhere\n")
+    done = subprocess.run([sys.executable, "-c", "import examples.row_gain"], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode != 0 and "No module named 'not_installed_anywhere'" in done.stderr
