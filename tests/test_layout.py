@@ -48,6 +48,7 @@ RANKS = {
     "runner.harness": 2,
     "runner.search": 3,
     "runner.catalog": 3,
+    "runner.shipped": 3,
     "runner.results": 4,
     "runner.proposers": 4,
     "runner.pipeline": 5,
@@ -77,7 +78,6 @@ LONG_REASONS: dict[str, str] = {
     "runner/catalog/recognition.py": "lowering one captured ATen graph to the IR: one dispatch over the graph's ops",
     "runner/pipeline.py": "one problem from its file to its result folder under one budget, and a job's targets",
     "runner/harness/procs/judge.py": "the judge process: its state and the handlers of the parent's requests",
-    "runner/results/bench_script.py": "the bench script a PR ships, one template with the code that fills it in",
     "runner/results/files.py": "a result folder's files for one target: what ships, written in one place",
     "runner/catalog/codegen/cuda/regs.py": "the register-resident row kernel: its layout, loads ahead and template",
 }

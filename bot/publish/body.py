@@ -75,9 +75,14 @@ def adopt_lines(plan: PullRequestPlan, r: TargetResult) -> list[str]:
     folder = _folder(r)
     if is_rewrite(r):
         return [f"Adopt: merge; `{r.file}` itself changes (the diff above), nothing else to import."]
-    if folder is None:
-        return []
     cls = r.class_name or r.target
+    edited = next((p[1:] for p in sorted(r.files) if p.startswith("/")), None)
+    if folder is None and not edited:
+        return []
+    if edited:
+        return [f"Adopt: merge; `{edited}` binds `{cls}` to the drop-in (the lines added at its end: a subclass with "
+                "the same constructor and `state_dict` keys, so existing checkpoints load). `FUSEBOT_DISABLE=1` keeps "
+                "the original class; deleting those lines undoes it."]
     was = f"`from {r.file.removesuffix('.py').replace('/', '.')} import {cls}`" if r.file else "your class"
     return [f"Adopt: `from {module_path(plan.kernels_dir, folder)} import {cls}` in place of {was} (a subclass: "
             "same constructor, same `state_dict` keys, so existing checkpoints load)."]

@@ -27,7 +27,12 @@ def manifest_of(r: TargetResult) -> dict:
 
 
 def is_rewrite(r: TargetResult) -> bool:
-    return manifest_of(r).get("change") == "rewrite" or any(p.startswith("/") for p in r.files)
+    """A PyTorch rewrite: its manifest says so, or (a manifest without `change`) it changes a repository file and
+    ships no drop-in (a kernel's PR may change the module's file too: the edit that adopts its drop-in)."""
+    change = manifest_of(r).get("change")
+    if change:
+        return change == "rewrite"
+    return any(p.startswith("/") for p in r.files) and not any(p.endswith("/dropin.py") for p in r.files)
 
 
 def name(r: TargetResult) -> str:

@@ -9,6 +9,9 @@ loaded in another process) need nothing but the drop-in importable. Three paths:
 - the original forward: autograd wanting gradients, jit.trace, fx.symbolic_trace, vmap and other torch.func
   transforms, jit.script (`__prepare_scriptable__` hands TorchScript the original class), and whatever the guard
   refuses.
+A module can adopt the drop-in (the edit a kernel PR makes to the marked class's file, runner/results/adoption.py):
+`Cls = adopt(Cls)` at its end binds the class's name to the subclass. `adopt` is defined before the drop-in imports
+that module, so either may be imported first; FUSEBOT_DISABLE then keeps the original class.
 """
 
 from __future__ import annotations
@@ -241,6 +244,35 @@ def _traced(module, args, kwargs):
     return res[0] if isinstance(out, torch.Tensor) else tuple(res)
 '''
 
+ADOPT = r'''
+def _env_off(cls_name):
+    """FUSEBOT_DISABLE: 1/true/all turns every drop-in off; a comma-separated list of targets or class names, these."""
+    value = os.environ.get("FUSEBOT_DISABLE", "").strip()
+    if not value or value.lower() in ("0", "false", "no"):
+        return False
+    names = {v.strip().lower() for v in value.split(",")}
+    return bool(names & {"1", "true", "yes", "all", TARGET.lower(), cls_name.lower()})
+
+
+_ADOPTING = []  # modules that asked for this drop-in's class while it was still loading (it was importing them)
+
+
+def adopt(original):
+    """The class a module that adopts this drop-in binds in place of `original`, its own class: this drop-in's
+    subclass, or `original` itself where FUSEBOT_DISABLE names it (read once, as the module is imported). Called
+    while this drop-in is still loading (it imports that module for the original class), it answers `original` and
+    binds the module's name to the subclass once loaded."""
+    if _env_off(original.__name__):
+        return original
+    dropin = globals().get("_DROPIN")
+    if dropin is None:
+        _ADOPTING.append(original.__module__)
+        return original
+    return dropin
+
+
+'''
+
 CLASS = '''
 
 class __NAME__(Original):
@@ -288,4 +320,11 @@ __NAME__.forward.__wrapped__ = Original.forward  # the original's signature (ins
 
 def _count():
     __NAME__.kernel_calls += 1
+
+
+__NAME__.fusebot_original = Original  # the class it replaces (a module that adopted it binds that name to this one)
+_DROPIN = __NAME__
+for _name in _ADOPTING:  # modules that adopted it while it loaded: their name now binds the subclass
+    if getattr(sys.modules.get(_name), "__NAME__", None) is Original:
+        setattr(sys.modules[_name], "__NAME__", __NAME__)
 '''

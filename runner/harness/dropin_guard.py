@@ -57,15 +57,6 @@ def _describe_all(tensors):
     return (_FbTensor * max(len(parts), 1)).from_buffer_copy(b"".join(parts) or bytes(_PACK.size))
 
 
-def _env_off(cls_name):
-    """FUSEBOT_DISABLE: 1/true/all turns every drop-in off; a comma-separated list of targets or class names, these."""
-    value = os.environ.get("FUSEBOT_DISABLE", "").strip()
-    if not value or value.lower() in ("0", "false", "no"):
-        return False
-    names = {v.strip().lower() for v in value.split(",")}
-    return bool(names & {"1", "true", "yes", "all", TARGET.lower(), cls_name.lower()})
-
-
 @RESOLVE@
 
 def _evaluate(fn):

@@ -110,6 +110,9 @@ def load(spec: ProblemSpec) -> LoadedProblem:
     file = file or Path(mod.__file__).resolve()
     try:
         model_cls = getattr(mod, spec.class_name)
+        # a module that adopted a fusebot drop-in (runner/results/adoption.py) binds the name to the drop-in's
+        # subclass: the problem is the class it replaced
+        model_cls = vars(model_cls).get("fusebot_original", model_cls)
     except AttributeError:
         raise ProblemError("import", str(file), f"defines no class {spec.class_name!r}") from None
     try:

@@ -16,6 +16,7 @@ with BENCHMARK.md, fusebot.json and the bench script beside nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -24,6 +25,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from runner.contract import MANIFEST_FILE, Candidate, DropinCheck, ProblemSpec, 
 from runner.harness import dropin
 from runner.harness.confirm import margin as confirm_margin
 from runner.harness.sandbox import confined_env
+from runner.results.adoption import adopted
 from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filename, bench_source
 from runner.results.dropin_test import dropin_test_source
 from runner.results.figures import stated
@@ -178,10 +181,12 @@ def benchmark_markdown(spec: ProblemSpec, v: Verdict, p: Provenance, test_path: 
 def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, provenance: Provenance, *,
                  kernels_dir: str = DEFAULT_KERNELS_DIR, reference_text: str | None = None,
                  check: DropinCheck | None = None, extra: dict | None = None,
-                 licence: tuple[str, str] = (NOASSERTION, "")) -> dict[str, str]:
+                 licence: tuple[str, str] = (NOASSERTION, ""), module_file: str = "",
+                 module_text: str | None = None) -> dict[str, str]:
     """The files of one improved target: path relative to the kernels directory -> text. `extra`: what the manifest
     says beyond the kernel (runner.results.proposal.manifest_extra); `licence`: (SPDX id, where the repository
-    declares it), each file's licence line (runner/results/licence.py). Pure."""
+    declares it), each file's licence line (runner/results/licence.py). With the marked module's repository path
+    `module_file` and its text, that file adopting the drop-in (runner/results/adoption.py; key: "/" + its path). Pure."""
     if candidate.format != "fast":
         raise ValueError(f"{candidate.id}: only fast-format kernels become drop-ins (got {candidate.format})")
     folder = slug(spec.name)
@@ -221,6 +226,10 @@ def target_files(spec: ProblemSpec, candidate: Candidate, verdict: Verdict, prov
         files[f"{folder}/__init__.py"] = ""
     if spec.path and reference_text is not None:
         files[f"{folder}/{dropin.REFERENCE_FILE}"] = reference_text
+    edited = adopted(module_text, spec.class_name, f"{kernels_dir}/{folder}") \
+        if spec.module and module_file and module_text is not None else None
+    if edited is not None and edited != module_text:
+        files[f"{ROOT_PREFIX}{module_file}"] = edited
     return with_spdx(files, licence[0], skip=(f"{folder}/{dropin.REFERENCE_FILE}",))
 
 
@@ -367,9 +376,39 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                                         f"does elsewhere ({why}); it is not proposed")
         return TargetResult(improved=True, message=_with_choice(message, choice), files=files, dropin_check=check,
                             **base)
+    module = {"module_file": file, "module_text": (root / file).read_text()} if spec.module and file and \
+        (root / file).is_file() else {}
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
-                         extra=extra, licence=licence)
+                         extra=extra, licence=licence, **module)
     write_files(root / kernels_dir, files)
+    with _module_as_shipped(root, files):  # the check and the bench script run with the module's edit, as merged
+        return _checked_kernel(spec, message, candidate, verdict, provenance, base, root=root, kernels_dir=kernels_dir,
+                               reference_text=reference_text, check_env=check_env, change=change, choice=choice,
+                               margin=margin, rewrite_t=rewrite_t, timeout_s=timeout_s, licence=licence, module=module,
+                               extra=extra)
+
+
+@contextlib.contextmanager
+def _module_as_shipped(root: Path, files: dict[str, str]) -> Iterator[None]:
+    """The repository files a result changes (the key "/" + path) written under `root` while inside, then put back."""
+    was = {rel[1:]: (root / rel[1:]).read_text() for rel in files if rel.startswith(ROOT_PREFIX)}
+    try:
+        for rel, text in files.items():
+            if rel.startswith(ROOT_PREFIX):
+                (root / rel[1:]).write_text(text)
+        yield
+    finally:
+        for rel, text in was.items():
+            (root / rel).write_text(text)
+
+
+def _checked_kernel(spec: ProblemSpec, message: str, candidate: Candidate, verdict: Verdict, provenance: Provenance,
+                    base: dict, *, root: Path, kernels_dir: str, reference_text: str | None,
+                    check_env: dict[str, str] | None, change: str, choice: str, margin: float | None,
+                    rewrite_t: Timing | None, timeout_s: float | None, licence: tuple[str, str],
+                    module: dict, extra: dict) -> TargetResult:
+    """A kernel's result once its files are written: its generated test run, its bench script's figures (CUDA), its
+    files made again with the check that passed."""
     check = check_dropin(root, kernels_dir, spec.name, env=check_env,
                          **({"timeout_s": min(timeout_s, CHECK_TIMEOUT_S)} if timeout_s else {}))
     if not check.passed:
@@ -392,7 +431,7 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
         extra = manifest_extra(verdict, backend=candidate.backend, change=change, choice=choice, margin=margin,
                                verified=verified_inputs(spec), rewrite=rewrite_t)
     files = target_files(spec, candidate, verdict, provenance, kernels_dir=kernels_dir, reference_text=reference_text,
-                         check=check, extra=extra, licence=licence)  # BENCHMARK.md now names the check that passed
+                         check=check, extra=extra, licence=licence, **module)  # BENCHMARK.md names the check
     write_files(root / kernels_dir, files)
     return TargetResult(improved=True, message=_with_choice(message, choice), files=files, dropin_check=check,
                         **base)

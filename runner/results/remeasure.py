@@ -157,9 +157,15 @@ def unmeasured(folder: str, m: dict | None, kernels_dir: str, why: str, *, holds
 
 
 def shim_source(spec: ProblemSpec) -> str:
-    """What replaces a removed drop-in: the original class under the drop-in's name, so imports keep working."""
+    """What replaces a removed drop-in: the original class under the drop-in's name, so imports keep working, and
+    `adopt` answering the original class, so a module that adopted the drop-in (runner/results/adoption.py) keeps its
+    own; `adopt` comes first, as in the drop-in: that module may be the one importing this."""
     return (f'"""{spec.class_name} ({spec.name}): the fusebot kernel was removed (see the PR that removed it); this is the '
-            f'original module again."""\n\nfrom {spec.module} import {spec.class_name}  # noqa: F401\n')
+            'original module again."""\n\n\n'
+            "def adopt(original):\n"
+            '    """The class a module that adopted the removed drop-in keeps: its own."""\n'
+            "    return original\n\n\n"
+            f"from {spec.module} import {spec.class_name}  # noqa: E402, F401\n")
 
 
 def removal(root: Path, kernels_dir: str, folder: str, spec: ProblemSpec) -> dict[str, str]:

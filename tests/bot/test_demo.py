@@ -71,11 +71,13 @@ def test_demo_twice_opens_then_updates_one_local_pr(tmp_path):
     # as fast as any kernel; a kernel is proposed only where it beats the rewrite by the minimum effect
     changed = repo.git.diff("main", BRANCH, "--name-only").split()
     assert "examples/row_gain.py" in changed or proposed, changed
-    if "examples/row_gain.py" in changed:
+    if "examples/row_gain.py" in changed and not proposed:
         assert "| **PyTorch rewrite** |" in body and "gain[:, None] * x" in repo.git.diff("main", BRANCH)
         assert "fusebot_kernels/rowgain/bench_rowgain.py" in files
-    if proposed:
+    if proposed:  # the module's own file adopts the drop-in: merging is all a maintainer does
         assert "| **fusebot** |" in body and "Drop-in test run by the runner" in body
+        assert "RowGain = _fusebot_adopt(RowGain)" in repo.git.diff("main", BRANCH, "--", "examples/row_gain.py")
+        assert "Adopt: merge; `examples/row_gain.py` binds `RowGain` to the drop-in" in body
     for target in proposed:
         for name in ("kernel.cpp", "fusebot.h", "BENCHMARK.md", f"test_{target}.py"):
             assert f"fusebot_kernels/{target}/{name}" in files

@@ -253,3 +253,17 @@ def test_a_kernels_block_states_what_a_users_call_costs_beside_the_kernels_own_t
         "with flushed caches is 0.0054 ms." in table
     assert table in pr_body(plan(r))
     assert "What a user's call costs" not in target_table(kernel_result(GPU))  # not measured: not stated
+
+
+def test_a_kernel_pr_that_adopts_its_dropin_in_the_modules_file_says_so_and_stays_a_kernel():
+    r = kernel_result()
+    edit = "class RowGain: ...\n\nfrom fusebot_kernels.row_gain.dropin import adopt as _fusebot_adopt\n"
+    adopted = r.model_copy(update={"files": r.files | {"/examples/row_gain.py": edit}})
+    bare = r.model_copy(update={"files": {k: v for k, v in adopted.files.items() if k != "row_gain/fusebot.json"}})
+    for result in (adopted, bare):  # the manifest says kernel; without it, the drop-in shipped beside says so
+        body = pr_body(plan(result))
+        assert "Adopt: merge; `examples/row_gain.py` binds `RowGain` to the drop-in" in body
+        assert "`FUSEBOT_DISABLE=1` keeps the original class" in body and "fused kernel" in body
+        assert "import RowGain` in place of" not in body  # no hand edit asked for
+    assert branch_files(plan(adopted))["examples/row_gain.py"] == edit
+    assert "import RowGain` in place of" in pr_body(plan(r))  # a PR without the edit: the import to change by hand

@@ -168,7 +168,7 @@ def test_the_generated_test_passes_for_a_right_kernel_and_fails_for_a_wrong_one(
 
 def test_a_cuda_dropin_test_is_skipped_without_a_gpu():
     src = dropin_test_source(SPEC, "cuda")
-    assert "pytest.mark.skipif(not torch.cuda.is_available()" in src and "DEVICE = 'cuda'" in src
+    assert 'pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available()' in src and "DEVICE = 'cuda'" in src
     assert "nvcc" in dropin_source(SPEC, "cuda") and "kernel.cu" in dropin_source(SPEC, "cuda")
     assert "test_dropin.py" not in dropin_source(SPEC, "cuda")  # it names the test found beside it
 
@@ -182,4 +182,4 @@ def test_generated_sources_are_valid_python(backend):
     assert "importlib.import_module('mypkg.layers')" in dropin_source(repo, backend)
     t = dropin_test_source(repo, backend)
     compile(t, "t.py", "exec")
-    assert "init = [3]" in t and "DTYPE = torch.float16" in t and "ATOL, RTOL = 0.01, 0.01" in t
+    assert "INIT_ARGS = [3]" in t and "DTYPE_NAME = 'float16'" in t and "ATOL = 0.01\nRTOL = 0.01\n" in t

@@ -61,3 +61,17 @@ def test_missing_file_is_a_problem_error(tmp_path):
     spec = ProblemSpec(name="nope", path=str(tmp_path / "nope.py"))
     with Evaluator(spec, backend="cpu", config=HarnessConfig(cache_dir=tmp_path)) as ev, pytest.raises(ProblemError):
         ev.reference_source()
+
+
+def test_a_module_that_adopted_a_dropin_is_loaded_as_its_original_class(tmp_path):
+    """The module's name binds the drop-in's subclass (the edit a kernel PR makes): the problem is the class it
+    replaced, so a later search times and verifies against the original, never the kernel merged before."""
+    from runner.harness.problem import load
+
+    (tmp_path / "m.py").write_text(
+        "import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n\n\n"
+        "def get_inputs():\n    return [torch.ones(2)]\n\n\n"
+        "class Fused(M):\n    def forward(self, x):\n        return x + 2\n\n\n"
+        "Fused.fusebot_original = M\nM = Fused\n")
+    loaded = load(ProblemSpec(name="m", path=str(tmp_path / "m.py"), class_name="M"))
+    assert loaded.model_cls.__name__ == "M" and "fusebot_original" not in vars(loaded.model_cls)

@@ -155,6 +155,10 @@ def test_runner_check_accepts_the_generated_test_and_refuses_a_wrong_kernel(tmp_
     shapes, seeds = 2, 3
     assert good.dropin_check.passed_tests == 1 + shapes * seeds + shapes
     assert "Drop-in check before this was proposed" in good.files[f"{slug(SPEC.name)}/BENCHMARK.md"]
+    # the PR adopts the drop-in in the module's own file; the check ran with that edit, and the copy is put back
+    edit = good.files["/examples/mlp_epilogue.py"]
+    assert edit.endswith("ScaledBiasReLU = _fusebot_adopt(ScaledBiasReLU)\n")
+    assert (good_root / "examples/mlp_epilogue.py").read_text() == EXAMPLE.read_text()
     cand = seed_candidate()
     forgot_relu = cand.sources["kernel.cpp"].replace("yr[c] = fb_relu(", "yr[c] = (")
     wrong = cand.model_copy(update={"sources": {"kernel.cpp": forgot_relu}})
