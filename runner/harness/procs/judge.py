@@ -234,7 +234,9 @@ def prepare(st: State, msg: dict) -> dict:
             "seconds": round(time.perf_counter() - t0, 4)}
 
 
-PROBES = (0.75, -1.5)  # finite values put where a non-finite one was: of both signs, exact in every float dtype
+# finite values put where a non-finite one was: both signs, small and large (a ReLU of x * 2 + b is 0 at both 0.75 and
+# -1.5 where b < -1.5, never at both 1000 and -1000), each exact in every float dtype
+PROBES = (0.75, -1.5, 1000.0, -1000.0)
 
 
 def masked_twin(st: State, inputs: list, flat: list) -> tuple[list, list, int] | None:
@@ -242,7 +244,7 @@ def masked_twin(st: State, inputs: list, flat: list) -> tuple[list, list, int] |
     own mask discards replaced by a finite value, and how many there were; None where it discards none.
 
     A value is discarded where the module's output is exactly the same whichever finite value sits there (probed with
-    both PROBES, the other non-finite positions set to the first): a padding mask's x * 0, an additive mask's
+    every one of PROBES, the other non-finite positions set to the first): a padding mask's x * 0, an additive mask's
     score + finfo.min. The module still spreads a NaN from there (NaN * 0 is NaN) where a kernel that skips masked
     elements does not read it; such a kernel is right on every finite input, and matches this twin. A value the
     output depends on (a ReLU's argument) is never discarded, so a kernel that swallows it still fails."""
@@ -267,10 +269,11 @@ def masked_twin(st: State, inputs: list, flat: list) -> tuple[list, list, int] |
     first = PROBES[0]
     try:
         base = outputs(dict.fromkeys(spots, first))
-        if same(base, outputs(dict.fromkeys(spots, PROBES[1]))):
+        if all(same(base, outputs(dict.fromkeys(spots, v))) for v in PROBES[1:]):
             masked = spots
         else:
-            masked = [s for s in spots if same(base, outputs(dict.fromkeys(spots, first) | {s: PROBES[1]}))]
+            masked = [s for s in spots
+                      if all(same(base, outputs(dict.fromkeys(spots, first) | {s: v})) for v in PROBES[1:])]
         if not masked:
             return None
         twin_inputs = filled(dict.fromkeys(masked, first))

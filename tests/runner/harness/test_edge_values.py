@@ -190,6 +190,9 @@ def test_nan_under_a_padding_mask_may_go_unread_a_nan_the_output_depends_on_may_
 
     st, ref = _judge_on(_Relu(), x, torch.ones(3, 6, dtype=torch.long))
     assert st.twins == {}  # relu(x) depends on every x
+    shifted = _Relu()
+    shifted.forward = lambda x, mask: torch.relu(x * 2.0 - 4.0)  # 0 at 0.75 and at -1.5 alike, not at 1000
+    assert _judge_on(shifted, x, mask)[0].twins == {}
     st, ref = _judge_on(_Relu(), x, mask)  # relu(NaN * 0) is NaN in torch; the padded positions are discarded
     assert st.twins[0][2] == 2
     kept = torch.relu(torch.where(keep > 0, x, 0.0))
