@@ -1,5 +1,6 @@
 """Tests of runner/, mirroring its packages. Beside the modules named by a test_<module>.py in the mirrored folder:
 errors: harness/test_problem.py and harness/test_faults.py (ProblemError and MachineError as raised and reported)
+shipped: shipped/test_shipped.py (render: the docstring, the per-PR block and the resolver replaced, nothing else)
 dtypes: tests/test_layout.py (the ABI's dtype codes: one source for the C header, the harness, the catalog and the
   drop-in guard)
 """

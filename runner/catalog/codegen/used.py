@@ -63,8 +63,8 @@ struct AccArgMin { float v; int i;  // an index along the reduced dims (the set-
 struct AccLse { float m; fb_acc s;
   FB_M void init() { m = -INFINITY; s = 0; }
   FB_M void add(float x, long long) {
-    // a new maximum's own term is exp(x - x): 1, or NaN at x = +inf, as the two-pass form's exp(max - max) (torch's
-    // log-softmax is NaN on a row holding +inf); the select sits on the rare rescale branch
+    // the term of a new maximum is exp(x - x): 1, or NaN at x = +inf, as exp(max - max) in the two-pass form (and the
+    // log-softmax of torch is NaN on a row holding +inf); the select sits on the rare rescale branch
     if (x > m) { s = s * (fb_acc)fb_exp(m - x) + (x == INFINITY ? (fb_acc)NAN : (fb_acc)1); m = x; }
     else if (x != -INFINITY) { s += (fb_acc)fb_exp(x - m); } }
   FB_M void merge(const AccLse& o) {

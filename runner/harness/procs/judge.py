@@ -348,19 +348,18 @@ def check(st: State, msg: dict) -> dict:
             cmp = verify.compare_to_oracle(r, oracles[i], o, atol, rtol, i)
         else:
             cmp = verify.compare_values(r, o, atol, rtol, i)
+        kept = cmp.reasons
         if msg["trial"] in st.nonfinite and cmp.reasons:
             kept, note = verify.spread_nonfinite(r, o, cmp.reasons, i)
             masked = against_twin(st, msg["trial"], i, o) if kept else None
             kept, note = ([], masked) if masked else (kept, note)
-            reasons += kept
             notes += [note] if note else []
-        else:
-            reasons += cmp.reasons
+        reasons += kept
         worst_abs = max(worst_abs, cmp.max_abs_err or 0.0)
         worst_rel = max(worst_rel, cmp.max_rel_err or 0.0)
         mismatched += cmp.mismatched
         numel += cmp.numel
-        if not cmp.passed and st.prev_ref is not None and i < len(st.prev_ref):
+        if kept and st.prev_ref is not None and i < len(st.prev_ref):
             if verify.matches(st.prev_ref[i], verify.sample(o), atol, rtol):
                 reasons.append(f"stale-result: output {i} equals the previous trial's result, not this one's: "
                                "results cached or replayed (keyed on data pointers, ids or shapes)")

@@ -65,7 +65,9 @@ VERIFY = {
 
 
 # A fold valid on finite inputs only: gemm_to_constant's output is 0 for every finite x (a max minus its own mean),
-# NaN where x holds a NaN or an infinity; the catalog's constant kernel is refused by the non-finite trial.
+# NaN where x holds a NaN or an infinity. The module's output is the same whatever finite value x holds, so the judge
+# counts x's NaN and infinities as discarded by the module (runner.harness.procs.judge.masked_twin): the catalog's
+# constant kernel is accepted, and its verdict says so.
 FINITE_ONLY = {"gemm_to_constant"}
 
 
@@ -88,9 +90,9 @@ def test_cpu_candidates_are_verified_by_the_harness(patterns, problem, harness_c
     cands = [prop.candidate(ctx(problem), pat, p) for p in VERIFY[problem]]
     verdicts = _verify(problem, cands, harness_cache)
     for c, v in zip(cands, verdicts, strict=True):
-        if problem in FINITE_ONLY:  # right on every finite input, refused where the module's NaN would come out
-            assert not v.accepted and v.reasons[0].startswith("nan-mismatch"), (label_of(c), v.reasons)
-            assert [t.passed for t in v.trials][-1] is False and "NaN" in v.trials[-1].distribution, v.trials
+        if problem in FINITE_ONLY:  # right on every finite input; the module's NaN comes of inputs it discards
+            assert v.accepted and all(t.passed for t in v.trials), (label_of(c), v.reasons)
+            assert any(w.startswith("masked non-finite") for w in v.warnings), v.warnings
             continue
         assert v.accepted, (label_of(c), v.reasons)
         assert v.timing.median_ms > 0 and all(t.passed for t in v.trials)
@@ -612,8 +614,8 @@ def test_cuda_candidates_are_verified_by_the_harness_on_the_gpu(patterns, proble
     with Evaluator(problem_from_file(CATALOG / f"{problem}.py"), backend="cuda", config=cfg) as ev:
         verdicts = ev.evaluate_many(cands)
     for c, v in zip(cands, verdicts, strict=True):
-        if problem in FINITE_ONLY:  # right on every finite input, refused where the module's NaN would come out
-            assert not v.accepted and v.reasons[0].startswith("nan-mismatch"), (label_of(c), v.reasons)
-            assert [t.passed for t in v.trials][-1] is False and "NaN" in v.trials[-1].distribution, v.trials
+        if problem in FINITE_ONLY:  # right on every finite input; the module's NaN comes of inputs it discards
+            assert v.accepted and all(t.passed for t in v.trials), (label_of(c), v.reasons)
+            assert any(w.startswith("masked non-finite") for w in v.warnings), v.warnings
             continue
         assert v.accepted, (label_of(c), v.reasons)
