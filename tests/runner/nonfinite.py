@@ -34,7 +34,5 @@ def judged(model: torch.nn.Module, xs: list, outs: list[torch.Tensor]) -> list[s
         atol, rtol = st.tols[0][i]
         cmp = (verify.compare_to_oracle(r, oracles[i], o, atol, rtol, i) if oracles[i] is not None
                else verify.compare_values(r, o, atol, rtol, i))
-        kept = verify.spread_nonfinite(r, o, cmp.reasons, i)[0] if cmp.reasons else []
-        if kept and judge.against_twin(st, 0, i, o) is None:
-            reasons += kept
+        reasons += judge.nonfinite_reasons(st, 0, i, r, o, cmp.reasons)[0] if cmp.reasons else []
     return reasons

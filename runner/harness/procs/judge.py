@@ -277,7 +277,7 @@ def masked_twin(st: State, inputs: list, flat: list) -> tuple[list, list, int] |
         if not masked:
             return None
         twin_inputs = filled(dict.fromkeys(masked, first))
-        twin = _run_reference(st, twin_inputs)[0]
+        twin = base if len(masked) == len(spots) else _run_reference(st, twin_inputs)[0]
     except ProblemError:  # the forward refuses the probe (a check of its own): nothing is discarded
         return None
     if same(twin, flat):  # discarded, and not spread either: nothing for a candidate to differ on
@@ -302,6 +302,15 @@ def against_twin(st: State, trial: int, i: int, o: torch.Tensor) -> str | None:
     return (f"masked non-finite: output {i} matches the module with the {count} NaN or infinite input values its own "
             "mask discards made finite (its output is the same whatever finite value is there); the module spreads "
             "them through the mask (NaN x 0 is NaN), this candidate does not read them" + (f"; {spread}" if spread else ""))
+
+
+def nonfinite_reasons(st: State, trial: int, i: int, r: torch.Tensor, o: torch.Tensor,
+                      reasons: list[str]) -> tuple[list[str], str | None]:
+    """Output `i` of a non-finite trial, refused for `reasons`: what stays refused, and a note where the module spreads
+    the values (verify.spread_nonfinite) or its mask discards them (`against_twin`)."""
+    kept, note = verify.spread_nonfinite(r, o, reasons, i)
+    masked = against_twin(st, trial, i, o) if kept else None
+    return ([], masked) if masked else (kept, note)
 
 
 def _inside(file: str | None, directory: str) -> Path:
@@ -350,9 +359,7 @@ def check(st: State, msg: dict) -> dict:
             cmp = verify.compare_values(r, o, atol, rtol, i)
         kept = cmp.reasons
         if msg["trial"] in st.nonfinite and cmp.reasons:
-            kept, note = verify.spread_nonfinite(r, o, cmp.reasons, i)
-            masked = against_twin(st, msg["trial"], i, o) if kept else None
-            kept, note = ([], masked) if masked else (kept, note)
+            kept, note = nonfinite_reasons(st, msg["trial"], i, r, o, cmp.reasons)
             notes += [note] if note else []
         reasons += kept
         worst_abs = max(worst_abs, cmp.max_abs_err or 0.0)
