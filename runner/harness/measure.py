@@ -150,7 +150,15 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
     draws one call of each batch, whose fingerprints the judge checks against the oracle on that call's inputs.
     On CUDA the GPU time may beat that by the reference's host work per call, as the judge measured it (`overhead_ms`).
     A batch holds what its budget of the parent's time does (clocked.batch_calls), at the judge's measured cost of
-    a call's steps."""
+    a call's steps; an escape is measured again before it is named (clocked.measured_decision)."""
+    cuda = contestants.device == "cuda"
+    return clocked.measured_decision(timing, lambda: _batches(contestants, child, ref, timing, seed), cuda, raise_)
+
+
+def _batches(contestants: Contestants, child: Child, ref: Reference, timing: Timing,
+             seed: int) -> clocked.Batches | list[str]:
+    """One measurement of the cross-check: its batches sized afresh, timed, and a drawn call of each checked; or
+    the reason there is none."""
     cuda = contestants.device == "cuda"
     budget_ms = contestants.config.wall_check_ms if cuda else contestants.config.cpu_check_ms
     timeout_s = contestants.config.time_timeout_s
@@ -165,8 +173,8 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
             rep, wall, cpu = _timed(lambda m=msg: contestants.ask(child, m, timeout_s), child)
             prints = rep.get("fingerprints")
             if not isinstance(prints, list) or len(prints) != calls:
-                return None, [f"timer-escape: {calls} back-to-back calls timed by the parent's clock did not report "
-                              "a fingerprint of each call's outputs"]
+                return [f"timer-escape: {calls} back-to-back calls timed by the parent's clock did not report "
+                        "a fingerprint of each call's outputs"]
             pick = secrets.randbelow(calls)  # drawn now that every call of the batch has returned
             checks.append({"call": first + pick, "weights_seed": weights_seed, "fingerprint": prints[pick]})
             full.append((wall, cpu))
@@ -174,17 +182,17 @@ def cross_check(contestants: Contestants, child: Child, ref: Reference, timing: 
             _, wall, cpu = _timed(lambda m=m: ref.ask(m, timeout_s, "steps"), ref.start())
             steps.append((wall, cpu))
     except ChildDied as exc:
-        return None, [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
+        return [f"{died_label(exc)} while timing: {exc}{tail(exc.log_tail)}"]
     check = judged(ref, contestants, {"cmd": "batch_check", "seed": seed, "checks": checks},
                    contestants.config.trial_timeout_s, "batch_check")
     if isinstance(check, str):
-        return None, [check]
+        return [check]
     if check["reasons"]:
-        return None, check["reasons"]
+        return check["reasons"]
     batches = clocked.Batches.from_runs(calls, full, steps, cores=1 if cuda else _cores(child),
                                         overhead_ms=overhead_ms(ref) if cuda else 0.0)
     log.debug("parent-clocked batches of %s: %s (walls %s, steps %s)", child.workdir.name, batches, full, steps)
-    return clocked.decide(timing, batches, cuda, raise_)
+    return batches
 
 
 def time_candidate(contestants: Contestants, child: Child, ref: Reference, verdict: Verdict,

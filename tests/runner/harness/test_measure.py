@@ -6,7 +6,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from runner.harness.clocked import MAX_CALLS, MIN_CALLS, Batches, batch_calls, bounded, common, decide, parent_bound_ms
+from runner.harness.clocked import (
+    ESCAPE_MEASUREMENTS,
+    MAX_CALLS,
+    MIN_CALLS,
+    Batches,
+    batch_calls,
+    bounded,
+    common,
+    decide,
+    measured_decision,
+    parent_bound_ms,
+)
 from runner.harness.timing import summarize
 
 
@@ -211,3 +222,24 @@ def test_a_confirmations_rounds_are_raised_to_the_median_of_their_bounds():
     t, reasons = decide(timed(1.9), batches(17.0), cuda=False, raise_=False)
     assert reasons == [] and t.median_ms == pytest.approx(1.9) and t.parent_ms == pytest.approx(17.0)
     assert decide(timed(0.5), batches(2.0, overhead_ms=0.1), cuda=True, raise_=False)[1][0].startswith("timer-escape")
+
+
+def test_an_escape_is_named_only_where_every_measurement_names_it():
+    """A stall of the host spread over a few calls reads as an escape in one measurement (an honest 0.5 ms kernel,
+    3 calls of which took 13 ms each by both clocks on a loaded CI host); measured again it is not, and the second
+    measurement's bound is the one recorded. A kernel whose work escapes is named in each, and rejected."""
+    stalled, clear = batches(13.27, step_ms=130.0, calls=3), batches(0.6, step_ms=0.5, calls=400)
+    seen = iter([stalled, clear])
+    t, reasons = measured_decision(timed(0.5), lambda: next(seen), cuda=False)
+    assert reasons == [] and t.parent_ms == pytest.approx(0.6) and t.median_ms == pytest.approx(0.6)
+    calls = []
+    t, reasons = measured_decision(timed(0.5), lambda: calls.append(1) or stalled, cuda=False)
+    assert t is None and len(calls) == ESCAPE_MEASUREMENTS >= 2
+    assert reasons[0].startswith("timer-escape") and f"in each of {ESCAPE_MEASUREMENTS} measurements" in reasons[0]
+
+
+def test_a_reason_that_is_not_noise_is_returned_without_measuring_again():
+    calls = []
+    wrong = ["timer-escape: output 0 of back-to-back call 2, timed by the parent's clock, is not the oracle's"]
+    t, reasons = measured_decision(timed(0.5), lambda: calls.append(1) or wrong, cuda=True)
+    assert t is None and reasons == wrong and calls == [1]
