@@ -74,7 +74,7 @@ def test_optimize_without_llm_uses_the_catalog_and_finds_a_verified_kernel(tmp_p
     assert p.stdout.startswith("improved: " if result["improved"] else "no improvement: "), p.stdout
     assert "round 1/1: built " in p.stderr
     v = result["verdict"]
-    assert v["accepted"], v["reasons"]
+    assert v and v["accepted"], (result["message"], v and v["reasons"])
     events = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()]
     start = next(e for e in events if e["event"] == "start")
     assert start["proposers"] == [{"name": "catalog", "share": 1.0}, {"name": "rewrite", "share": 0.0}]
