@@ -10,6 +10,11 @@ original class, as does a copy of the module whose kernels folder is not importa
 only a ModuleNotFoundError naming that folder or the drop-in is caught); deleting the lines undoes the change. No edit
 where the drop-in is not importable as a package (a kernels directory whose folders are not identifiers) or the class
 is not defined at the file's top level.
+
+A file with several marked classes: a PR is about one target, so its edit adopts that class only. Another target's
+edit, made on the file as the first left it, adds its own lines below the first's and keeps them (each block binds
+its own class's name, its import just above its use); an edit made again changes nothing. One PR of several targets
+of a file holds each one's lines (bot/publish/propose.py puts the edits together).
 """
 
 from __future__ import annotations
