@@ -165,16 +165,16 @@ def test_a_rewrite_is_shown_as_its_diff_with_no_dropin_promises():
 
 
 MODULE = "class A:\n    pass\n\n\nclass B:\n    pass\n"
-ADOPT_A = MODULE + "\n\n# ---- fusebot: A\nA = adopt_a(A)\n"
-ADOPT_B = MODULE + "\n\n# ---- fusebot: B\nB = adopt_b(B)\n"
+WITH_A = MODULE + "\n\n# ---- fusebot: A\nA = adopt_a(A)\n"
+WITH_B = MODULE + "\n\n# ---- fusebot: B\nB = adopt_b(B)\n"
 
 
 def test_changes_of_one_file_by_several_targets_are_put_together():
-    assert merged(MODULE, [ADOPT_A, ADOPT_B]) == ADOPT_A + "\n\n# ---- fusebot: B\nB = adopt_b(B)\n"
-    assert merged(MODULE, [ADOPT_B, ADOPT_A]) == ADOPT_B + "\n\n# ---- fusebot: A\nA = adopt_a(A)\n"
-    assert merged(MODULE, [ADOPT_A, ADOPT_A]) == ADOPT_A  # one change made twice is made once
+    assert merged(MODULE, [WITH_A, WITH_B]) == WITH_A + "\n\n# ---- fusebot: B\nB = adopt_b(B)\n"
+    assert merged(MODULE, [WITH_B, WITH_A]) == WITH_B + "\n\n# ---- fusebot: A\nA = adopt_a(A)\n"
+    assert merged(MODULE, [WITH_A, WITH_A]) == WITH_A  # one change made twice is made once
     rewrite_a = MODULE.replace("class A:\n    pass", "class A:\n    x = 1")
-    assert merged(MODULE, [rewrite_a, ADOPT_B]) == ADOPT_B.replace("class A:\n    pass", "class A:\n    x = 1")
+    assert merged(MODULE, [rewrite_a, WITH_B]) == WITH_B.replace("class A:\n    pass", "class A:\n    x = 1")
     assert merged(MODULE, [rewrite_a, MODULE.replace("class A:\n    pass", "class A:\n    y = 2")]) is None
 
 
@@ -184,10 +184,10 @@ def test_a_pr_of_two_targets_of_one_module_adopts_both():
         files = {f"{target}/{k.split('/', 1)[1]}": v for k, v in r.files.items()} | {"/pkg/m.py": text}
         return r.model_copy(update={"target": target, "files": files, "file": "pkg/m.py", "class_name": target})
 
-    two = plan(adopting("A", ADOPT_A), adopting("B", ADOPT_B))
-    assert branch_files(two, {"pkg/m.py": MODULE}.get)["pkg/m.py"] == merged(MODULE, [ADOPT_A, ADOPT_B])
-    assert branch_files(two)["pkg/m.py"] == ADOPT_A  # no base text to put them together on: the first stands
-    assert branch_files(plan(adopting("A", ADOPT_A)), {}.get)["pkg/m.py"] == ADOPT_A
+    two = plan(adopting("A", WITH_A), adopting("B", WITH_B))
+    assert branch_files(two, {"pkg/m.py": MODULE}.get)["pkg/m.py"] == merged(MODULE, [WITH_A, WITH_B])
+    assert branch_files(two)["pkg/m.py"] == WITH_A  # no base text to put them together on: the first stands
+    assert branch_files(plan(adopting("A", WITH_A)), {}.get)["pkg/m.py"] == WITH_A
 
 
 def test_a_long_diff_is_cut_and_says_where_the_whole_is():
