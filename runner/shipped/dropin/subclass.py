@@ -66,4 +66,4 @@ __NAME__.fusebot_original = Original  # the class it replaces (a module that ado
 _DROPIN = __NAME__
 for _name in _ADOPTING:  # modules that adopted it while it loaded: their name now binds the subclass
     if getattr(sys.modules.get(_name), "__NAME__", None) is Original:
-        setattr(sys.modules[_name], "__NAME__", __NAME__)  # noqa: B010 - the generator writes the class's name
+        setattr(sys.modules[_name], "__NAME__", __NAME__)
