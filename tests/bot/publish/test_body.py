@@ -16,6 +16,7 @@ from bot.publish.propose import branch_files, merged
 from bot.publish.text import BODY_LIMIT
 from bot.publish.verdicts import manifest_of, target_table
 from runner.contract import Baselines, Confirmation, Environment, Roofline, TargetResult, TrialResult, Verdict
+from runner.results.adoption import adopted
 from tests.bot.results import improved_result, plan_of, row_numbers, slow_result
 from tests.fakes.evaluators import timing
 
@@ -176,6 +177,12 @@ def test_changes_of_one_file_by_several_targets_are_put_together():
     rewrite_a = MODULE.replace("class A:\n    pass", "class A:\n    x = 1")
     assert merged(MODULE, [rewrite_a, WITH_B]) == WITH_B.replace("class A:\n    pass", "class A:\n    x = 1")
     assert merged(MODULE, [rewrite_a, MODULE.replace("class A:\n    pass", "class A:\n    y = 2")]) is None
+
+
+def test_two_adoption_edits_put_together_are_the_edits_made_one_after_the_other():
+    a, b = adopted(MODULE, "A", "kernels/a"), adopted(MODULE, "B", "kernels/b")
+    assert merged(MODULE, [a, b]) == adopted(a, "B", "kernels/b")
+    assert merged(MODULE, [b, a]) == adopted(b, "A", "kernels/a")
 
 
 def test_a_pr_of_two_targets_of_one_module_adopts_both():
