@@ -1,6 +1,6 @@
 """The kernel ABI's dtype codes (fb_tensor.dtype): the one source. runner/harness/procs/abi.py maps torch dtypes
 through it, the catalog's generated checks (runner/catalog/codegen/head.py) and every drop-in's guard
-(runner/harness/dropin_guard.py) are written from it, and tests/test_layout.py holds runner/csrc/fusebot.h's
+(runner/shipped/dropin/guard.py) are written from it, and tests/test_layout.py holds runner/csrc/fusebot.h's
 `enum fb_dtype` to it. Torch-free: a torch dtype's name is the key (`getattr(torch, name)`)."""
 
 import textwrap

@@ -235,7 +235,7 @@ def test_the_abi_dtype_codes_have_one_source():
 
     from runner.catalog.codegen.head import DTYPE_CODE
     from runner.dtypes import ABI_DTYPES
-    from runner.harness.dropin_guard import RUNTIME_GUARD
+    from runner.harness.dropin import part
     from runner.harness.procs.abi import DTYPE_CODES
 
     header = (ROOT / "runner/csrc/fusebot.h").read_text()
@@ -243,7 +243,7 @@ def test_the_abi_dtype_codes_have_one_source():
     assert {name.lower(): int(code) for name, code in re.findall(r"FB_(\w+) = (\d+)", enum)} == ABI_DTYPES
     assert {str(t).removeprefix("torch."): code for t, code in DTYPE_CODES.items()} == ABI_DTYPES
     assert DTYPE_CODE == ABI_DTYPES
-    table = re.search(r"^_DTYPES = (\{.*?\})$", RUNTIME_GUARD, re.M | re.S).group(1)
+    table = re.search(r"^_DTYPES = (\{.*?\})$", part("guard"), re.M | re.S).group(1)
     assert eval(table, {"torch": torch}) == DTYPE_CODES  # noqa: S307 - fusebot's own generated literal
 
 

@@ -252,7 +252,7 @@ def fork_results(workspace: Path, repo: str, trig: Trigger, cfg: FusebotConfig, 
     plan = PullRequestPlan(repo, trig.base, "kernels", trig.base_sha, result.targets,
                            environment=result.environment, kernels_dir=cfg.kernels_dir, source_pr=trig.pr_number,
                            trigger=trig.kind)
-    files = branch_files(plan)
+    files = branch_files(plan, lambda p: (workspace / p).read_text() if (workspace / p).is_file() else None)
     old = {p: (workspace / p).read_text() if (workspace / p).is_file() else None for p in files}
     # a summary holds a megabyte: one part, unless the patch is larger
     return "\n\n".join(fork_comments(plan, unified_patch(old, files), limit=SUMMARY_LIMIT))

@@ -16,8 +16,10 @@ run) keeps the branch's text, so the tree is unchanged and the platform makes no
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.github.patch import unified_patch
@@ -40,11 +42,55 @@ class Published:
     conclusion: str
 
 
-def branch_files(plan: PullRequestPlan) -> dict[str, str | None]:
+def branch_files(plan: PullRequestPlan, base: Callable[[str], str | None] | None = None) -> dict[str, str | None]:
     """Repository path -> text of every improved target's files: under the kernels directory, except a key starting
-    with "/" (a PyTorch rewrite's module: its repository path, runner/results/proposal.py)."""
-    return {path[1:] if path.startswith("/") else f"{plan.kernels_dir}/{path}": text
-            for r in plan.improved for path, text in sorted(r.files.items())}
+    with "/" (a PyTorch rewrite's module, or the module a kernel's drop-in is adopted by: its repository path,
+    runner/results/proposal.py). Where several targets change one such file (two classes of one module), the file
+    holds every target's change: each made against `base(path)`, its text on the base branch, and put together
+    (`merged`); where they cannot be (two change the same lines), the first target's change stands alone (logged)."""
+    files: dict[str, str | None] = {}
+    changes: dict[str, list[str]] = {}
+    for r in plan.improved:
+        for path, text in sorted(r.files.items()):
+            key = path[1:] if path.startswith("/") else f"{plan.kernels_dir}/{path}"
+            if path.startswith("/"):
+                changes.setdefault(key, [])
+                if text not in changes[key]:
+                    changes[key].append(text)
+            files[key] = text
+    for key, texts in changes.items():
+        if len(texts) < 2:
+            continue
+        original = base(key) if base is not None else None
+        together = merged(original, texts) if original is not None else None
+        if together is None:
+            log.error("%s: %d targets change %s and their changes cannot be put together; the first one's stands",
+                      plan.repo, len(texts), key)
+        files[key] = together if together is not None else texts[0]
+    return files
+
+
+def merged(original: str, texts: list[str]) -> str | None:
+    """`original` with the changes of every text in `texts` (each `original` changed), lines inserted at one place
+    kept in the texts' order (two targets' adoption lines at a module's end); None where two change the same lines
+    differently. Pure."""
+    old = original.splitlines(keepends=True)
+    edits = []  # (first line replaced, line after the last, the new lines, which text)
+    for n, text in enumerate(texts):
+        new = text.splitlines(keepends=True)
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            if tag != "equal":
+                edits.append((i1, i2, new[j1:j2], n))
+    out, at, taken = [], 0, set()
+    for i1, i2, lines, _ in sorted(edits, key=lambda e: (e[0], e[1], e[3])):
+        if (i1, i2, tuple(lines)) in taken:
+            continue  # the same change in two texts
+        if i1 < at:
+            return None
+        out += old[at:i1] + lines
+        at = i2
+        taken.add((i1, i2, tuple(lines)))
+    return "".join(out + old[at:])
 
 
 _TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?\b")
@@ -93,7 +139,7 @@ def propose(platform: Platform, plan: PullRequestPlan, *, base_sha: str, check_r
                                     status_comment(label_pr, "no faster kernel found", plan))
         log.info("%s: nothing improved; no pull request", plan.repo)
         return Published(None, None, out.summary, "neutral")
-    files = branch_files(plan)
+    files = branch_files(plan, lambda path: platform.read_file(base_sha, path))
     if fork:
         if label_pr is None:
             raise ValueError("a fork's results go to its PR: label_pr is required")

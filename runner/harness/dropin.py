@@ -2,21 +2,19 @@
 
 The drop-in is a subclass of the user's class (same constructor, state_dict and forward signature) whose forward
 calls the fused kernel through ctypes and the C ABI of runner/csrc/fusebot.h, guarded: only for calls the kernel was
-verified for, and for inference; everything else runs the original forward (runner/harness/dropin_guard.py). Under
+verified for, and for inference; everything else runs the original forward (runner/shipped/dropin/guard.py). Under
 torch.compile the kernel is a `torch.library` custom op. It is self-contained (it never imports fusebot) and needs
 nothing but torch at run time. A CUDA kernel ships device code only: its cubin (`kernel.<arch>.cubin.b64`, made
 again from kernel.cu by the command its first line states), PTX for later GPUs and the launch plans of the verified
-calls, run through the CUDA driver (runner/harness/dropin_device.py, launch_plan.py); one whose launch plans cannot be
+calls, run through the CUDA driver (runner/shipped/dropin/device.py, launch_plan.py); one whose launch plans cannot be
 made ships no binary and builds kernel.cu where nvcc is present. A C++ kernel loads the library the runner shipped
 beside it (`kernel.<arch>.so.b64`, its sha256 recorded here and checked), and builds from source only where that
-library does not fit this host and a compiler is present (runner/harness/dropin_runtime.py). Its parts:
+library does not fit this host and a compiler is present (runner/shipped/dropin/runtime.py).
 
-- dropin_runtime.py: loading a library (the shipped one, the per-user build cache);
-- dropin_device.py: loading device code through the driver and launching its plans;
-- dropin_guard.py: what is checked, the kernel call, the custom op;
-- dropin_forward.py: the forward's paths (eager, torch.compile, the original), the class, and `adopt` (for a module
-  whose own file binds its class's name to the drop-in: runner/results/adoption.py);
-- dropin_ship.py: the runner's build of what ships (the device code and its plans; a C++ kernel's library).
+The drop-in's code is the package runner/shipped/dropin/, real modules read here as text (importlib.resources; never
+imported: that package ranks above the harness): this module writes the head (docstring, imports, per-PR constants)
+and the import of the original class, then each part below its line BODY, in the order of PARTS. What ships beside
+it is built by dropin_ship.py (the device code and its plans; a C++ kernel's library).
 
 Files the drop-in expects beside it: the kernel source, fusebot.h, the shipped device code or libraries it names, and for a
 KernelBench-format problem the reference file as `reference.py`. A repository module is imported by name, with the
@@ -26,15 +24,15 @@ importable already.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from importlib import resources
 
 from runner.contract import Candidate, ProblemSpec
+from runner.dtypes import guard_table
 from runner.harness import build, dropin_ship
-from runner.harness.dropin_device import DEVICE_LOAD
-from runner.harness.dropin_forward import ADOPT, CLASS, RUNTIME_FORWARD
-from runner.harness.dropin_guard import RUNTIME_GUARD
-from runner.harness.dropin_runtime import RUNTIME_LOAD
+from runner.harness.refs import inlined
 
 # The harness's flags (runner/harness/build.py), so a drop-in built from source runs the code the harness measured.
 CPU_FLAGS = list(build.CPU_FLAGS)
@@ -44,8 +42,32 @@ DROPIN_FILE = "dropin.py"
 REFERENCE_FILE = "reference.py"
 HEADER_FILE = "fusebot.h"
 
+PARTS = ("adopt", "runtime", "guard", "device", "forward", "subclass")  # runner/shipped/dropin/<part>.py, in this order
+BODY = "# ---- the drop-in from here on"  # a part's line above which its own imports (and stand-ins) stand
+DTYPES_LINE = "# fusebot: abi dtypes"  # the guard's `_DTYPES = ...` line, written from runner/dtypes.py
+
 _IMPORTS = ("base64", "ctypes", "hashlib", "importlib", "importlib.util", "inspect", "itertools", "logging", "os",
             "re", "shutil", "stat", "struct", "subprocess", "sys", "threading", "warnings", "zlib")
+
+
+@functools.cache
+def part(name: str) -> str:
+    """The text a drop-in holds of its part `name`: runner/shipped/dropin/<name>.py below its line BODY, the
+    resolver's import marked `# fusebot: inline` as its source (runner/harness/refs.py) and the line marked
+    DTYPES_LINE as the dtype table (runner/dtypes.py)."""
+    text = (resources.files("runner") / "shipped" / "dropin" / f"{name}.py").read_text()
+    _, found, body = text.partition(BODY + "\n")
+    if not found:
+        raise ValueError(f"runner/shipped/dropin/{name}.py: no line {BODY!r}")
+    return "".join(_abi_dtypes(inlined(line)) for line in body.splitlines(keepends=True))
+
+
+def _abi_dtypes(line: str) -> str:
+    if not line.rstrip().endswith(DTYPES_LINE):
+        return line
+    if not line.startswith("_DTYPES = "):
+        raise ValueError(f"only the guard's `_DTYPES = ` line is written from runner/dtypes.py: {line.strip()}")
+    return f"_DTYPES = {guard_table()}\n"
 
 
 def kernel_filename(backend: str) -> str:
@@ -131,9 +153,10 @@ def dropin_source(problem: ProblemSpec, backend: str, extra_cflags: list[str] | 
         f"TARGET = {problem.name!r}\nOP_NAME = {op!r}\nSINGLE_OUTPUT = {single_output!r}\n"
         f"PROBLEM = {spec!r}\n\n"
     )
-    cls = CLASS.replace("__NAME__", problem.class_name).replace("__KERNEL__", kernel).replace("__OP__", op)
-    return (head + ADOPT + _import_original(problem, root_depth) + RUNTIME_LOAD + RUNTIME_GUARD + DEVICE_LOAD
-            + RUNTIME_FORWARD + cls.replace("__TARGET__", problem.name))
+    first, *rest = (part(name) for name in PARTS)
+    cls = rest.pop().replace("__NAME__", problem.class_name).replace("__KERNEL__", kernel).replace("__OP__", op)
+    return head + first + "\n\n" + _import_original(problem, root_depth) + "".join(rest) + cls.replace(
+        "__TARGET__", problem.name)
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ are text).
 
 A CUDA kernel ships device code only (`shipped_device_code`): its cubin (`kernel.<arch>.cubin.b64`), the PTX for later
 GPUs and the launch plans its host code made at the verified calls (runner/harness/launch_plan.py), run through the
-CUDA driver (runner/harness/dropin_device.py). Where those cannot be made (a launcher whose steps a plan cannot hold),
+CUDA driver (runner/shipped/dropin/device.py). Where those cannot be made (a launcher whose steps a plan cannot hold),
 no binary ships: the drop-in builds kernel.cu where nvcc is present and otherwise runs the original forward, and the
 PR says why. A C++ kernel is host code: its library ships (`shipped_library`, for this CPU's x86-64 level),
 `kernel.<arch>.so.b64`, zlib-compressed and base64-encoded under one comment line; the drop-in records its sha256 and
-refuses a library whose bytes do not have it (runner/harness/dropin_runtime.py).
+refuses a library whose bytes do not have it (runner/shipped/dropin/runtime.py).
 """
 
 from __future__ import annotations

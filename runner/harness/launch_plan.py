@@ -5,7 +5,7 @@ argument struct) runs once here, on the runner, per verified call: linked with r
 the CUDA runtime's launch entry points and called on descriptors of the verified shapes with stand-in pointers, it
 writes down each step instead of launching it. A plan is those steps with every stand-in pointer replaced by a slot
 (which tensor, at what byte offset): the drop-in fills the slots with its tensors' addresses and launches the steps
-from the shipped cubin through the CUDA driver API (runner/harness/dropin_runtime.py). No host code ships.
+from the shipped cubin through the CUDA driver API (runner/shipped/dropin/device.py). No host code ships.
 
     cubin, ptx = device_code(source, "sm_90", work)        # nvcc -cubin / -ptx, the commands the PR states
     plans = record(source, "sm_90", calls, work)             # [{"inputs", "outputs", "workspace", "steps"}]

@@ -5,11 +5,16 @@
 The lines go at the end of the file, below the class (and the factories beside it): they import `adopt` from the
 drop-in and bind the class's name to what it answers, the drop-in's subclass. The drop-in imports this module for the
 original class: `adopt` is defined before that import, so either module may be imported first and each sees the
-other's names (runner/harness/dropin_forward.py). FUSEBOT_DISABLE, read when the module is imported, keeps the
+other's names (runner/shipped/dropin/adopt.py). FUSEBOT_DISABLE, read when the module is imported, keeps the
 original class, as does a copy of the module whose kernels folder is not importable (a package installed without it:
 only a ModuleNotFoundError naming that folder or the drop-in is caught); deleting the lines undoes the change. No edit
 where the drop-in is not importable as a package (a kernels directory whose folders are not identifiers) or the class
 is not defined at the file's top level.
+
+A file with several marked classes: a PR is about one target, so its edit adopts that class only. Another target's
+edit, made on the file as the first left it, adds its own lines below the first's and keeps them (each block binds
+its own class's name, its import just above its use); an edit made again changes nothing. One PR of several targets
+of a file holds each one's lines (bot/publish/propose.py puts the edits together).
 """
 
 from __future__ import annotations

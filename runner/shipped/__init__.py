@@ -2,8 +2,9 @@
 
     text = render("bench", doc, {"BACKEND": "cuda", ...})          # pure: the file's text
 
-A module here is linted and imported like the rest of fusebot (its tests call its functions). A generator changes three
-things in it and nothing else:
+The drop-in's own code is the package dropin/ here (its parts, read by runner/harness/dropin.py: that package's
+docstring). A module here is linted and imported like the rest of fusebot (its tests call its functions). A generator
+changes three things in it and nothing else:
 
 - its docstring, replaced by the generated file's own (it names the PR's class and paths);
 - the block of constants between `# ---- per-PR values` and `# ---- end of per-PR values`, one `NAME = value` a line:
@@ -18,11 +19,10 @@ from __future__ import annotations
 import ast
 from importlib import resources
 
-from runner.harness.refs import resolve_source
+from runner.harness.refs import inlined
 
 BEGIN = "# ---- per-PR values"
 END = "# ---- end of per-PR values"
-INLINE = "# fusebot: inline"
 
 
 def source(name: str) -> str:
@@ -65,7 +65,7 @@ def render(name: str, doc: str, values: dict[str, object]) -> str:
     if extra:
         raise KeyError(f"runner/shipped/{name}.py: no constant {sorted(extra)} in its per-PR block")
     lines[begin + 1:end] = block
-    return "".join(_inlined(line) for line in lines)
+    return "".join(inlined(line) for line in lines)
 
 
 def _block(lines: list[str], name: str) -> tuple[int, int]:
@@ -83,15 +83,3 @@ def _assignment(line: str) -> tuple[str, str]:
         raise ValueError(f"a per-PR block holds `NAME = value` lines only: {line.strip()}")
     rest = line.rstrip("\n").encode()[node.end_col_offset or 0:].decode()  # the offset counts UTF-8 bytes
     return node.targets[0].id, rest if rest.strip().startswith("#") else ""
-
-
-def _inlined(line: str) -> str:
-    """An import marked `# fusebot: inline` (`from runner.harness.refs import resolve as _resolve`) as the function's
-    source under the name it is imported as, with blank lines around it; any other line as it is."""
-    if not line.rstrip().endswith(INLINE):
-        return line
-    node = ast.parse(line.strip()).body[0]
-    if not (isinstance(node, ast.ImportFrom) and node.module == "runner.harness.refs" and len(node.names) == 1
-            and node.names[0].name == "resolve"):
-        raise ValueError(f"only refs.resolve is inlined: {line.strip()}")
-    return "\n" + resolve_source(node.names[0].asname or "resolve") + "\n"

@@ -12,10 +12,11 @@ import re
 from bot.github.platform import find_marker, marker
 from bot.publish.body import DIFF_CHARS, compatibility, pr_body, pr_title, rewrite_diff
 from bot.publish.plan import PullRequestPlan
-from bot.publish.propose import branch_files
+from bot.publish.propose import branch_files, merged
 from bot.publish.text import BODY_LIMIT
 from bot.publish.verdicts import manifest_of, target_table
 from runner.contract import Baselines, Confirmation, Environment, Roofline, TargetResult, TrialResult, Verdict
+from runner.results.adoption import adopted
 from tests.bot.results import improved_result, plan_of, row_numbers, slow_result
 from tests.fakes.evaluators import timing
 
@@ -162,6 +163,38 @@ def test_a_rewrite_is_shown_as_its_diff_with_no_dropin_promises():
     files = branch_files(plan(r))
     assert files["examples/row_gain.py"] == "x = torch.addcmul(c, a, b)\n"
     assert "fusebot_kernels/row_gain/fusebot.json" in files and not [p for p in files if p.startswith("/")]
+
+
+MODULE = "class A:\n    pass\n\n\nclass B:\n    pass\n"
+WITH_A = MODULE + "\n\n# ---- fusebot: A\nA = adopt_a(A)\n"
+WITH_B = MODULE + "\n\n# ---- fusebot: B\nB = adopt_b(B)\n"
+
+
+def test_changes_of_one_file_by_several_targets_are_put_together():
+    assert merged(MODULE, [WITH_A, WITH_B]) == WITH_A + "\n\n# ---- fusebot: B\nB = adopt_b(B)\n"
+    assert merged(MODULE, [WITH_B, WITH_A]) == WITH_B + "\n\n# ---- fusebot: A\nA = adopt_a(A)\n"
+    assert merged(MODULE, [WITH_A, WITH_A]) == WITH_A  # one change made twice is made once
+    rewrite_a = MODULE.replace("class A:\n    pass", "class A:\n    x = 1")
+    assert merged(MODULE, [rewrite_a, WITH_B]) == WITH_B.replace("class A:\n    pass", "class A:\n    x = 1")
+    assert merged(MODULE, [rewrite_a, MODULE.replace("class A:\n    pass", "class A:\n    y = 2")]) is None
+
+
+def test_two_adoption_edits_put_together_are_the_edits_made_one_after_the_other():
+    a, b = adopted(MODULE, "A", "kernels/a"), adopted(MODULE, "B", "kernels/b")
+    assert merged(MODULE, [a, b]) == adopted(a, "B", "kernels/b")
+    assert merged(MODULE, [b, a]) == adopted(b, "A", "kernels/a")
+
+
+def test_a_pr_of_two_targets_of_one_module_adopts_both():
+    def adopting(target: str, text: str) -> TargetResult:
+        r = kernel_result()
+        files = {f"{target}/{k.split('/', 1)[1]}": v for k, v in r.files.items()} | {"/pkg/m.py": text}
+        return r.model_copy(update={"target": target, "files": files, "file": "pkg/m.py", "class_name": target})
+
+    two = plan(adopting("A", WITH_A), adopting("B", WITH_B))
+    assert branch_files(two, {"pkg/m.py": MODULE}.get)["pkg/m.py"] == merged(MODULE, [WITH_A, WITH_B])
+    assert branch_files(two)["pkg/m.py"] == WITH_A  # no base text to put them together on: the first stands
+    assert branch_files(plan(adopting("A", WITH_A)), {}.get)["pkg/m.py"] == WITH_A
 
 
 def test_a_long_diff_is_cut_and_says_where_the_whole_is():

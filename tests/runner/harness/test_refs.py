@@ -8,7 +8,7 @@ import types
 import pytest
 
 from runner.contract import ProblemSpec
-from runner.harness.dropin_guard import RUNTIME_GUARD
+from runner.harness.dropin import dropin_source
 from runner.harness.refs import resolve, resolve_source
 from runner.results.bench_script import bench_source
 from runner.results.dropin_test import dropin_test_source
@@ -31,10 +31,10 @@ def test_its_source_runs_where_fusebot_is_not_importable():
     assert namespace["_resolve"](None, "os.path:sep") == __import__("os").path.sep
 
 
-@pytest.mark.parametrize("shipped", ["guard", "test", "bench"])
+@pytest.mark.parametrize("shipped", ["dropin", "test", "bench"])
 def test_every_shipped_file_carries_the_one_resolver(shipped):
     spec = ProblemSpec(name="row_gain", path="examples/row_gain.py", class_name="RowGain", init_inputs="m:init")
-    text = {"guard": lambda: RUNTIME_GUARD, "test": lambda: dropin_test_source(spec, "cpu"),
+    text = {"dropin": lambda: dropin_source(spec, "cpu"), "test": lambda: dropin_test_source(spec, "cpu"),
             "bench": lambda: bench_source(spec, backend="cpu", target_folder="row_gain", kernels_dir="k")}[shipped]()
     assert text.count(resolve_source("_resolve")) == 1
     assert text.count('if ":" in ') == 1  # no second resolver beside it

@@ -38,31 +38,34 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
   return 0;
 }
 """
-# Imports the module (after the drop-in, with `first`), calls the class where it can, and reports what it found;
-# fusebot's own packages are made unimportable: the PR's code needs nothing but torch.
+# Imports the module (after the drop-in, with `first`), calls each class named where it can, and reports what it
+# found; fusebot's own packages are made unimportable: the PR's code needs nothing but torch.
 PROBE = """
 import importlib, json, sys
 sys.modules["runner"] = None
 sys.modules["bot"] = None
 import torch
-module, cls_name, first, init = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+module, names, first, init = sys.argv[1], sys.argv[2].split(","), sys.argv[3], json.loads(sys.argv[4])
 if first:
     importlib.import_module(first)
 m = importlib.import_module(module)
-cls = getattr(m, cls_name)
-original = vars(cls).get("fusebot_original", cls)
 init = list(m.get_init_inputs()) if init is None else init
-torch.manual_seed(0)
-model = cls(*init).eval()
-plain = original(*init).eval()
-plain.load_state_dict(model.state_dict())
-x = m.get_inputs()
-with torch.no_grad():
-    same = bool(torch.allclose(model(*x), plain(*x), atol=1e-5, rtol=1e-5))
-print(json.dumps({"class_module": cls.__module__, "original_module": original.__module__, "is_subclass":
-                  issubclass(cls, original), "kernel_calls": getattr(cls, "kernel_calls", None), "same": same,
-                  "fusebot_loaded": any(k.split(".")[0] in ("runner", "bot") and v is not None
-                                        for k, v in sys.modules.items())}))
+found = {}
+for cls_name in names:
+    cls = getattr(m, cls_name)
+    original = vars(cls).get("fusebot_original", cls)
+    torch.manual_seed(0)
+    model = cls(*init).eval()
+    plain = original(*init).eval()
+    plain.load_state_dict(model.state_dict())
+    x = m.get_inputs()
+    with torch.no_grad():
+        same = bool(torch.allclose(model(*x), plain(*x), atol=1e-5, rtol=1e-5))
+    found[cls_name] = {"class_module": cls.__module__, "original_module": original.__module__, "is_subclass":
+                       issubclass(cls, original), "kernel_calls": getattr(cls, "kernel_calls", None), "same": same,
+                       "fusebot_loaded": any(k.split(".")[0] in ("runner", "bot") and v is not None
+                                             for k, v in sys.modules.items())}
+print(json.dumps(found))
 """
 
 
@@ -99,6 +102,7 @@ def _repo(tmp_path: Path, module_file: str, text: str, spec: ProblemSpec, cand: 
 
 def _probe(root: Path, tmp_path: Path, module: str, cls: str, init: list | None, *, first: str = "",
            disable: bool = False) -> dict:
+    """What PROBE found of the class `cls` (several: comma-separated, a dict per class)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FUSEBOT_DISABLE")} | {
         "FUSEBOT_DROPIN_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     if disable:
@@ -106,7 +110,8 @@ def _probe(root: Path, tmp_path: Path, module: str, cls: str, init: list | None,
     done = subprocess.run([sys.executable, "-c", PROBE, module, cls, first, json.dumps(init)], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return found if "," in cls else found[cls]
 
 
 CASES = {
@@ -171,3 +176,65 @@ def test_a_missing_module_the_dropin_itself_needs_is_not_hidden(tmp_path):
     done = subprocess.run([sys.executable, "-c", "import examples.row_gain"], cwd=root, capture_output=True, text=True,
                           timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert done.returncode != 0 and "No module named 'not_installed_anywhere'" in done.stderr
+
+
+# The demo's example with a second marked class beside RowGain, each its own target (one kernel PR each).
+ROW_SCALE = """
+
+# fusebot: optimize
+class RowScale(nn.Module):
+    def __init__(self, rows: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.rand(rows) + 0.5)
+
+    def forward(self, x):
+        return x * self.scale[:, None]
+"""
+TWO_CLASSES = (ROOT / "examples" / "row_gain.py").read_text().replace(
+    "\n\nrows, cols = 1024, 512", ROW_SCALE + "\n\nrows, cols = 8, 16")
+
+
+def _adopted_in_order(root: Path, order: tuple[str, ...]) -> str:
+    """The file TWO_CLASSES as the kernel PRs of `order` leave it, each made on the file as the one before left it
+    (merged), in a copy of the repository at `root` with their kernels folders."""
+    (root / "mypkg").mkdir(parents=True)
+    (root / "mypkg" / "__init__.py").write_text("")
+    cand = Candidate(id="rowgain", format="fast", backend="cpu", sources={"kernel.cpp": ROW_GAIN_CPP})
+    text = TWO_CLASSES
+    for cls in order:
+        spec = ProblemSpec(name=cls, module="mypkg.gains", class_name=cls)
+        v = Verdict(candidate_id=cand.id, problem=spec.name, accepted=True)
+        files = target_files(spec, cand, v, Provenance.for_verdict(spec.name, v), kernels_dir=KERNELS,
+                             module_file="mypkg/gains.py", module_text=text)
+        assert [k for k in files if k.startswith(ROOT_PREFIX)] == [ROOT_PREFIX + "mypkg/gains.py"]
+        write_files(root / KERNELS, files)
+        edit = files[ROOT_PREFIX + "mypkg/gains.py"]
+        assert edit.startswith(text.rstrip("\n")) and edit.count(" = _fusebot_adopt(") == text.count(
+            " = _fusebot_adopt(") + 1  # its own lines added, the earlier ones kept
+        text = edit
+    (root / "mypkg" / "gains.py").write_text(text)
+    return text
+
+
+def test_each_marked_class_of_a_file_is_adopted_by_its_own_pr_and_a_second_keeps_the_first(tmp_path):
+    """Each PR adopts its own target; the second PR's edit adds its lines and keeps the first's, in either order:
+    both classes bind their drop-ins (whichever module is imported first), FUSEBOT_DISABLE=1 both originals."""
+    both = "RowGain,RowScale"
+    for order in (("RowGain", "RowScale"), ("RowScale", "RowGain")):
+        root = tmp_path / "-".join(order)
+        text = _adopted_in_order(root, order)
+        assert "RowGain = _fusebot_adopt(RowGain)\n" in text and "RowScale = _fusebot_adopt(RowScale)\n" in text
+        for cls in order:
+            assert adopted(text, cls, f"{KERNELS}/{cls.lower()}") == text  # an edit made again changes nothing
+        probes = [_probe(root, tmp_path, "mypkg.gains", both, None)]
+        if order[0] == "RowGain":  # the drop-in of the class adopted last imported first; then switched off
+            probes.append(_probe(root, tmp_path, "mypkg.gains", both, None, first=f"{KERNELS}.rowscale.dropin"))
+            off = _probe(root, tmp_path, "mypkg.gains", both, None, disable=True)
+            for cls in ("RowGain", "RowScale"):
+                assert off[cls]["class_module"] == "mypkg.gains" and off[cls]["kernel_calls"] is None
+                assert off[cls]["same"]
+        for found in probes:
+            for cls in ("RowGain", "RowScale"):
+                assert found[cls]["class_module"] == f"{KERNELS}.{cls.lower()}.dropin", (order, cls, found)
+                assert found[cls]["original_module"] == "mypkg.gains" and found[cls]["is_subclass"]
+                assert found[cls]["kernel_calls"] == 1 and found[cls]["same"] and not found[cls]["fusebot_loaded"]

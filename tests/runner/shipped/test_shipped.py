@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from runner import shipped
-from runner.harness.refs import resolve_source
+from runner.harness.refs import INLINE, resolve_source
 from runner.shipped import bench, dropin_tests, rewrite_tests
 
 MODULES = ("bench", "dropin_tests", "rewrite_tests")
@@ -32,7 +32,7 @@ def test_a_render_changes_the_docstring_the_block_and_the_resolver_only(name):
                 for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names}
     assert "runner" not in imported and "fusebot" not in imported  # a shipped file runs where fusebot is not installed
     source = shipped.source(name)
-    if shipped.INLINE in source:
+    if INLINE in source:
         assert text.count(resolve_source("_resolve")) == 1
     # everything after the per-PR block is the module's own text, unchanged
     assert text.split(shipped.END, 1)[1] == source.split(shipped.END, 1)[1]

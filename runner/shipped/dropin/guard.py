@@ -1,5 +1,5 @@
-"""The drop-in's guard, as source text (runner/harness/dropin.py puts it into every drop-in): what it checks before
-the kernel runs, and where it calls the original forward instead.
+"""The drop-in's guard (a part of every drop-in): what it checks before the kernel runs, and where it calls the
+original forward instead.
 
 The kernel takes a call only when it is what was verified: the backend's device type (all tensors on one device),
 the verified dtypes and ranks, strided tensors (non-contiguous ones are copied, as the harness's own inputs were), and
@@ -15,19 +15,46 @@ inference), jit.trace, fx.symbolic_trace, vmap and other torch.func transforms. 
 raises RuntimeError with the kernel's own message (fusebot_last_error()).
 """
 
-from __future__ import annotations
+import ctypes
+import itertools
+import re
+import struct
+import threading
+import warnings
 
-from runner.dtypes import guard_table
-from runner.harness.refs import resolve_source
+import torch
 
-RUNTIME_GUARD = r'''
+from runner.dtypes import ABI_DTYPES
+from runner.shipped.dropin.head import _HERE, BACKEND, DEVICE_CODE, KERNEL, OP_NAME, PROBLEM, TARGET, Original, _ref
+from runner.shipped.dropin.runtime import _LIB, _LOCK, _FbTensor, _library, log
+
+
+def _names(module):
+    """The forward part's (a later part of the drop-in)."""
+    from runner.shipped.dropin.forward import _names as names  # it imports this part: bound at the call
+    return names(module)
+
+
+def _run_plan(inputs, outs, device):
+    """The device part's (a later part of the drop-in)."""
+    from runner.shipped.dropin.device import _run_plan as run_plan  # it imports this part: bound at the call
+    return run_plan(inputs, outs, device)
+
+
+def _count():
+    """The class's (the last part of the drop-in)."""
+    from runner.shipped.dropin.subclass import _count as count  # it imports this part: bound at the call
+    count()
+
+# ---- the drop-in from here on
+
 
 class FallbackWarning(UserWarning):
     """The drop-in called the original forward for a call the kernel was not verified for (once per reason)."""
 
 
 STRICT = False  # the harness's timed drop-in: a call the kernel does not take raises instead (what was timed ran it)
-_DTYPES = @ABI_DTYPES@
+_DTYPES = {getattr(torch, name): code for name, code in ABI_DTYPES.items()}  # fusebot: abi dtypes
 _CODES = {v: k for k, v in _DTYPES.items()}
 _PACK = struct.Struct("<qii8q8q")  # _FbTensor's bytes: one pack per tensor, not a ctypes field write per number
 _SEEN = set()
@@ -57,7 +84,8 @@ def _describe_all(tensors):
     return (_FbTensor * max(len(parts), 1)).from_buffer_copy(b"".join(parts) or bytes(_PACK.size))
 
 
-@RESOLVE@
+from runner.harness.refs import resolve as _resolve  # noqa: E402  # fusebot: inline
+
 
 def _evaluate(fn):
     """fn() on the meta device (no memory, no random draws), or for real where meta fails; the RNG left as it was."""
@@ -338,4 +366,3 @@ def fused(args: list[torch.Tensor], state: list[torch.Tensor], meta: list[int]) 
 def _fused_fake(args, state, meta):
     device = (args or state)[0].device
     return [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, dtype, stride in _specs(meta)]
-'''.replace("@ABI_DTYPES@", guard_table()).replace("@RESOLVE@", resolve_source())  # one source: runner/dtypes.py, refs.py

@@ -1,22 +1,40 @@
-"""The drop-in's forward and class, as source text (runner/harness/dropin.py puts them into every drop-in).
+"""The drop-in's forward (a part of every drop-in, before its class).
 
 The forward keeps the original's signature (`forward.__wrapped__`: inspect.signature, keyword calls, and what
 fx.symbolic_trace reads) and holds no registry of modules, so deepcopy and pickling (torch.save of the whole module,
 loaded in another process) need nothing but the drop-in importable. Three paths:
-- eager: the guard (runner/harness/dropin_guard.py), then the kernel called directly through ctypes (no dispatch);
+- eager: the guard (guard.py), then the kernel called directly through ctypes (no dispatch);
 - torch.compile: the same checks on the traced tensors, then the custom op with the original's output layout (the
   original forward is traced only for its output shapes; the compiled graph does not use its values);
 - the original forward: autograd wanting gradients, jit.trace, fx.symbolic_trace, vmap and other torch.func
   transforms, jit.script (`__prepare_scriptable__` hands TorchScript the original class), and whatever the guard
   refuses.
-A module can adopt the drop-in (the edit a kernel PR makes to the marked class's file, runner/results/adoption.py):
-`Cls = adopt(Cls)` at its end binds the class's name to the subclass. `adopt` is defined before the drop-in imports
-that module, so either may be imported first; FUSEBOT_DISABLE then keeps the original class.
 """
 
-from __future__ import annotations
+import inspect
 
-RUNTIME_FORWARD = r'''
+import torch
+import torch.fx
+
+from runner.shipped.dropin.adopt import _env_off
+from runner.shipped.dropin.guard import (
+    _CODES,
+    _DTYPES,
+    STRICT,
+    KernelError,
+    _note,
+    _plan,
+    _run,
+    _size_miss,
+    _sizes,
+    _verified,
+    fused,
+)
+from runner.shipped.dropin.head import BACKEND, TARGET, Original
+from runner.shipped.dropin.runtime import BuildError
+
+# ---- the drop-in from here on
+
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _NUMBERS = {"bool": (bool, torch.bool), "int": (int, torch.int64), "float": (float, torch.float32)}
@@ -242,89 +260,3 @@ def _traced(module, args, kwargs):
                                                                   device=device) for a in args]
     res = fused(tensors, list(state), meta)
     return res[0] if isinstance(out, torch.Tensor) else tuple(res)
-'''
-
-ADOPT = r'''
-def _env_off(cls_name):
-    """FUSEBOT_DISABLE: 1/true/all turns every drop-in off; a comma-separated list of targets or class names, these."""
-    value = os.environ.get("FUSEBOT_DISABLE", "").strip()
-    if not value or value.lower() in ("0", "false", "no"):
-        return False
-    names = {v.strip().lower() for v in value.split(",")}
-    return bool(names & {"1", "true", "yes", "all", TARGET.lower(), cls_name.lower()})
-
-
-_ADOPTING = []  # modules that asked for this drop-in's class while it was still loading (it was importing them)
-
-
-def adopt(original):
-    """The class a module that adopts this drop-in binds in place of `original`, its own class: this drop-in's
-    subclass, or `original` itself where FUSEBOT_DISABLE names it (read once, as the module is imported). Called
-    while this drop-in is still loading (it imports that module for the original class), it answers `original` and
-    binds the module's name to the subclass once loaded."""
-    if _env_off(original.__name__):
-        return original
-    dropin = globals().get("_DROPIN")
-    if dropin is None:
-        _ADOPTING.append(original.__module__)
-        return original
-    return dropin
-
-
-'''
-
-CLASS = '''
-
-class __NAME__(Original):
-    """__NAME__ with its forward computed by the fused kernel in __KERNEL__ (found and verified by fusebot).
-
-    Same constructor, state_dict and forward signature as the original, so its checkpoints and calls work unchanged.
-    The kernel runs where a call is one it was verified for (device, dtype, rank, sizes; inference: no gradients
-    wanted); every other call runs the original forward (a FallbackWarning once per reason). torch.compile calls the
-    kernel as the custom op `__OP__`; jit.script, jit.trace, fx.symbolic_trace and vmap get the original forward.
-    Switch it off with FUSEBOT_DISABLE=1 (every drop-in), FUSEBOT_DISABLE=__TARGET__ (this one), or
-    `__NAME__.fusebot_enabled = False` (the class, or one instance).
-    """
-
-    kernel_calls = 0
-    fusebot_enabled = True
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _slots(self)
-
-    def _fusebot_state(self):
-        return _state(self)
-
-    def forward(self, *args, **kwargs):
-        if getattr(_REFERENCE, "on", 0):
-            return Original.forward(self, *args, **kwargs)
-        if torch.compiler.is_compiling():
-            return _traced(self, args, kwargs)
-        return _eager(self, args, kwargs)
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state.pop("_fusebot_plans", None)
-        return state
-
-    def __prepare_scriptable__(self):
-        """torch.jit.script compiles the original class's forward: TorchScript cannot call the kernel."""
-        plain = Original.__new__(Original)
-        plain.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_fusebot_")})
-        return plain
-
-
-__NAME__.forward.__wrapped__ = Original.forward  # the original's signature (inspect, fx.symbolic_trace)
-
-
-def _count():
-    __NAME__.kernel_calls += 1
-
-
-__NAME__.fusebot_original = Original  # the class it replaces (a module that adopted it binds that name to this one)
-_DROPIN = __NAME__
-for _name in _ADOPTING:  # modules that adopted it while it loaded: their name now binds the subclass
-    if getattr(sys.modules.get(_name), "__NAME__", None) is Original:
-        setattr(sys.modules[_name], "__NAME__", __NAME__)
-'''

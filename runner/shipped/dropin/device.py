@@ -1,18 +1,29 @@
-"""The drop-in's device-code path, as source text (runner/harness/dropin.py puts it into every drop-in, after the
-guard): the shipped cubin of this GPU's arch, else the shipped PTX of an arch up to its own (compiled by the driver),
-its sha256 checked against the one recorded in the drop-in, loaded through the CUDA driver API (libcuda.so.1 via
-ctypes: cuModuleLoadData, cuModuleGetFunction) into the device's primary context, and each verified call's launch
-plan (runner/harness/launch_plan.py) replayed on torch's current stream (cuLaunchKernel, cuLaunchKernelEx for a
-cooperative or clustered launch, cuMemsetD8Async), its tensors' addresses written into the parameter bytes' slots.
-No host code of the kernel runs; a call without a plan is a KernelError (the guard's fallback), a host where the
-device code does not run or the driver cannot be used a BuildError (the original forward, one warning).
+"""The drop-in's device-code path (a part of every drop-in, after the guard): the shipped cubin of this GPU's arch,
+else the shipped PTX of an arch up to its own (compiled by the driver), its sha256 checked against the one recorded
+in the drop-in, loaded through the CUDA driver API (libcuda.so.1 via ctypes: cuModuleLoadData, cuModuleGetFunction)
+into the device's primary context, and each verified call's launch plan (runner/harness/launch_plan.py) replayed on
+torch's current stream (cuLaunchKernel, cuLaunchKernelEx for a cooperative or clustered launch, cuMemsetD8Async), its
+tensors' addresses written into the parameter bytes' slots. No host code of the kernel runs; a call without a plan
+is a KernelError (the guard's fallback), a host where the device code does not run or the driver cannot be used a
+BuildError (the original forward, one warning).
 
 Names it defines that other code relies on: `_run_plan(inputs, outs, device)` (the guard's `_run`).
 """
 
-from __future__ import annotations
+import base64
+import ctypes
+import hashlib
+import re
+import struct
 
-DEVICE_LOAD = r'''
+import torch
+
+from runner.shipped.dropin.guard import _DTYPES, KernelError
+from runner.shipped.dropin.head import _HERE, DEVICE_CODE, PLANS
+from runner.shipped.dropin.runtime import _LOCK, BuildError, _host_arch, _rank
+
+# ---- the drop-in from here on
+
 
 class _Driver:
     """The CUDA driver (libcuda.so.1) through ctypes: the shipped cubin (or PTX) loaded per device, its kernels
@@ -186,4 +197,3 @@ def _run_plan(inputs, outs, device):
                                             stream, None, extra)
             drv._check(rc, f"launching {step['kernel']}")
     return 0
-'''

@@ -1,4 +1,4 @@
-"""The drop-in's library loading, as source text (runner/harness/dropin.py puts it into every drop-in).
+"""The drop-in's library loading (a part of every drop-in).
 
 Order of preference, each step refusing what does not fit and saying why once:
 1. the library the runner shipped beside the drop-in (`kernel.<arch>.so.b64`: zlib-compressed, base64), chosen by
@@ -12,9 +12,30 @@ Names it defines that other code relies on: `BuildError`, `_bind(path)` and `_LI
 built and timed: runner/harness/procs/contestant.py), `_compile`, `_intact`, `_cpu_model` (tests).
 """
 
-from __future__ import annotations
+import base64
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import threading
+import zlib
+from pathlib import Path
 
-RUNTIME_LOAD = r'''
+import torch
+
+from runner.shipped.dropin.head import _HERE, BACKEND, BUILT_ARCH, BUILT_FOR, FLAGS, KERNEL, SHIPPED
+
+
+def _note(key, message, warn=True):
+    """The guard's (a later part of the drop-in)."""
+    from runner.shipped.dropin.guard import _note as note  # the guard imports this part: bound at the call
+    return note(key, message, warn)
+
+# ---- the drop-in from here on
+
 log = logging.getLogger(__name__)
 
 
@@ -280,4 +301,3 @@ def _library(device):
     if isinstance(lib, BuildError):
         raise lib
     return lib
-'''
