@@ -54,6 +54,7 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
              "static int fb_fail(const char* msg) { snprintf(fb_err, sizeof fb_err, \"%s\", msg); return 1; }",
              "static int fb_setup(const fb_tensor* in, int32_t n_in, fb_tensor* out, int32_t n_out, FbArgs* ap) {",
              "  FbArgs& a = *ap;",
+             "  memset(ap, 0, sizeof *ap);  // every byte set: the block is a kernel parameter a launch plan records",
              f'  if (n_out != {1 + len(p.more)}) return fb_fail("expected {1 + len(p.more)} outputs");',
              f"  long long shp[{max(len(p.inputs), 1)}][{max(nd, 1)}];"]
     for k, inp in enumerate(p.inputs):

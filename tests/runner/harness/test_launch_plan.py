@@ -176,6 +176,14 @@ def test_a_plan_holds_the_launch_the_host_code_chose_and_where_each_address_goes
     assert large[0]["kernel"] == step["kernel"] and large[0]["grid"][0] == 2 * step["grid"][0]  # twice the rows
 
 
+def test_a_plan_is_the_same_bytes_whoever_records_it(recorded, tmp_path):
+    """The argument block is a kernel parameter: a byte the host code leaves unset (FbArgs' unused second-output
+    slot held a stack address) changed the shipped plan on every run, and a PR's drop-in with it."""
+    src, cubin, _, plans = recorded
+    again = launch_plan.record(src, "sm_90", [call(ROWS), call(2 * ROWS)], tmp_path, cubin=cubin)
+    assert again == plans
+
+
 def test_a_call_the_host_code_refuses_is_no_plan(recorded, tmp_path):
     src = recorded[0]
     bad = {"inputs": [["float16", [ROWS, COLS]], ["float32", [ROWS]]], "outputs": [["float32", [ROWS, COLS]]]}

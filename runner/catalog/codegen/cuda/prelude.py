@@ -10,6 +10,7 @@ PRELUDE = r"""#include "fusebot.h"
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 namespace cg = cooperative_groups;
