@@ -86,120 +86,165 @@ def _cpu(p: Program) -> list[Strategy]:
     return out
 
 
+# ---- the CUDA layouts' tuned sets, best guess first: data the functions below choose among -----------------------
+
+ROPE_THREADS = (256, 128, 512)
+ROPE_HEADS = (4, 8, 2)  # heads of one token per thread, where they fit
+ROPE_HEADS_THREADS = (256, 128)
+# round 1 implements each idea's first two sets: one pass of the grid with two and four vectors in flight per thread
+# first (the one-pass grid beat grid-stride on the H100), then one, then grid-stride over one wave
+FLAT_SETS = ((256, "once", 2), (256, "once", 4), (256, "once", 1), (256, "stride", 2), (512, "once", 2),
+             (128, "once", 4), (256, "stride", 4), (512, "stride", 1))  # (threads, grid, vectors in flight)
+FLAT_GENERAL_THREADS = (256, 512, 128)  # with an index from the strides per element: no unrolling
+FLAT_GENERAL_GRIDS = ("once", "stride")
+# (vector width divisor k: V = wide // k, column width, slices, unroll): a tile is CW * V columns; at most 512
+# threads, so the merge's V lanes of any accumulator fit in static shared memory. On the H100, over (112, 64, 512,
+# 512) fp32: RMSNorm 5.4 ms with float4 and 32x16 threads (unrolled 4 or not), 6.2 for the best scalar set (floor
+# 5.0); LayerNorm (Welford) 6.6 with float2 32x8 unrolled 4 and with float4 32x16 unrolled 2, 7.1 scalar
+COLUMNS_VECTOR_SETS = ((1, 32, 16, 4), (1, 32, 16, 2), (2, 32, 8, 4), (2, 64, 8, 1), (1, 64, 8, 4), (2, 32, 16, 4),
+                       (1, 32, 16, 1), (1, 32, 8, 4), (2, 64, 8, 4), (1, 64, 8, 1), (2, 32, 16, 1), (1, 32, 8, 1))
+# scalar sets, (slices) x (column width, unroll): the reduction loop unrolled 4 times by a pragma (four loads in flight
+# per thread) alternates with the compiler's own unrolling (a pragma of 1, no unrolling, ran Max over (128, 4096,
+# 4095) at 3.93 ms on the H100, 4 at 3.26)
+COLUMNS_SCALAR_SLICES = (8, 4, 16, 1)
+COLUMNS_SCALAR_WIDTHS = ((32, 1), (64, 4), (64, 1), (32, 4))
+# (slices, threads, unroll). On the H100, Sum over (128, 4096, 4095) by a probe of this kernel: 2.94-3.04 ms (94-97% of
+# the floor) against eager's 3.05 and the scalar columns' 3.3-3.4 in the harness
+STRIDED_SETS = ((4, 256, 8), (2, 256, 8), (4, 128, 4), (8, 256, 8), (2, 256, 4), (4, 256, 2))
+# a block's threads sized from the row: none idle through the passes and their barriers (a bf16 row of 1024 is 128
+# vectors of 8: a block of 512 left three quarters of its threads without one)
+ROWS_BLOCK_THREADS = (512, 256, 1024, 128)
+ROWS_WARP_THREADS = (256, 128)
+# (threads, unroll) of a row's blocks taking turns along it (few rows), or each holding a chunk
+SPLIT_TURNS_SETS = ((512, 2), (256, 4))
+SPLIT_CHUNK_SETS = ((512, 1), (256, 1))
+# (buffers, threads) of a cluster holding its row
+CLUSTER_SETS = ((1, (256, 128)), (1, (512,)), (2, (256,)))
+GRID_THREADS = (256, 512)
+BIG_ROW_THREADS = (256, 128)
+
+
 def _cuda(p: Program) -> list[Strategy]:
-    wide = 8 if _halfish(p) else 4
-    access = "bfloat162/half2-or-wider" if _halfish(p) else "float4"
-    out: list[Strategy] = []
-    if not p.is_row and p.rope is not None and rope_widths(p):
-        r = p.rope
-        vs = rope_widths(p)
-        how = ("x[j] and its partner x[j + rot/2] as two vectors at one offset" if r.style == "half" else
-               "interleaved pairs inside one vector, the repeated cos/sin read half as wide")
-        out.append(Strategy(
-            "cuda-rope",
-            f"A rotary-embedding kernel: one thread per vector of a head's features, {how}; cos and sin loaded once "
-            f"per vector and applied to all {len(r.xs)} output(s) in one launch"
-            + (f"; the {r.head - r.rot} features past the rotated {r.rot} copied as plain vectors"
-               if r.rot < r.head else "") + f" ({vs[0]}-element vectors first).",
-            [CudaParams("rope", vec=v, threads=t) for v in vs[:2] for t in (256, 128, 512)]))
-        hs = [h for h in (4, 8, 2) if rope_heads_fit(r, h)]
-        if hs:
-            out.append(Strategy(
-                "cuda-rope-heads",
-                f"The rotary-embedding kernel with {hs[0]} heads of one token per thread: cos and sin loaded once for "
-                "all of them (from L2 once per token instead of once per head), the heads' vectors loaded back to "
-                "back.", [CudaParams("rope", vec=vs[0], threads=t, unroll=h) for h in hs for t in (256, 128)]))
     if not p.is_row:
-        # round 1 implements each idea's first two sets: one pass of the grid with two and four vectors in flight per
-        # thread first (the one-pass grid beat grid-stride on the H100), then one, then grid-stride over one wave
-        shapes = [(256, "once", 2), (256, "once", 4), (256, "once", 1), (256, "stride", 2), (512, "once", 2),
-                  (128, "once", 4), (256, "stride", 4), (512, "stride", 1)]
-        view = broadcast_view(p)
-        general = [CudaParams("flat", vec=v, threads=t, grid=g) for v in (wide, wide // 2, 1) for t in (256, 512, 128)
-                   for g in ("once", "stride")]
-        ps = [CudaParams("flat", vec=v, threads=t, grid=g, unroll=u) for v in (wide, wide // 2, 1)
-              for t, g, u in shapes]
-        if view is not None:
-            a, b, c = view.sizes
-            seen = f"[{a}, {b}, {c}] ({a * b} rows of {c})" if view.three else f"{b} rows of {c}"
-            bcs = [view.present[k] for k in p.used_inputs() if p.access(k) == "general"]
-            kinds = []
-            if any(pr[2] for pr in bcs):
-                kinds.append("a vector along the row (like a bias b[None, :])")
-            if any(not pr[2] for pr in bcs):
-                kinds.append("a per-row value read once per vector (like a[:, None]"
-                             + (" or a per-channel c[:, None, None])" if view.three else ")"))
-            out.append(Strategy(
-                "cuda-flat-broadcast",
-                f"One fused elementwise kernel that reads the output as {seen}: each broadcast input is "
-                f"{' or '.join(kinds)}, indexed from row and column counters each thread steps forward, with no "
-                f"division per element; full inputs and the output keep {access} access ({wide} elements), several "
-                "vectors in flight per thread.", [replace(x, layout="bcast") for x in ps]))
-        if uses_general(p):  # an index from the strides per element: compute-bound, and unrolled slow to compile
-            out.append(Strategy("cuda-flat-vector",
-                                f"One fused elementwise kernel, {access} loads and stores of the full inputs "
-                                f"({wide} elements per access) through the read-only path; broadcast inputs through "
-                                "an index computed from their strides; one read of every input, one write.", general))
-        else:
-            out.append(Strategy("cuda-flat-vector",
-                                f"One fused elementwise kernel, {access} loads and stores ({wide} elements per access) "
-                                "through the read-only path, two to four vectors loaded per thread before any is "
-                                "computed (more bytes in flight); one read of every input, one write.", ps))
+        out = _rope(p) + _flat(p)
         if _fast_math_matters(p):
             out.append(Strategy("cuda-flat-fast",
                                 "The same fused elementwise kernel with fast-math intrinsics (__expf, __fdividef, tanh "
                                 "through exp): cheaper transcendental math, checked against the tolerance.",
                                 [replace(x, fast_math=True) for x in out[0].params[:6]]))
         return out
-    rows, R, inner = p.split()
+    _, _, inner = p.split()
+    return _columns(p) if inner > 1 else _rows(p)
+
+
+def _access(p: Program) -> tuple[int, str]:
+    """(elements per vector access, its name)."""
+    return (8, "bfloat162/half2-or-wider") if _halfish(p) else (4, "float4")
+
+
+def _rope(p: Program) -> list[Strategy]:
+    if p.rope is None or not rope_widths(p):
+        return []
+    r, vs, out = p.rope, rope_widths(p), []
+    how = ("x[j] and its partner x[j + rot/2] as two vectors at one offset" if r.style == "half" else
+           "interleaved pairs inside one vector, the repeated cos/sin read half as wide")
+    out.append(Strategy(
+        "cuda-rope",
+        f"A rotary-embedding kernel: one thread per vector of a head's features, {how}; cos and sin loaded once "
+        f"per vector and applied to all {len(r.xs)} output(s) in one launch"
+        + (f"; the {r.head - r.rot} features past the rotated {r.rot} copied as plain vectors"
+           if r.rot < r.head else "") + f" ({vs[0]}-element vectors first).",
+        [CudaParams("rope", vec=v, threads=t) for v in vs[:2] for t in ROPE_THREADS]))
+    hs = [h for h in ROPE_HEADS if rope_heads_fit(r, h)]
+    if hs:
+        out.append(Strategy(
+            "cuda-rope-heads",
+            f"The rotary-embedding kernel with {hs[0]} heads of one token per thread: cos and sin loaded once for "
+            "all of them (from L2 once per token instead of once per head), the heads' vectors loaded back to "
+            "back.", [CudaParams("rope", vec=vs[0], threads=t, unroll=h) for h in hs for t in ROPE_HEADS_THREADS]))
+    return out
+
+
+def _flat(p: Program) -> list[Strategy]:
+    wide, access = _access(p)
+    out: list[Strategy] = []
+    view = broadcast_view(p)
+    general = [CudaParams("flat", vec=v, threads=t, grid=g) for v in (wide, wide // 2, 1) for t in FLAT_GENERAL_THREADS
+               for g in FLAT_GENERAL_GRIDS]
+    ps = [CudaParams("flat", vec=v, threads=t, grid=g, unroll=u) for v in (wide, wide // 2, 1) for t, g, u in FLAT_SETS]
+    if view is not None:
+        a, b, c = view.sizes
+        seen = f"[{a}, {b}, {c}] ({a * b} rows of {c})" if view.three else f"{b} rows of {c}"
+        bcs = [view.present[k] for k in p.used_inputs() if p.access(k) == "general"]
+        kinds = []
+        if any(pr[2] for pr in bcs):
+            kinds.append("a vector along the row (like a bias b[None, :])")
+        if any(not pr[2] for pr in bcs):
+            kinds.append("a per-row value read once per vector (like a[:, None]"
+                         + (" or a per-channel c[:, None, None])" if view.three else ")"))
+        out.append(Strategy(
+            "cuda-flat-broadcast",
+            f"One fused elementwise kernel that reads the output as {seen}: each broadcast input is "
+            f"{' or '.join(kinds)}, indexed from row and column counters each thread steps forward, with no "
+            f"division per element; full inputs and the output keep {access} access ({wide} elements), several "
+            "vectors in flight per thread.", [replace(x, layout="bcast") for x in ps]))
+    if uses_general(p):  # an index from the strides per element: compute-bound, and unrolled slow to compile
+        out.append(Strategy("cuda-flat-vector",
+                            f"One fused elementwise kernel, {access} loads and stores of the full inputs "
+                            f"({wide} elements per access) through the read-only path; broadcast inputs through "
+                            "an index computed from their strides; one read of every input, one write.", general))
+    else:
+        out.append(Strategy("cuda-flat-vector",
+                            f"One fused elementwise kernel, {access} loads and stores ({wide} elements per access) "
+                            "through the read-only path, two to four vectors loaded per thread before any is "
+                            "computed (more bytes in flight); one read of every input, one write.", ps))
+    return out
+
+
+def _columns(p: Program) -> list[Strategy]:
+    """Reductions along a middle dim (an inner size over 1)."""
+    wide, _ = _access(p)
+    _, _, inner = p.split()
+    out: list[Strategy] = []
+    vecs = [v for v in (wide, wide // 2) if inner % v == 0]  # (a row not whole vectors runs the scalar kernel)
+    for mode in _modes(p):
+        ps = [CudaParams("columns", vec=wide // k, threads=w * s, col_width=w, slices=s, mode=mode, unroll=u)
+              for k, w, s, u in COLUMNS_VECTOR_SETS if wide // k in vecs]
+        ps += [CudaParams("columns", vec=1, threads=w * s, col_width=w, slices=s, mode=mode, unroll=u)
+               for s in COLUMNS_SCALAR_SLICES for w, u in COLUMNS_SCALAR_WIDTHS]
+        if vecs:
+            load = "float4" if vecs[0] == 4 and not _halfish(p) else f"{vecs[0]}-element vector"
+            how = (f"{load} loads across the contiguous inner dim, {vecs[0]} columns per thread with an accumulator "
+                   "each (coalesced; narrower and scalar variants follow)")
+        else:
+            how = "threads across the contiguous inner dim (coalesced)"
+        out.append(Strategy(f"cuda-columns-{mode}",
+                            f"Reduce along a middle dim: {how}, slices of the reduced dim per block merged in "
+                            f"shared memory; {_what(p)} {'in one pass' if mode == 'online' else 'in two passes'}, "
+                            "then the output.", ps))
+    if inner % wide and wide > 1 and _strided_fits(p):
+        # the inner dim not whole vectors: the columns kernels would read it an element at a time
+        out.insert(0, Strategy(
+            "cuda-columns-strided",
+            f"Reduce along a middle dim whose inner size is not whole vectors: a batch's slab is contiguous, so "
+            f"{wide}-element vectors read at a stride of {wide} rows always hold the same {wide} (row class, "
+            f"column) pairs: aligned, coalesced vector loads with an accumulator per lane; the partials of each "
+            f"column merged by a second small kernel; {_what(p)} in one pass.",
+            [CudaParams("strided", vec=wide, threads=t, slices=g, unroll=u) for g, t, u in STRIDED_SETS]))
+    return out
+
+
+def _rows(p: Program) -> list[Strategy]:
+    """Reductions along the innermost dim: a row per block, warp, group of blocks or registers, or on chip."""
+    wide, access = _access(p)
+    rows, R, _ = p.split()
     modes = _modes(p)
-    if inner > 1:
-        vecs = [v for v in (wide, wide // 2) if inner % v == 0]  # (a row not whole vectors runs the scalar kernel)
-        for mode in modes:
-            # (V = wide // k, CW, RS, U): a tile is CW * V columns; at most 512 threads, so the merge's V lanes of any
-            # accumulator fit in static shared memory. On the H100, over (112, 64, 512, 512) fp32: RMSNorm 5.4 ms with
-            # float4 and 32x16 threads (unrolled 4 or not), 6.2 for the best scalar set (floor 5.0); LayerNorm (Welford)
-            # 6.6 with float2 32x8 unrolled 4 and with float4 32x16 unrolled 2, 7.1 scalar
-            ps = [CudaParams("columns", vec=wide // k, threads=w * s, col_width=w, slices=s, mode=mode, unroll=u)
-                  for k, w, s, u in ((1, 32, 16, 4), (1, 32, 16, 2), (2, 32, 8, 4), (2, 64, 8, 1), (1, 64, 8, 4),
-                                     (2, 32, 16, 4), (1, 32, 16, 1), (1, 32, 8, 4), (2, 64, 8, 4), (1, 64, 8, 1),
-                                     (2, 32, 16, 1), (1, 32, 8, 1)) if wide // k in vecs]
-            # the reduction loop unrolled 4 times by a pragma (four loads in flight per thread) alternates with the
-            # compiler's own unrolling (a pragma of 1, no unrolling, ran Max over (128, 4096, 4095) at 3.93 ms on
-            # the H100, 4 at 3.26)
-            ps += [CudaParams("columns", vec=1, threads=w * s, col_width=w, slices=s, mode=mode, unroll=u)
-                   for s in (8, 4, 16, 1) for w, u in ((32, 1), (64, 4), (64, 1), (32, 4))]
-            if vecs:
-                load = "float4" if vecs[0] == 4 and not _halfish(p) else f"{vecs[0]}-element vector"
-                how = (f"{load} loads across the contiguous inner dim, {vecs[0]} columns per thread with an accumulator "
-                       "each (coalesced; narrower and scalar variants follow)")
-            else:
-                how = "threads across the contiguous inner dim (coalesced)"
-            out.append(Strategy(f"cuda-columns-{mode}",
-                                f"Reduce along a middle dim: {how}, slices of the reduced dim per block merged in "
-                                f"shared memory; {_what(p)} {'in one pass' if mode == 'online' else 'in two passes'}, "
-                                "then the output.", ps))
-        if inner % wide and wide > 1 and _strided_fits(p):
-            # the inner dim not whole vectors: the columns kernels would read it an element at a time. On the H100,
-            # Sum over (128, 4096, 4095) by a probe of this kernel: 2.94-3.04 ms (94-97% of the floor) against
-            # eager's 3.05 and the scalar columns' 3.3-3.4 in the harness
-            out.insert(0, Strategy(
-                "cuda-columns-strided",
-                f"Reduce along a middle dim whose inner size is not whole vectors: a batch's slab is contiguous, so "
-                f"{wide}-element vectors read at a stride of {wide} rows always hold the same {wide} (row class, "
-                f"column) pairs: aligned, coalesced vector loads with an accumulator per lane; the partials of each "
-                f"column merged by a second small kernel; {_what(p)} in one pass.",
-                [CudaParams("strided", vec=wide, threads=t, slices=g, unroll=u)
-                 for g, t, u in ((4, 256, 8), (2, 256, 8), (4, 128, 4), (8, 256, 8), (2, 256, 4), (4, 256, 2))]))
-        return out
     few_rows = rows < 2 * SMS
     short = R <= 2048
-    # a block's threads sized from the row: none idle through the passes and their barriers (a bf16 row of 1024 is
-    # 128 vectors of 8: a block of 512 left three quarters of its threads without one)
     block = [CudaParams("rows", vec=v, threads=t, group=0, mode=m)
-             for m in modes for t in (512, 256, 1024, 128) for v in (wide, wide // 2) if t * v <= max(R, 128 * v)]
+             for m in modes for t in ROWS_BLOCK_THREADS for v in (wide, wide // 2) if t * v <= max(R, 128 * v)]
     warp = [CudaParams("rows", vec=v, threads=t, group=32, mode=m)
-            for m in modes for v in (wide, wide // 2, 1) for t in (256, 128)]
+            for m in modes for v in (wide, wide // 2, 1) for t in ROWS_WARP_THREADS]
     # one or a few long rows (a whole-tensor norm): a row's blocks take turns along it, several vectors in flight
     # (Frobenius over 7.5 GB on the H100: 7.9 ms, against 8.5-8.7 with a contiguous chunk per block); more rows start
     # with a chunk per block and its turn-taking twin second (LayerNorm's 16 rows of 16.8 MB: 0.34 ms against
@@ -207,7 +252,7 @@ def _cuda(p: Program) -> list[Strategy]:
     # 0.307-0.308 in two sweeps: docs/measurements.md, "Why these layouts")
     turns = rows < 8
     split = [CudaParams("split", vec=wide, threads=t, slices=s, mode=m, unroll=u, interleave=turns)
-             for m in modes for s in _slices(rows) for t, u in (((512, 2), (256, 4)) if turns else ((512, 1), (256, 1)))]
+             for m in modes for s in _slices(rows) for t, u in (SPLIT_TURNS_SETS if turns else SPLIT_CHUNK_SETS)]
     if not turns:
         split.insert(1, replace(split[0], interleave=True))
     merge_once = turns and full_output(p)
@@ -241,6 +286,24 @@ def _cuda(p: Program) -> list[Strategy]:
         order = [Strategy("cuda-rows-regs", f"Short rows held in registers: a group of lanes (or the block) per row, "
                           f"several rows a block, {access} loads, the row read from memory once for every pass.",
                           regs), *order]
+    order = _on_chip(p, order)
+    fast = Strategy("cuda-rows-fast", "The best row layout with fast-math intrinsics (__expf, __logf, "
+                    "__fdividef): cheaper exp/log in the reductions, checked against the tolerance.",
+                    [replace(x, fast_math=True) for x in order[0].params[:4]])
+    if _halfish(p) and _fast_math_matters(p):
+        # a bf16 or fp16 row moves 4 bytes an element or less, which leaves about 60 instructions an element at the
+        # memory floor on an H200 (4 schedulers of 32 lanes an SM over 2 elements a cycle): the accurate expf takes
+        # 13 of them, __expf 2, and its error is far below a half dtype's rounding. Second, where a round tries it
+        return [order[0], fast, *order[1:]]
+    return [*order, fast]
+
+
+def _on_chip(p: Program, order: list[Strategy]) -> list[Strategy]:
+    """`order` with the layouts that keep a row on chip (a cluster's or a cooperative grid group's shared memory),
+    first where the row is beyond L1, else after the others."""
+    wide, _ = _access(p)
+    _, R, _ = p.split()
+    modes = _modes(p)
     row_bytes = R * sum(_bytes(i.dtype) for k, i in enumerate(p.inputs) if p.access(k) == "full")
     sizes = [c for c in (1, 2, 4, 8, 16) if row_bytes / c <= 200 * 1024]
     if sizes and row_bytes:
@@ -264,8 +327,7 @@ def _cuda(p: Program) -> list[Strategy]:
                           chunks=4) for c, v in dict.fromkeys(((cs[0], wide // 2), (cs[0], wide), (cs[-1], wide)))
                if wide > 2 and R % wide == 0 and full_output(p)),
              *(CudaParams("cluster", vec=v, threads=t, slices=c, mode=m, buffers=b) for m in sorted(modes, reverse=True)
-               for b, ts in ((1, (256, 128)), (1, (512,)), (2, (256,))) for c in cs for t in ts
-               for v in (wide // 2, wide))])
+               for b, ts in CLUSTER_SETS for c in cs for t in ts for v in (wide // 2, wide))])
         # the same on a group of co-resident blocks of a cooperative grid, partials through global memory: no
         # cluster's placement limits (softmax over 4096 x 393216 on the H100: 5.35 ms against 5.53-5.56 on clusters)
         s_grid = Strategy(
@@ -274,10 +336,10 @@ def _cuda(p: Program) -> list[Strategy]:
             "cluster: no limit of 16 blocks in one GPC), a slice each in shared memory, so the row is read once and "
             f"written once; {_what(p)} merged through a global workspace, a row's blocks waiting on its counter.",
             [CudaParams("grid", vec=v, threads=t, slices=max(2, c), mode=m, buffers=1) for m in sorted(modes, reverse=True)
-             for c in cs for t in (256, 512) for v in (wide // 2, wide)])
+             for c in cs for t in GRID_THREADS for v in (wide // 2, wide)])
         # a row beyond L1 would be re-read from L2 or memory by the other layouts: on chip first
-        order = [s_cluster, s_grid, *order] if row_bytes > 96 * 1024 else [*order, s_cluster, s_grid]
-    elif row_bytes and _big_row_groups(row_bytes, 2) >= 2:
+        return [s_cluster, s_grid, *order] if row_bytes > 96 * 1024 else [*order, s_cluster, s_grid]
+    if row_bytes and _big_row_groups(row_bytes, 2) >= 2:
         # rows beyond a cluster that still fit on chip several at a time (GroupNorm's 8 MB rows: three groups of 88
         # blocks at two per SM, 7.27-7.35 ms on the H100, against 7.9 for every other layout): a group of blocks
         # per row, its slices in shared memory, before the layouts that read the row twice. Whole vectors with the
@@ -285,7 +347,7 @@ def _cuda(p: Program) -> list[Strategy]:
         # barriers with their memory idle, so the pass before the first barrier is what overlaps (GroupNorm on the
         # H100: 6.44 ms online in 4 parts, 6.86 two-pass in 4 parts, 7.17 two-pass whole)
         two, one = _big_row_groups(row_bytes, 2), _big_row_groups(row_bytes, 1)
-        big = [(SMS * 2 // two, t) for t in (256, 128)] + ([(SMS // one, 256)] if one >= 2 else [])
+        big = [(SMS * 2 // two, t) for t in BIG_ROW_THREADS] + ([(SMS // one, 256)] if one >= 2 else [])
         s_big = Strategy(
             "cuda-rows-grid",
             f"Keep each row on chip across a group of {big[0][0]} resident blocks of one cooperative grid (the row is "
@@ -296,18 +358,8 @@ def _cuda(p: Program) -> list[Strategy]:
                for s, t in big if wide > 1),
              *(CudaParams("grid", vec=v, threads=t, slices=s, mode=m, buffers=1) for m in sorted(modes, reverse=True)
                for s, t in big for v in (wide // 2, wide))])
-        order = [s_big, *order]
-    fast = Strategy("cuda-rows-fast", "The best row layout with fast-math intrinsics (__expf, __logf, "
-                    "__fdividef): cheaper exp/log in the reductions, checked against the tolerance.",
-                    [replace(x, fast_math=True) for x in order[0].params[:4]])
-    if _halfish(p) and _fast_math_matters(p):
-        # a bf16 or fp16 row moves 4 bytes an element or less, which leaves about 60 instructions an element at the
-        # memory floor on an H200 (4 schedulers of 32 lanes an SM over 2 elements a cycle): the accurate expf takes
-        # 13 of them, __expf 2, and its error is far below a half dtype's rounding. Second, where a round tries it
-        out += [order[0], fast, *order[1:]]
-    else:
-        out += [*order, fast]
-    return out
+        return [s_big, *order]
+    return order
 
 
 def _strided_fits(p: Program) -> bool:
