@@ -6,7 +6,8 @@ the call timed), the drop-in imported, and four ways of computing the same outpu
 `--rounds` rounds of `--calls` back-to-back calls (CUDA: a synchronize closes each round), in microseconds a call:
 
 - `dropin_us`: the drop-in's forward as a user calls it (no_grad): the guard, the plan lookup, the launch;
-- `run_us`: the drop-in's kernel path without the guard (`_run`: output allocation, then the launch);
+- `run_us`: the drop-in's kernel path without the guard (`_run`: output allocation, then the launch; where the
+  drop-in makes a call signature's kernel path once, `_Call`, with that made beforehand);
 - `raw_us`: the kernel alone, its arguments made once (CPU: `fusebot_forward` through ctypes; CUDA: the plan's
   `cuLaunchKernel` calls with their parameter bytes made once);
 - `eager_us`: the original module.
@@ -182,7 +183,9 @@ def time_problem(name: str, mod, original, fused, inputs: list, args, out: io.St
             raise SystemExit(f"{name}: the drop-in did not run its kernel")
         items = [*inputs, *mod._state(fused)]
         specs = [(tuple(o.shape), o.dtype, tuple(o.stride())) for o in [original(*inputs)]]
-        fns = {"dropin_us": lambda: fused(*inputs), "run_us": lambda: mod._run(items, specs),
+        prepared = mod._Call(items, specs) if hasattr(mod, "_Call") else None  # the signature's kernel path
+        run = (lambda: mod._run(items, specs, prepared)) if prepared is not None else (lambda: mod._run(items, specs))
+        fns = {"dropin_us": lambda: fused(*inputs), "run_us": run,
                "raw_us": raw_call(mod, fused, inputs), "eager_us": lambda: original(*inputs)}
         for fn in fns.values():  # warm: the library, the driver module, the plans
             for _ in range(20):
