@@ -309,7 +309,7 @@ def _launch(lib, inputs, outs, stream, device, call=None):
         ins, outd = _describe_all(inputs), _describe_all(outs)
         key = None
     else:
-        ins, outd, key = _filled(call.ins, inputs), _filled(call.outs, outs), call.ws_key
+        ins, outd, key = *call.arrays(inputs, outs), call.ws_key
     if lib.fb_set_workspace is None or lib.fb_workspace_need is None:
         return lib.fusebot_forward(ins, len(inputs), outd, len(outs), stream)
     key = key or (device, *(tuple(t.shape) for t in inputs))
@@ -339,7 +339,7 @@ class _Call:
     fb_tensor arrays with every field but the data addresses filled in. A call of that signature then does no more
     than allocate its outputs, write in its tensors' addresses and launch."""
 
-    __slots__ = ("device", "index", "planned", "lib", "plan", "alloc", "restride", "ins", "outs", "ws_key")
+    __slots__ = ("device", "index", "planned", "lib", "plan", "alloc", "restride", "ins", "outs", "ws_key", "local")
 
     def __init__(self, inputs, specs):
         device = self.device = inputs[0].device if inputs else torch.device(BACKEND)
@@ -355,9 +355,25 @@ class _Call:
         self.ins = _template([(t.dtype, tuple(t.shape), tuple(t.stride())) for t in inputs])
         self.outs = _template(dense)
         self.ws_key = (device, *(tuple(t.shape) for t in inputs))
+        self.local = threading.local()
         self.plan = None
         if self.planned:
             self.plan = _find_plan(inputs, [torch.empty(shape, dtype=dtype, device="meta") for dtype, shape, _ in dense])
+
+
+    def arrays(self, inputs, outs):
+        """The fb_tensor arrays of this call: this thread's own pair, made from the templates at its first call,
+        with the tensors' data addresses written in."""
+        pair = getattr(self.local, "pair", None)
+        if pair is None:
+            pair = self.local.pair = (self.ins[0].from_buffer_copy(self.ins[1]),
+                                      self.outs[0].from_buffer_copy(self.outs[1]))
+        ins, outd = pair
+        for k, t in enumerate(inputs):
+            _ADDR.pack_into(ins, k * _PACK.size, t.data_ptr())
+        for k, t in enumerate(outs):
+            _ADDR.pack_into(outd, k * _PACK.size, t.data_ptr())
+        return pair
 
 
 def _numel(shape):
