@@ -12,12 +12,23 @@ from runner.shipped.dropin.head import TARGET
 # ---- the drop-in from here on
 
 def _env_off(cls_name):
-    """FUSEBOT_DISABLE: 1/true/all turns every drop-in off; a comma-separated list of targets or class names, these."""
-    value = os.environ.get("FUSEBOT_DISABLE", "").strip()
+    """FUSEBOT_DISABLE: 1/true/all turns every drop-in off; a comma-separated list of targets or class names, these.
+    Read at every call; its value's meaning worked out once per value and class."""
+    value = os.environ.get("FUSEBOT_DISABLE", "")
+    off = _OFF.get((value, cls_name))
+    if off is None:
+        off = _OFF[(value, cls_name)] = _names_off(value.strip(), cls_name)
+    return off
+
+
+def _names_off(value, cls_name):
     if not value or value.lower() in ("0", "false", "no"):
         return False
     names = {v.strip().lower() for v in value.split(",")}
     return bool(names & {"1", "true", "yes", "all", TARGET.lower(), cls_name.lower()})
+
+
+_OFF = {}  # (FUSEBOT_DISABLE's value, class name) -> off
 
 
 _ADOPTING = []  # modules that asked for this drop-in's class while it was still loading (it was importing them)

@@ -82,6 +82,7 @@ class _LaunchAttr(ctypes.Structure):
 _DRIVER = []
 _PARAMS_END, _PARAMS_POINTER, _PARAMS_SIZE = 0, 1, 2  # CU_LAUNCH_PARAM_END, _BUFFER_POINTER, _BUFFER_SIZE
 _ATTR_COOPERATIVE, _ATTR_CLUSTER = 2, 4  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE, _CLUSTER_DIMENSION
+_ADDR64 = struct.Struct("<Q")  # an address in a kernel's parameter bytes
 
 
 def _device_image(device):
@@ -148,39 +149,62 @@ def _find_plan(inputs, outs):
     return _PLANS.get((_plan_key(inputs), _plan_key(outs)))
 
 
-def _run_plan(inputs, outs, device):
-    """The kernel's recorded steps for this call, launched through the driver on torch's current stream; KernelError
-    when no plan was recorded for these shapes (the host code ran only at the verified calls)."""
-    plan = _find_plan(inputs, outs)
+def _steps(plan):
+    """A plan's steps made ready once: each launch's grid, block and shared memory as ctypes values and its parameter
+    bytes, into which a call writes its tensors' addresses."""
+    ready = _READY.get(id(plan))
+    if ready is None or ready[0] is not plan:
+        steps = []
+        for step in plan["steps"]:
+            if step["op"] != "launch":
+                steps.append((step["op"], step))
+                continue
+            raw = bytes.fromhex(step["params"])
+            size = ctypes.c_size_t(len(raw))
+            dims = tuple(ctypes.c_uint(v) for v in (*step["grid"], *step["block"]))
+            special = bool(step["cooperative"] or step["cluster"] != [1, 1, 1])
+            steps.append(("launch", step, raw, [tuple(s) for s in step["slots"]], size,
+                          ctypes.addressof(size), dims, ctypes.c_uint(step["shmem"]), special))
+        ready = _READY[id(plan)] = (plan, steps)
+    return ready[1]
+
+
+_READY = {}  # id(plan) -> (plan, its steps made ready)
+
+
+def _run_plan(inputs, outs, device, stream=None, plan=None):
+    """The kernel's recorded steps for this call (`plan`, else the one found for its shapes), launched through the
+    driver on `stream` (torch's current stream by default); KernelError when no plan was recorded for these shapes
+    (the host code ran only at the verified calls)."""
+    plan = plan or _find_plan(inputs, outs)
     if plan is None:
         raise KernelError("no launch plan for these shapes (the shipped device code runs at the verified sizes)")
     drv, index = _driver_module(device)
     inputs = [t if t.data_ptr() % 256 == 0 else t.clone() for t in inputs]  # aligned as the recording's were
     ws = torch.empty(plan["workspace"], dtype=torch.uint8, device=device) if plan["workspace"] else None
     ptrs = [t.data_ptr() for t in (*inputs, *outs)]
-    stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+    ptrs.append(ws.data_ptr() if ws is not None else None)  # slot -1: the workspace
+    stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream if stream is None else stream)
     drv.context(index)
-    for step in plan["steps"]:
-        if step["op"] == "attribute":
+    for op, step, *ready in _steps(plan):
+        if op == "attribute":
             drv._check(drv.lib.cuFuncSetAttribute(drv.function(index, step["kernel"]), step["attribute"],
                                                   step["value"]), "cuFuncSetAttribute")
-        elif step["op"] == "memset":
+        elif op == "memset":
             k, delta = step["slot"]
-            base = ws.data_ptr() if k == -1 else ptrs[k]
-            drv._check(drv.lib.cuMemsetD8Async(ctypes.c_uint64(base + delta), ctypes.c_ubyte(step["value"] & 0xFF),
+            drv._check(drv.lib.cuMemsetD8Async(ctypes.c_uint64(ptrs[k] + delta), ctypes.c_ubyte(step["value"] & 0xFF),
                                                ctypes.c_size_t(step["bytes"]), stream), "cuMemsetD8Async")
         else:
-            raw = bytearray.fromhex(step["params"])
-            for off, k, delta in step["slots"]:
-                struct.pack_into("<Q", raw, off, (ws.data_ptr() if k == -1 else ptrs[k]) + delta)
+            params, slots, size, size_addr, dims, shmem, special = ready
+            raw = bytearray(params)
+            for off, k, delta in slots:
+                _ADDR64.pack_into(raw, off, ptrs[k] + delta)
             buf = (ctypes.c_char * max(len(raw), 1)).from_buffer(raw) if raw else None
-            size = ctypes.c_size_t(len(raw))
-            extra = (ctypes.c_void_p * 5)(_PARAMS_POINTER, ctypes.cast(buf, ctypes.c_void_p) if buf else None,
-                                          _PARAMS_SIZE, ctypes.cast(ctypes.pointer(size), ctypes.c_void_p),
-                                          _PARAMS_END)
+            extra = (ctypes.c_void_p * 5)(_PARAMS_POINTER, ctypes.addressof(buf) if buf is not None else None,
+                                          _PARAMS_SIZE, size_addr, _PARAMS_END)
             fn = drv.function(index, step["kernel"])
-            g, b = step["grid"], step["block"]
-            if step["cooperative"] or step["cluster"] != [1, 1, 1]:
+            if special:
+                g, b = step["grid"], step["block"]
                 attrs = (_LaunchAttr * 2)()
                 n = 0
                 if step["cooperative"]:
@@ -193,7 +217,6 @@ def _run_plan(inputs, outs, device):
                                     ctypes.cast(attrs, ctypes.c_void_p), n)
                 rc = drv.lib.cuLaunchKernelEx(ctypes.byref(cfg), fn, None, extra)
             else:
-                rc = drv.lib.cuLaunchKernel(fn, *(ctypes.c_uint(v) for v in (*g, *b)), ctypes.c_uint(step["shmem"]),
-                                            stream, None, extra)
+                rc = drv.lib.cuLaunchKernel(fn, *dims, shmem, stream, None, extra)
             drv._check(rc, f"launching {step['kernel']}")
     return 0

@@ -3,7 +3,10 @@
 The forward keeps the original's signature (`forward.__wrapped__`: inspect.signature, keyword calls, and what
 fx.symbolic_trace reads) and holds no registry of modules, so deepcopy and pickling (torch.save of the whole module,
 loaded in another process) need nothing but the drop-in importable. Three paths:
-- eager: the guard (guard.py), then the kernel called directly through ctypes (no dispatch);
+- eager: the guard (guard.py), then the kernel called directly through ctypes (no dispatch); the guard's verdict
+  and the kernel path (guard.py `_Call`) are made once per call signature (the tensors' dtypes, shapes, strides,
+  devices and layouts), and what is not part of it (FUSEBOT_DISABLE, gradients, training mode, tracing, the
+  module's current tensors) is checked at every call;
 - torch.compile: the same checks on the traced tensors, then the custom op with the original's output layout (the
   original forward is traced only for its output shapes; the compiled graph does not use its values);
 - the original forward: autograd wanting gradients, jit.trace, fx.symbolic_trace, vmap and other torch.func
@@ -22,6 +25,7 @@ from runner.shipped.dropin.guard import (
     _DTYPES,
     STRICT,
     KernelError,
+    _Call,
     _note,
     _plan,
     _run,
@@ -37,6 +41,7 @@ from runner.shipped.dropin.runtime import BuildError
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_PROXY = torch.fx.Proxy
 _NUMBERS = {"bool": (bool, torch.bool), "int": (int, torch.int64), "float": (float, torch.float32)}
 
 
@@ -69,9 +74,11 @@ def _state(module):
     return out
 
 
+_ACTIVE = getattr(torch._C, "_are_functorch_transforms_active", None)
+
+
 def _transformed():
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return bool(active is not None and active())
+    return bool(_ACTIVE is not None and _ACTIVE())
 
 
 def _code_names(code):
@@ -127,6 +134,10 @@ def _positional(module, args, kwargs, n):
     return [v for _, v, _ in given[:n]], None
 
 
+def _device(items):
+    return next((t.device for t in items if isinstance(t, torch.Tensor)), None) or torch.device(BACKEND)
+
+
 def _fallback(module, args, kwargs, key, text, warn=True):
     if STRICT:
         raise RuntimeError(f"fusebot drop-in {TARGET}: {text}")
@@ -138,8 +149,7 @@ def _eager(module, args, kwargs):
     """An eager call: the kernel through ctypes where the guard lets it, else the original forward."""
     if not module.fusebot_enabled or _env_off(type(module).__name__):
         return Original.forward(module, *args, **kwargs)
-    if torch._C._is_tracing() or _transformed() or any(isinstance(a, torch.fx.Proxy)
-                                                        for a in (*args, *kwargs.values())):
+    if torch._C._is_tracing() or _transformed() or any(isinstance(a, _PROXY) for a in (*args, *kwargs.values())):
         return _fallback(module, args, kwargs, "trace", "traced (jit.trace, fx) or under a torch.func transform such "
                          "as vmap", warn=False)
     table = _verified()[0]
@@ -162,7 +172,8 @@ def _eager(module, args, kwargs):
                                  "inference)", warn=False)
             if type(t) not in _PLAIN:
                 return _fallback(module, args, kwargs, "subclass", f"a tensor subclass ({type(t).__name__})")
-            key.append((t.dtype, t.shape, t.device, t.layout))
+            layout = t.layout
+            key.append((t.dtype, t.shape, t.stride() if layout == torch.strided else None, t.device, layout))
         else:
             key.append(type(t))
     key = tuple(key)
@@ -178,16 +189,18 @@ def _eager(module, args, kwargs):
     if plan is None:
         if len(plans) > 256:
             plans.clear()
-        plan = plans[key] = _plan(module, items, len(state))
+        plan = _plan(module, items, len(state))
+        plan = plans[key] = (*plan, None) if plan[0] == "kernel" else plan  # its _Call made at its first kernel call
     if plan[0] == "original":
         return _fallback(module, args, kwargs, plan[1], plan[2])
-    _, specs, single, exact = plan
-    device = next(t.device for t in items if isinstance(t, torch.Tensor)) if any(
-        isinstance(t, torch.Tensor) for t in items) else torch.device(BACKEND)
+    _, specs, single, exact, prepared = plan
     inputs = [(a if a.is_contiguous() else a.contiguous()) if isinstance(a, torch.Tensor)
-              else torch.tensor(a, dtype=_NUMBERS[type(a).__name__][1], device=device) for a in items]
+              else torch.tensor(a, dtype=_NUMBERS[type(a).__name__][1], device=_device(items)) for a in items]
     try:
-        outs = _run(inputs, specs)
+        if prepared is None:  # the first kernel call of this signature: its kernel path made once
+            prepared = _Call(inputs, specs)
+            plans[key] = (*plan[:4], prepared)
+        outs = _run(inputs, specs, prepared)
     except BuildError as exc:
         return _fallback(module, args, kwargs, "library", str(exc))
     except KernelError as exc:
