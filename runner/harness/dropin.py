@@ -42,7 +42,7 @@ DROPIN_FILE = "dropin.py"
 REFERENCE_FILE = "reference.py"
 HEADER_FILE = "fusebot.h"
 
-PARTS = ("adopt", "runtime", "guard", "device", "forward", "subclass")  # runner/shipped/dropin/<part>.py, in this order
+PARTS = ("adopt", "runtime", "guard", "call", "device", "forward", "subclass")  # runner/shipped/dropin/<part>.py, in this order
 BODY = "# ---- the drop-in from here on"  # a part's line above which its own imports (and stand-ins) stand
 DTYPES_LINE = "# fusebot: abi dtypes"  # the guard's `_DTYPES = ...` line, written from runner/dtypes.py
 

@@ -4,7 +4,8 @@ drop-in's head (its docstring, imports and per-PR constants) and the import of t
 
 - adopt.py: FUSEBOT_DISABLE and `adopt` (a module that binds its class's name to the drop-in);
 - runtime.py: loading a library (the shipped one, the per-user build cache);
-- guard.py: what is checked, the kernel call, the custom op;
+- guard.py: what a call is checked for before the kernel runs;
+- call.py: a call signature's kernel path made once, the kernel run on a call, the custom op;
 - device.py: loading device code through the CUDA driver and launching its plans;
 - forward.py: the forward's paths (eager, torch.compile, the original);
 - subclass.py: the class itself (its name, kernel file, op and target filled in by the generator).

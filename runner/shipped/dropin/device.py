@@ -7,7 +7,7 @@ tensors' addresses written into the parameter bytes' slots. No host code of the 
 is a KernelError (the guard's fallback), a host where the device code does not run or the driver cannot be used a
 BuildError (the original forward, one warning).
 
-Names it defines that other code relies on: `_run_plan(inputs, outs, device)` (the guard's `_run`).
+Names it defines that other code relies on: `_run_plan(inputs, outs, device)` (the kernel path's `_run`, call.py).
 """
 
 import base64
@@ -18,7 +18,8 @@ import struct
 
 import torch
 
-from runner.shipped.dropin.guard import _DTYPES, KernelError
+from runner.shipped.dropin.call import KernelError
+from runner.shipped.dropin.guard import _DTYPES
 from runner.shipped.dropin.head import _HERE, DEVICE_CODE, PLANS
 from runner.shipped.dropin.runtime import _LOCK, BuildError, _host_arch, _rank
 

@@ -4,7 +4,7 @@ The forward keeps the original's signature (`forward.__wrapped__`: inspect.signa
 fx.symbolic_trace reads) and holds no registry of modules, so deepcopy and pickling (torch.save of the whole module,
 loaded in another process) need nothing but the drop-in importable. Three paths:
 - eager: the guard (guard.py), then the kernel called directly through ctypes (no dispatch); the guard's verdict
-  and the kernel path (guard.py `_Call`) are made once per call signature (the tensors' dtypes, shapes, strides,
+  and the kernel path (call.py `_Call`) are made once per call signature (the tensors' dtypes, shapes, strides,
   devices and layouts), and what is not part of it (FUSEBOT_DISABLE, gradients, training mode, tracing, the
   module's current tensors) is checked at every call;
 - torch.compile: the same checks on the traced tensors, then the custom op with the original's output layout (the
@@ -20,20 +20,8 @@ import torch
 import torch.fx
 
 from runner.shipped.dropin.adopt import _env_off
-from runner.shipped.dropin.guard import (
-    _CODES,
-    _DTYPES,
-    STRICT,
-    KernelError,
-    _Call,
-    _note,
-    _plan,
-    _run,
-    _size_miss,
-    _sizes,
-    _verified,
-    fused,
-)
+from runner.shipped.dropin.call import KernelError, _Call, _run, fused
+from runner.shipped.dropin.guard import _CODES, _DTYPES, STRICT, _note, _plan, _size_miss, _sizes, _verified
 from runner.shipped.dropin.head import BACKEND, TARGET, Original
 from runner.shipped.dropin.runtime import BuildError
 

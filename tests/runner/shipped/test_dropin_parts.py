@@ -18,7 +18,7 @@ import torch
 from runner.contract import ProblemSpec
 from runner.harness import dropin as generator
 from runner.harness.refs import resolve_source
-from runner.shipped.dropin import adopt, device, guard, head, runtime
+from runner.shipped.dropin import adopt, call, device, guard, head, runtime
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = ProblemSpec(name="scale_relu", path=str(ROOT / "tests/fixtures/problems/scale_relu.py"))
@@ -69,28 +69,28 @@ def test_a_size_rule_reads_fixed_shared_and_merged_dims():
     assert "merged dims" in guard._size_miss((2, 4), ("m1", "m1"), seen)
 
 
-def test_the_guard_copies_only_an_output_layout_it_can_fill():
-    assert guard._dense((4, 8), (8, 1)) and guard._dense((4, 8), (1, 4))  # row-major, a transpose
-    assert not guard._dense((4, 8), (16, 1))  # a slice of something wider
+def test_the_kernel_path_copies_only_an_output_layout_it_can_fill():
+    assert call._dense((4, 8), (8, 1)) and call._dense((4, 8), (1, 4))  # row-major, a transpose
+    assert not call._dense((4, 8), (16, 1))  # a slice of something wider
 
 
 def test_the_abi_arrays_a_call_fills_from_its_signatures_template():
     tensors = [torch.zeros(4, 8), torch.zeros(8, 4).t(), torch.zeros((), dtype=torch.int64)]
-    arr = guard._describe_all(tensors)
+    arr = call._describe_all(tensors)
     for got, t in zip(arr, tensors, strict=True):
         assert got.data == t.data_ptr() and got.dtype == guard._DTYPES[t.dtype] and got.ndim == t.dim()
         assert list(got.shape)[:t.dim()] == list(t.shape) and list(got.strides)[:t.dim()] == list(t.stride())
-    template = guard._template([(t.dtype, tuple(t.shape), tuple(t.stride())) for t in tensors])
+    template = call._template([(t.dtype, tuple(t.shape), tuple(t.stride())) for t in tensors])
     others = [torch.ones(4, 8), torch.ones(8, 4).t(), torch.ones((), dtype=torch.int64)]
-    first, second = guard._filled(template, others), guard._filled(template, tensors)
+    first, second = call._filled(template, others), call._filled(template, tensors)
     assert [a.data for a in first] == [t.data_ptr() for t in others]  # each call its own array
     assert bytes(second) == bytes(arr)
-    assert guard._describe_all([])[0].ndim == 0  # never an empty array
+    assert call._describe_all([])[0].ndim == 0  # never an empty array
 
 
 @pytest.mark.parametrize("shape", [(4, 8), (3, 1), (1, 5), (2, 0, 3), (), (7,)])
 def test_the_outputs_strides_are_torch_emptys(shape):
-    assert guard._contiguous(shape) == torch.empty(shape).stride()
+    assert call._contiguous(shape) == torch.empty(shape).stride()
 
 
 def test_a_library_runs_on_its_own_arch_and_later_ones_of_the_same_kind():
