@@ -6,12 +6,12 @@ would be, and refused or run exactly as before."""
 from __future__ import annotations
 
 import threading
-import warnings
 
 import pytest
 import torch
 
 from tests.runner.harness.test_dropin import KERNEL, SPEC2, load, pair, write_folder
+from tests.runner.harness.test_dropin_guard import calls_and_warnings as run
 
 
 @pytest.fixture
@@ -35,15 +35,6 @@ def counted(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "_plan", counting_plan)
     monkeypatch.setattr(mod, "_Call", counting_call)
     return mod, counts
-
-
-def run(mod, fn):
-    before = mod.Model.kernel_calls
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        with torch.no_grad():
-            out = fn()
-    return out, mod.Model.kernel_calls - before, [str(w.message) for w in seen if w.category is mod.FallbackWarning]
 
 
 def test_a_repeated_signature_is_checked_and_made_ready_once(counted):
