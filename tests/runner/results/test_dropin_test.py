@@ -26,7 +26,9 @@ def test_the_generated_test_checks_the_output_layout(tmp_path):
     assert good.returncode == 0 and "5 passed" in good.stdout, good.stdout + good.stderr
     dropin = folder / "dropin.py"
     text = dropin.read_text()
-    dropin.write_text(text.replace("and _dense(shape, stride):", "and False:"))  # contiguous outputs, as before
+    layout = "and _dense(shape, stride)]"  # the outputs a call signature lays out as the original's (call.py)
+    assert layout in text
+    dropin.write_text(text.replace(layout, "and False]"))  # contiguous outputs, as before
     bad = run(folder, tmp_path)
     assert bad.returncode == 1 and "3 failed" in bad.stdout and "the original's (1, 256)" in bad.stdout
 
