@@ -2,6 +2,7 @@
 (runner.harness.oracle, runner.harness.verify.compare_to_oracle). Honest bf16 and fp16 kernels that round once are
 accepted, kernels that lose precision are rejected, and where float64 is impossible the verdict says so."""
 
+import math
 import re
 
 import pytest
@@ -48,6 +49,20 @@ def test_rounding_once_passes_the_oracle_where_the_fp32_tolerance_rejected_it(dt
     coarse = (once.float() * 1.03).to(dtype)  # 3% off: beyond eager's error plus the margin
     cmp = verify.compare_to_oracle(eager, exact, coarse, atol, rtol, 0)
     assert not cmp.passed and cmp.reasons[0].startswith("mismatch: output 0"), cmp.reasons
+
+
+def test_where_eager_is_non_finite_and_the_oracle_is_not_a_candidate_of_the_oracles_kind_passes():
+    """Eager's own kernel can be wrong at a non-finite input (torch 2.13's CPU float32 GELU is NaN at +inf, float64's
+    +inf): a candidate that is what the oracle is passes there; one that is something else again does not."""
+    inf, nan = math.inf, math.nan
+    eager = torch.tensor([nan, nan, 1.0, nan, -inf])
+    exact = torch.tensor([inf, 2.0, 1.0, nan, -inf], dtype=torch.float64)
+    assert verify.compare_to_oracle(eager, exact, torch.tensor([inf, 2.0, 1.0, nan, -inf]), 1e-4, 1e-4, 0).passed
+    assert verify.compare_to_oracle(eager, exact, torch.tensor([nan, nan, 1.0, nan, -inf]), 1e-4, 1e-4, 0).passed
+    for wrong in ([-inf, 2.0, 1.0, nan, -inf], [inf, 2.5, 1.0, nan, -inf], [inf, 2.0, 1.0, 0.0, -inf],
+                  [inf, 2.0, 1.0, nan, inf]):
+        cmp = verify.compare_to_oracle(eager, exact, torch.tensor(wrong), 1e-4, 1e-4, 0)
+        assert not cmp.passed, wrong
 
 
 def test_integer_outputs_are_exact_and_the_dtype_picks_the_tolerance():
