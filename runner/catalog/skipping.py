@@ -31,6 +31,7 @@ and a row with none is the softmax of its scores plus the same constant, which r
 from __future__ import annotations
 
 from runner.catalog.ir import Const, Expr, Iota, Load, Op, Program, Red, op, rebuild, reductions, walk
+from runner.catalog.ops import ROUND_TO
 
 IDENTITY = {"max": float("-inf"), "lse": float("-inf"), "sum": 0.0}
 NEGATIVE = -1e30  # a mask value at most this: exp(M - max) is 0 in fp32 (the row keeps its first element)
@@ -95,7 +96,7 @@ def find(p: Program) -> tuple[Expr, float, tuple[Expr, Expr]] | None:
     return None
 
 
-ROUNDS = ("round_bf16", "round_fp16")
+ROUNDS = tuple(ROUND_TO.values())
 
 
 def _added_mask(e: Expr) -> tuple[Expr, Const, Expr] | None:

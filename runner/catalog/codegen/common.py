@@ -288,6 +288,14 @@ def signature(p: Program) -> str:
     return f"F={list(p.shape)} axes={list(p.axes)} inputs: {ins or 'none'} -> {p.out_dtype}{list(p.out_shape)}"
 
 
+def stored(e, dtype: str):
+    """`e` as an output of `dtype` is written: without a last rounding to that dtype, which the store itself does the
+    same way (round to nearest even, NaN and infinities kept), so a bf16 output is converted once, not three times."""
+    if isinstance(e, Op) and e.name == ops.ROUND_TO.get(dtype):
+        return e.args[0]
+    return e
+
+
 def full_output(p: Program) -> bool:
     return not p.is_row or p.level(p.out) == "full"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result
+from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result, stored
 from runner.catalog.codegen.cuda.common import (
     Loads,
     More,
@@ -138,7 +138,7 @@ def _columns_kernel(p: Program, plan, params: CudaParams, out_t: str, v: int, ve
     assert plan.out is not None
     more = More(p)
     if full_output(p):
-        res = em(plan.out)
+        res = em(stored(plan.out, p.out_dtype))
         more.values(em, plan.more)
         lines = "\n          ".join(em.lines)
         used = " ".join([lines, res, *more.vals])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.catalog.codegen.common import NotExpressible, index_code
+from runner.catalog.codegen.common import NotExpressible, index_code, stored
 from runner.catalog.codegen.cuda.common import Loads, More, align_check, ctype_of, emitter, forward, spaced
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.ir import Iota, Program, walk
@@ -118,7 +118,7 @@ def _flat_kernel(p: Program, name: str, how: dict[int, str], V: int, T: int, U: 
     # vector: the host runs this kernel only where rows are whole vectors (in_rows)
     spans = (p.ndim - 1, p.ndim) if view is None and in_rows(p, V) else None
     em = emitter(_FlatLoads(p, how, spans))
-    res = em(p.out)
+    res = em(stored(p.out, p.out_dtype))
     more = More(p)
     more.values(em, [o.expr for o in p.more])
     body = [f"const long long nv = a.N / {V};", f"const long long t0 = (long long)blockIdx.x * {tu};", *hoist]
@@ -312,7 +312,7 @@ def render_bcast(p: Program, params: CudaParams, out_t: str) -> str:
 def _scalar_tail(p: Program) -> str:
     out_t = ctype_of(p.out_dtype)
     em = emitter(Loads(p, set()))
-    res = em(p.out)
+    res = em(stored(p.out, p.out_dtype))
     more = More(p)
     more.values(em, [o.expr for o in p.more])
     return "\n".join([*em.lines, f"(({out_t}*)a.out)[flat] = fb_to<{out_t}>({res});{spaced(more.scalar_stores('flat'))}"])

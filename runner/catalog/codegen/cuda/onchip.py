@@ -4,7 +4,7 @@ sizing of its buffers."""
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import full_output, row_result
+from runner.catalog.codegen.common import full_output, row_result, stored
 from runner.catalog.codegen.cuda.common import Loads, More, emitter, spaced
 from runner.catalog.ir import Program
 
@@ -214,7 +214,7 @@ def slice_output(p: Program, plan, loads: Loads, decls, v: int, T: int, unroll: 
     assert plan.out is not None
     more = More(p)
     if full_output(p):
-        res = em(plan.out)
+        res = em(stored(plan.out, p.out_dtype))
         more.values(em, plan.more)
         lines = "\n          ".join(em.lines)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from runner.catalog import skipping
-from runner.catalog.codegen.common import NotExpressible, float_literal, full_output, plan_passes, red_kinds, row_result
+from runner.catalog.codegen.common import NotExpressible, float_literal, full_output, plan_passes, red_kinds, row_result, stored
 from runner.catalog.codegen.cuda.common import (
     Loads,
     More,
@@ -33,9 +33,9 @@ from runner.catalog.codegen.cuda.common import (
 )
 from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.totals import Totals
-from runner.catalog.ir import Op, Program
+from runner.catalog.ir import Op, Program, children
 from runner.catalog.ir import walk as walk_expr
-from runner.catalog.ops import COSTLY
+from runner.catalog.ops import COSTLY, ROUND_TO
 
 # per-thread registers a row may take: vectors of the held inputs (K * V elements each, stored in their own dtype)
 MAX_HELD_BYTES = 256
@@ -156,7 +156,7 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     K = -(-R // (G * v))
     unroll = "#pragma unroll" if held or K <= MAX_UNROLL else "#pragma unroll 4"
     loads = RegLoads(p, held, vec_in)
-    pos = f"const long long r0 = ((long long)q * {G} + lane) * {v};"
+    pos = f"const int r0 = (q * {G} + lane) * {v};"  # (in a row: 32-bit compares and offsets)
 
     skip = p.limit is not None  # a causal mask: nothing at or past the row's limit is read (runner.catalog.skipping)
 
@@ -166,10 +166,10 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
         le.prefix = "l"
         code = le(p.limit)
         found = "\n      ".join(le.lines)
-        return f"""    long long lim;
+        return f"""    int lim;
     {{ const long long r = 0, flat = o * {R}LL; (void)r; (void)flat;
       {found}
-      lim = (long long)({code}); lim = lim < 0 ? 0 : (lim > {R}LL ? {R}LL : lim); }}
+      const long long l = (long long)({code}); lim = (int)(l < 0 ? 0 : (l > {R}LL ? {R}LL : l)); }}
 """
 
     def walk(body: str, beyond: str = "", edge: str = "") -> str:
@@ -182,10 +182,10 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
         {edge}
       }}"""
         else:
-            inside = f"""if (live && {"r0 < lim" if skip else f"r0 < {R}LL"}) {{
+            inside = f"""if (live && {"r0 < lim" if skip else f"r0 < {R}"}) {{
         {body}
       }}"""
-        other = f""" else if (live && r0 < {R}LL) {{
+        other = f""" else if (live && r0 < {R}) {{
         {beyond}
       }}""" if skip and beyond else ""
         return f"""{unroll}
@@ -223,7 +223,7 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     # kept in registers where the loops unroll fully, so each element's is computed once
     keep = Kept(plan, K * v) if held else None
     # past the limit every reduction's argument is its identity (skipping.find proved it): not added
-    stop = "if (r >= lim) break;\n          " if skip else ""
+    stop = "if (r0 + j >= lim) break;\n          " if skip else ""
     for pno in range(1, plan.passes + 1):
         accs = [x for x in plan.accs if x.pass_no == pno]
         loads.used.clear()
@@ -254,15 +254,15 @@ def _kernel(p: Program, plan, out_t: str, v: int, T: int, G: int, R: int, held: 
     assert plan.out is not None
     more = More(p)
     if full_output(p):
-        res = em(plan.out)
+        res = em(stored(plan.out, p.out_dtype))
         more.values(em, plan.more)
         lines = "\n          ".join(em.lines)
         value = f"fb_to<{out_t}>({res})"
         const = f"fb_to<{out_t}>({float_literal(p.beyond)})"
         if skip:  # (a vector across the limit: the constant past it; a vector wholly past it: no read, no exp)
-            lines = f"if (r < lim) {{\n            {lines}\n            ov.v[j] = {value};\n          }} else " \
+            lines = f"if (r0 + j < lim) {{\n            {lines}\n            ov.v[j] = {value};\n          }} else " \
                     f"ov.v[j] = {const};" if em.lines else lines
-            value = f"r < lim ? {value} : {const}" if not em.lines else ""
+            value = f"r0 + j < lim ? {value} : {const}" if not em.lines else ""
         past = f"""FbVec<{out_t}, {v}> ov;
 #pragma unroll
         for (int j = 0; j < {v}; ++j) ov.v[j] = {const};
@@ -311,25 +311,42 @@ __global__ void __launch_bounds__({T}) fb_regs_v{v}(FbArgs a{Totals(p, plan).par
 
 
 def worth_keeping(e) -> bool:
-    """A value worth a register per element rather than computing again: a transcendental inside, or three ops or more
-    (a causal softmax's scaled, masked and rounded score)."""
+    """A value worth a register per element rather than computing again: a transcendental inside, or three ops or more,
+    a rounding to a half type counting two (a conversion and a shift back: a bf16 causal softmax's scaled and rounded
+    score)."""
     ops = [x for x in walk_expr(e) if isinstance(x, Op)]
-    return len(ops) >= 3 or any(x.name in COSTLY for x in ops)
+    return sum(2 if x.name in ROUNDINGS else 1 for x in ops) >= 3 or any(x.name in COSTLY for x in ops)
+
+
+ROUNDINGS = frozenset(ROUND_TO.values())
 
 
 class Kept:
     """Values a `regs` pass computes for each of a thread's `n` elements and a later pass or the output uses again,
     held in registers kp{m}[q][j] (at most MAX_HELD_BYTES a thread): the largest sub-expressions worth keeping of what
-    comes later, computed by the pass that first needs them."""
+    comes later, computed by the pass that first needs them. A value no later code needs gives its registers to one
+    this pass computes from it (a softmax's score, then exp(score - max) in its place), which is then read as a leaf:
+    what it was computed from is not needed again."""
 
     def __init__(self, plan, n: int):
         self.plan, self.n = plan, n
-        self.slots: dict = {}  # Expr -> the name of its registers
+        self.slots: dict = {}  # Expr -> the name of its registers, for values still needed
+        self.names: list[str] = []  # every register set declared
 
-    def later_needs(self, pno: int) -> set:
-        """Every sub-expression the passes after pno and the outputs use."""
+    def later_needs(self, pno: int, kept=()) -> set:
+        """Every sub-expression the passes after pno and the outputs use, not looking inside a value in `kept` (read
+        from its registers)."""
         roots = [x.arg for x in self.plan.accs if x.pass_no > pno] + [e for e in (self.plan.out, *self.plan.more) if e]
-        return {e for r in roots for e in walk_expr(r)}
+        seen: set = set()
+        stack = list(roots)
+        while stack:
+            e = stack.pop()
+            if e in seen:
+                continue
+            seen.add(e)
+            if e not in kept:
+                stack.extend(children(e))
+        return seen
 
     def seed(self, em) -> None:
         """Values stored by earlier passes read from their registers."""
@@ -337,21 +354,27 @@ class Kept:
             em.memo[e] = f"{name}[q][j]"
 
     def stores(self, em, pno: int) -> list[str]:
-        """After pass pno's element code: the values it computed that later code needs again, to their registers."""
+        """After pass pno's element code: the values it computed that later code needs again, to their registers (a
+        kept value no later code needs gives its registers up first)."""
         later = self.later_needs(pno)
         fresh = [e for e in em.memo if e not in self.slots and e in later and isinstance(e, Op) and worth_keeping(e)]
         fresh = [e for e in fresh if not any(e is not f and e in set(walk_expr(f)) for f in fresh)]  # the largest
+        needed = self.later_needs(pno, kept={*self.slots, *fresh})
+        free = [name for e, name in self.slots.items() if e not in needed]
+        self.slots = {e: name for e, name in self.slots.items() if e in needed}
         out = []
         for e in fresh:
-            if 4 * self.n * (len(self.slots) + 1) > MAX_HELD_BYTES:
+            if not free and 4 * self.n * (len(self.names) + 1) > MAX_HELD_BYTES:
                 break
-            name = f"kp{len(self.slots)}"
+            name = free.pop(0) if free else f"kp{len(self.names)}"
+            if name not in self.names:
+                self.names.append(name)
             out.append(f"{name}[q][j] = {em.memo[e]};")
             self.slots[e] = name
         return out
 
     def decls(self, K: int, v: int) -> str:
-        return " ".join(f"float {name}[{K}][{v}];" for name in self.slots.values())
+        return " ".join(f"float {name}[{K}][{v}];" for name in self.names)
 
 
 MAX_ROW = 16384  # the longest row `regs` holds: a block of 1024 threads, a few 16-byte vectors each

@@ -3,7 +3,7 @@ per row, vector loads along the row, warp-shuffle then shared-memory merges of t
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result
+from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result, stored
 from runner.catalog.codegen.cuda.common import (
     Loads,
     More,
@@ -57,7 +57,7 @@ def render_rows(p: Program, params: CudaParams, out_t: str) -> str:
         more = More(p)
         at = "(o * a.R + r0) * a.I + i" if v == 1 else "o * a.R + r0"  # (the scalar kernel serves I > 1 too)
         if full_output(p):
-            res = em(plan.out)
+            res = em(stored(plan.out, p.out_dtype))
             more.values(em, plan.more)
             lines = "\n          ".join(em.lines)
             out = f"""    for (long long r0 = (long long)lane * {v}; r0 < a.R; r0 += {G}LL * {v}) {{

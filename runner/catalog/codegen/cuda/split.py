@@ -3,7 +3,7 @@ to a workspace and the next pass (or the output pass) merges them, so all SMs wo
 
 from __future__ import annotations
 
-from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result
+from runner.catalog.codegen.common import NotExpressible, full_output, plan_passes, row_result, stored
 from runner.catalog.codegen.cuda.common import (
     Loads,
     More,
@@ -87,7 +87,7 @@ def render_split(p: Program, params: CudaParams, out_t: str) -> str:
     }}"""
             elif full_output(p):
                 assert plan.out is not None
-                res = em(plan.out)
+                res = em(stored(plan.out, p.out_dtype))
                 more.values(em, plan.more)
                 body = "\n          ".join(em.lines) + f"\n          ov.v[j] = fb_to<{out_t}>({res});{spaced(more.sets())}"
                 decl = ""

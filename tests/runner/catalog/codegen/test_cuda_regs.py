@@ -218,7 +218,8 @@ def test_a_held_rows_exponentials_are_computed_once(tmp_path):
 def test_a_held_rows_scaled_scores_are_computed_once():
     """Softmax of round_bf16((x + 1) * 0.125) (three ops, no transcendental: a causal softmax's scaled, masked and
     rounded score has the same shape): the first pass computes the score and keeps it in registers, the sum's pass
-    reads it there, and the output reads the sum's exp(s - max), so each element's score and exp are computed once."""
+    reads it there and puts exp(s - max) in its place (the score is not needed again), and the output reads that, so
+    each element's score and exp are computed once, in one set of registers."""
     x = Load(0)
     s = Op("round_bf16", (Op("mul", (Op("add", (x, Const(1.0))), Const(0.125))),))
     e = Op("exp", (Op("sub", (s, Red("max", s))),))
@@ -227,7 +228,12 @@ def test_a_held_rows_scaled_scores_are_computed_once():
     src = cuda.render(prog, cuda.CudaParams("regs", vec=8, threads=128, group=32, mode="twopass"))
     v8 = src.split("fb_regs_v8(FbArgs")[1].split("fusebot_forward")[0]
     assert v8.count("fb_round_bf16(") == 1, v8  # the score, once (the store rounds the output)
-    assert v8.count("kp0[q][j] = ") == 1 and v8.count("fb_exp(") == 1, v8  # (exp(s - max) kept too: kp1)
+    assert v8.count("fb_exp(") == 1 and "kp1" not in v8, v8
+    first, _, rest = v8.partition("fb_group_reduce")
+    sums, _, out = rest.partition("fb_group_reduce")
+    assert "kp0[q][j] = " in first and "fb_exp" not in first, first  # the score, kept
+    assert "- rv0)" in sums and sums.count("kp0[q][j] = ") == 1, sums  # read there, its exp stored in its place
+    assert "kp0[q][j]" in out and "kp0[q][j] = " not in out and "fb_round_bf16" not in out, out
 
 
 def test_a_log_sum_exp_softmax_takes_one_exp_per_held_element():
@@ -244,3 +250,16 @@ def test_a_log_sum_exp_softmax_takes_one_exp_per_held_element():
     assert v8.count("fb_exp(") == 1 and "kp0[q][j] = " in v8, v8
     out = v8.split("fb_block_reduce<AccSum")[1]
     assert "(kp0[q][j] * rv2)" in out and "logf" not in out.split("rv2 = ")[1], out
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_an_outputs_last_rounding_to_its_dtype_is_the_stores(out_dtype):
+    """A softmax whose result the module rounds to bf16 (`.type(torch.bfloat16)`): stored as bf16, the store's own
+    conversion is that rounding, so the output pass converts once; stored as fp32, the rounding stays."""
+    x = Load(0)
+    e = Op("exp", (Op("sub", (x, Red("max", x))),))
+    prog = Program(inputs=[Input(0, (64, 1024), "bfloat16")], out=Op("round_bf16", (Op("div", (e, Red("sum", e))),)),
+                   shape=(64, 1024), axes=(1,), out_dtype=out_dtype, out_shape=(64, 1024))
+    src = cuda.render(prog, cuda.CudaParams("regs", vec=8, threads=128, group=32, mode="twopass"))
+    out = src.split("fb_regs_v8(FbArgs")[1].split("fusebot_forward")[0].split("fb_group_reduce")[-1]
+    assert ("fb_round_bf16(" in out) == (out_dtype == "float32"), out
