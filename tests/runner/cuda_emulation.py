@@ -168,26 +168,56 @@ def emulated(src: str, wide_index: bool = False) -> str:
     return _LAUNCH.sub(lambda m: f'fb_emu_launch("{m.group(1)}", {m.group(1)}, {m.group(2)}, {m.group(3)});', src)
 
 
+# What every catalog source includes first, in its order: compiled once per build into a precompiled header that
+# g++ takes with `-include` (a source's own #include lines then find their guards set), so each source's compile
+# parses only the source itself (0.31 s of CPU against 0.73 s, on the CI's kind of machine)
+PREFIX = "".join(f"#include {h}\n" for h in ('"fusebot.h"', "<cuda_runtime.h>", "<cuda_fp16.h>", "<cuda_bf16.h>",
+                                                "<math.h>", "<stdio.h>", "<string.h>", "<cooperative_groups.h>",
+                                                "<cuda_pipeline.h>"))
+
+
+def _flags(threaded: bool) -> list[str]:
+    return ["-O0", "-std=c++20" if threaded else "-std=c++17", "-fPIC", "-w",
+            *(["-pthread", "-DFB_EMU_THREADED"] if threaded else [])]
+
+
+def _run(procs: list[tuple[str, subprocess.Popen]]) -> None:
+    for name, p in procs:
+        log, _ = p.communicate(timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"{name}: g++ failed:\n{log[-3000:]}")
+
+
 def build(sources: dict[str, str], where: Path, wide_index: tuple[str, ...] = (),
           threaded: tuple[str, ...] = ()) -> dict[str, Path]:
-    """One shared library per source (name -> path), compiled in one g++ run each, in parallel; the sources named in
-    `wide_index` take their 64-bit index paths, those named in `threaded` run a block's threads at once."""
+    """One shared library per source (name -> path), compiled in one g++ run each, in parallel, after the prefix
+    header of each mode in use; the sources named in `wide_index` take their 64-bit index paths, those named in
+    `threaded` run a block's threads at once."""
     inc = where / "emu_include"
     inc.mkdir(parents=True, exist_ok=True)
     for name, text in HEADERS.items():
         (inc / name).write_text(text)
+    includes = ["-I", str(inc), "-I", str(CSRC)]
+    modes = {name: name in threaded for name in sources}
+    prefix: dict[bool, Path] = {}
+    pchs = []
+    for mode in sorted(set(modes.values())):
+        prefix[mode] = where / f"emu_prefix_{'threaded' if mode else 'plain'}" / "fb_emu.h"
+        prefix[mode].parent.mkdir(exist_ok=True)
+        prefix[mode].write_text(PREFIX)
+        pchs.append((f"prefix header ({'threaded' if mode else 'plain'})", subprocess.Popen(
+            ["g++", *_flags(mode), *includes, "-x", "c++-header", str(prefix[mode]), "-o", f"{prefix[mode]}.gch"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    _run(pchs)
     procs, out = [], {}
     for name, src in sources.items():
         (where / f"{name}.cpp").write_text(emulated(src, name in wide_index))
         out[name] = where / f"{name}.so"
-        procs.append(subprocess.Popen(
-            ["g++", "-O0", "-std=c++20" if name in threaded else "-std=c++17", "-shared", "-fPIC", "-w",
-             *(["-pthread", "-DFB_EMU_THREADED"] if name in threaded else []), "-I", str(inc), "-I", str(CSRC),
-             f"{name}.cpp", "-o", out[name].name], cwd=where, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for (name, _), p in zip(sources.items(), procs, strict=True):
-        log, _ = p.communicate(timeout=300)
-        if p.returncode != 0:
-            raise RuntimeError(f"{name}: g++ failed:\n{log[-3000:]}")
+        procs.append((name, subprocess.Popen(
+            ["g++", *_flags(modes[name]), "-shared", *includes, "-include", str(prefix[modes[name]]),
+             f"{name}.cpp", "-o", out[name].name], cwd=where, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)))
+    _run(procs)
     return out
 
 
