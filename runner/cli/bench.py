@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
 
 from bot.repo.discovery import MARKER, read_module
@@ -41,10 +40,6 @@ from runner.cli.common import (
 from runner.cli.target import KERNELBENCH_CLASS, problem_for
 from runner.contract import ExitStatus, SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
-from runner.harness.evaluator import HarnessConfig
-from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
-from runner.pipeline import make_proposers, optimize_problem
-from runner.results.choice import SPEED
 from runner.search.deadline import Deadline, exit_reserve_s, refuse_budget
 
 log = logging.getLogger(__name__)
@@ -96,6 +91,8 @@ def geomean(xs: list[float]) -> float | None:
 
 def bench_markdown(rows: list[BenchRow], meta: dict) -> str:
     """The table (pure): one line per problem, then the geometric means over the problems with a verified kernel."""
+    from runner.results.choice import SPEED  # (it loads torch: when a table is written, not for --help)
+
     lines = [f"# fusebot bench: {meta.get('suite', '')}", "",
              f"{meta.get('device', '')}; backend {meta.get('backend', '')}; search budget "
              f"{meta.get('budget_seconds', '')} s per problem; proposer {meta.get('proposer', '')}; "
@@ -143,6 +140,10 @@ def run_problem(path: Path, out: Path, budget: SearchBudget, backend: str, compi
     except UsageError as e:
         row.error = str(e)
         return row
+    from runner.harness.evaluator import HarnessConfig  # (torch and the harness: when a problem runs, not for --help)
+    from runner.harness.gpus import device_evaluators  # torch: when a problem runs
+    from runner.pipeline import make_proposers, optimize_problem  # torch: when a problem runs
+
     proposers = make_proposers([])
     cfg = HarnessConfig(compile_baseline=compile_baseline, bandwidth_bytes_per_s=bandwidth)
     t0 = time.monotonic()
@@ -253,6 +254,8 @@ def bench(
     refused = refuse_budget(budget_seconds, "--budget-seconds")
     if refused:
         raise fail(refused, ExitStatus.USAGE)
+    from runner.harness.gpus import parse_gpus, visible_gpus  # torch: when the command runs, not for --help
+
     try:
         chosen = choose_backend(backend)
         devices = parse_gpus(gpus, visible_gpus()) if chosen == "cuda" else []
@@ -285,6 +288,8 @@ def bench(
 
 def _versions(backend: str) -> dict[str, str]:
     """What a table must name besides the device: torch, CUDA and the driver, and fusebot's commit."""
+    import torch
+
     out = {"torch": torch.__version__, "commit": _git(["rev-parse", "HEAD"])}
     if backend == "cuda":
         out["cuda"] = torch.version.cuda or ""
@@ -310,6 +315,8 @@ def _llm_configured() -> bool:
 
 def _device(backend: str) -> str:
     if backend == "cuda":
+        import torch
+
         try:
             return torch.cuda.get_device_name(0)
         except Exception:  # noqa: BLE001 - a description only

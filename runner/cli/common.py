@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -22,7 +21,6 @@ from typer.core import TyperArgument, TyperCommand
 
 from runner.contract import EXIT_STATUS
 from runner.errors import ProblemError, UsageError
-from runner.harness.evaluator import default_backend
 
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 BACKENDS = ("cuda", "cpu")
@@ -151,6 +149,8 @@ def exit_now(code: int = 0) -> None:
 
 
 def torch_has_cuda() -> bool:
+    import torch  # (the shells import torch when a command runs, never for its help or a usage error)
+
     return torch.version.cuda is not None
 
 
@@ -159,6 +159,10 @@ def choose_backend(backend: str | None) -> str:
     without it (a CPU wheel): no harness process is started to find that out."""
     if backend is not None and backend not in BACKENDS:
         raise UsageError(f"--backend {backend}: expected cuda or cpu")
+    import torch
+
+    from runner.harness.evaluator import default_backend  # torch: when a command runs, not for --help
+
     chosen = backend or default_backend()
     if chosen == "cuda" and not torch_has_cuda():
         raise UsageError(f"--backend cuda: this torch has no CUDA (torch {torch.__version__})")

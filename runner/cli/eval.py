@@ -25,7 +25,6 @@ from runner.cli.common import (
 from runner.cli.target import parse_target, problem_for
 from runner.contract import Candidate, ExitStatus, Timing, Verdict, faster_baseline
 from runner.errors import HarnessError, MachineError, ProblemError, UsageError
-from runner.harness.evaluator import Evaluator, HarnessConfig
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +159,8 @@ def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the harness does, and a machine "
                                           "error's details.")] = False,
 ) -> None:
+    from runner.harness.evaluator import Evaluator, HarnessConfig  # (torch: when the command runs, not for --help)
+
     err = stderr_console()
     setup_logging(verbose, err)
     try:

@@ -24,9 +24,6 @@ from runner.cli.progress import ProgressView
 from runner.cli.target import parse_target, problem_for
 from runner.contract import Backend, ExitStatus, SearchBudget
 from runner.errors import MachineError, ProblemError, UsageError
-from runner.harness.evaluator import HarnessConfig
-from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus
-from runner.pipeline import TRACE_FILE, make_proposers, optimize_problem
 from runner.search.deadline import Deadline, exit_reserve_s, process_start_s, refuse_budget
 
 log = logging.getLogger(__name__)
@@ -87,6 +84,10 @@ def optimize(
     if refused:
         raise fail(refused, ExitStatus.USAGE)
     deadline = Deadline(wall_seconds, start_s=process_start_s())  # from the command's start: torch's import counts
+    from runner.harness.evaluator import HarnessConfig  # torch: when the command runs
+    from runner.harness.gpus import device_evaluators, parse_gpus, visible_gpus  # torch: when the command runs
+    from runner.pipeline import TRACE_FILE, make_proposers, optimize_problem  # torch: when the command runs
+
     budget = SearchBudget(rounds=rounds, ideas_per_round=ideas, implementations_per_idea=implementations, beam=beam,
                           max_repairs=max_repairs, wall_seconds=wall_seconds, gpu_seconds=gpu_seconds, tokens=tokens,
                           candidates=candidates)

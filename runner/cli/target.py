@@ -17,7 +17,6 @@ from pathlib import Path
 from bot.repo.discovery import MARKER, read_module
 from runner.contract import ProblemSpec
 from runner.errors import UsageError
-from runner.pipeline import problem_from_file
 
 KERNELBENCH_CLASS = "Model"
 
@@ -84,6 +83,8 @@ def problem_for(text: str, **overrides) -> ProblemSpec:
     """The problem FILE[:CLASS] names. Raises UsageError naming the file (and line) and the fix."""
     target = parse_target(text)
     cls = resolve_class(target)
+    from runner.pipeline import problem_from_file  # (torch: only once the file names a class)
+
     spec = problem_from_file(target.path, **overrides)
     if cls == KERNELBENCH_CLASS:
         return spec

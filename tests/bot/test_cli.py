@@ -42,6 +42,16 @@ def test_help_on_the_command_and_its_subcommands(flag):
         assert "╭" not in sub.stdout and not re.search(r"<(bool|str|int|path|float)", sub.stdout), sub.stdout
 
 
+def test_no_subcommand_imports_torch_before_it_runs():
+    """A subcommand's module (what its help and a usage error need) imports neither torch nor the harness: `fusebot
+    eval -h` answers without torch's few seconds of start-up; the command loads them when it runs."""
+    probe = ("import importlib, sys\nfrom bot.cli import COMMANDS\n"
+             "for target, _ in COMMANDS.values():\n    importlib.import_module(target.split(':')[0])\n"
+             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('runner.harness.evaluator')))")
+    p = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
+
+
 def test_serve_without_settings_names_each_environment_variable():
     p = fusebot("serve")
     assert p.returncode == 2 and p.stdout == ""

@@ -15,7 +15,9 @@ import sys
 import threading
 from pathlib import Path
 
+from runner import pipeline
 from runner.cli import optimize
+from runner.harness import gpus
 from tests.fakes.evaluators import PipelineTable
 from tests.runner.search.test_loop import Scripted
 
@@ -45,8 +47,8 @@ def main() -> None:
     def fake_evaluators(*args, **kwargs):
         yield Endless(ready)
 
-    optimize.device_evaluators = fake_evaluators
-    optimize.make_proposers = lambda models, builtin=True: [Scripted("a", lambda r, k, j: "ms=1")]
+    gpus.device_evaluators = fake_evaluators  # where the command finds them when it runs
+    pipeline.make_proposers = lambda models, builtin=True: [Scripted("a", lambda r, k, j: "ms=1")]
     optimize.optimize_app(["examples/row_gain.py", "--out", out, "--backend", "cpu", "--wall-seconds", "3600"],
                           prog_name="fusebot optimize")
 

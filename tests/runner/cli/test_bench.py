@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli import bench as bench_module
 from runner.cli.bench import BenchRow, bench_app, bench_markdown, geomean, write_table
 from runner.contract import ExitStatus
 from runner.errors import MachineError
@@ -171,7 +170,7 @@ def test_a_broken_machine_stops_bench_with_exit_3_after_the_table(tmp_path, monk
     def dead(*args, **kwargs):
         raise MachineError("the reference process died during init: killed")
 
-    monkeypatch.setattr(bench_module, "device_evaluators", dead)
+    monkeypatch.setattr("runner.harness.gpus.device_evaluators", dead)  # where the command finds it when it runs
     out = tmp_path / "out"
     r = CliRunner().invoke(bench_app, [str(suite), "--out", str(out), "--backend", "cpu"])
     assert r.exit_code == ExitStatus.MACHINE, r.output

@@ -14,7 +14,6 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from runner.cli import optimize as optimize_cli
 from runner.cli.optimize import optimize_app
 from runner.cli.progress import ProgressView, progress_line
 from runner.contract import Confirmation, Environment, Progress
@@ -63,8 +62,9 @@ class Harness(TableEvaluator):
 def run_optimize(monkeypatch, tmp_path):
     """`fusebot optimize examples/row_gain.py` with 3 implementations of one idea: fast, wrong and not building."""
     markers = ["ms=0.25", "wrong", "build-error"]
-    monkeypatch.setattr(optimize_cli, "device_evaluators", lambda spec, backend, devices, config=None, **kw: Harness(spec))
-    monkeypatch.setattr(optimize_cli, "make_proposers",
+    # (the command imports both when it runs: replaced where it finds them)
+    monkeypatch.setattr("runner.harness.gpus.device_evaluators", lambda spec, backend, devices, config=None, **kw: Harness(spec))
+    monkeypatch.setattr("runner.pipeline.make_proposers",
                         lambda models, builtin=True: [(Scripted("scripted", lambda r, k, j: markers[j]), 1.0)])
     root = logging.getLogger()
     saved = root.handlers[:], root.level
