@@ -14,7 +14,9 @@ wheels=(pydantic pydantic-core pydantic-settings annotated-types typing-inspecti
   SQLAlchemy greenlet tzdata opentelemetry-api importlib-metadata diffusers
   # what the tests import beyond the image (tests/fakes/github_server.py validates against GitHub's OpenAPI)
   openapi-schema-validator openapi-core openapi-spec-validator jsonschema jsonschema-path jsonschema-specifications
-  referencing rpds-py pathable isodate lazy-object-proxy more-itertools rfc3339-validator)
+  referencing rpds-py pathable isodate lazy-object-proxy more-itertools rfc3339-validator
+  # pyproject's dev plugins (pytest-timeout's `timeout` setting; gpu-test in several processes)
+  pytest-timeout pytest-xdist execnet)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${platforms[@]}" -d .whl "${wheels[@]}"
 (cd .deb && apt-get download -qq bubblewrap libcap2 2>/dev/null || { apt-get update -qq && apt-get download -qq bubblewrap libcap2; })
