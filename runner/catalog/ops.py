@@ -161,6 +161,7 @@ PLAIN: frozenset[str] = frozenset(o.name for o in _ROWS if o.plain)
 COSTLY: frozenset[str] = frozenset(o.name for o in _ROWS if o.costly)
 # the op that rounds a float to a half type, per the type's torch name
 ROUND_TO: dict[str, str] = {"bfloat16": "round_bf16", "float16": "round_fp16"}
+ROUNDINGS: frozenset[str] = frozenset(ROUND_TO.values())
 
 
 def render(name: str, args: list[str], attrs: tuple[float, ...], literal: Callable[[float], str]) -> str | None:

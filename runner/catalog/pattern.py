@@ -22,11 +22,9 @@ from runner.catalog.ir import (
     reductions,
     walk,
 )
-from runner.catalog.ops import ROUND_TO
 
 HEAVY = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "convtranspose2d", "convtranspose3d", "addmm", "einsum"}
 IDENTITY = {"identity", "contiguous", "clone", "dropout", "detach", "float", "type_as"}
-HALF = ROUND_TO  # the op that rounds a float to the type
 
 
 class Unsupported(Exception):  # noqa: N818 - a verdict on the pattern, not an error

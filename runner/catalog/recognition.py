@@ -36,9 +36,9 @@ from runner.catalog.ir import (
 from runner.catalog.lower_rows import RowOps
 from runner.catalog.lower_views import ViewOps
 from runner.catalog.lowering import Diag, LazyLoad, Transposed, Val, ref_name
+from runner.catalog.ops import ROUND_TO, ROUNDINGS
 from runner.catalog.opset import translate
 from runner.catalog.pattern import (
-    HALF,
     HEAVY,
     IDENTITY,
     Heavy,
@@ -172,9 +172,9 @@ class _Lower(RowOps, ViewOps):
             dst = n.kwargs.get("dtype") or n.dtype or src
             if dst == src or dst in ("float32", "float64") or src in ("bool",) or not is_float(src):
                 return x
-            if dst in HALF:
+            if dst in ROUND_TO:
                 self.notes.append(f"rounded to {dst} where the reference converts")
-                return Val(op(HALF[dst], x.expr), x.shape)
+                return Val(op(ROUND_TO[dst], x.expr), x.shape)
             if dst == "bool":
                 return Val(op("ne", x.expr, Const(0.0)), x.shape)
             return Val(op("trunc", x.expr), x.shape)
@@ -302,9 +302,9 @@ class _Lower(RowOps, ViewOps):
 
     def rounded(self, n: CNode, v: Any) -> Any:
         """A value the reference computes in bf16/fp16 is rounded to that type where the op writes it."""
-        if n.dtype in HALF and isinstance(v, Val) and isinstance(v.expr, Op | Red) and n.op not in IDENTITY \
-                and not (isinstance(v.expr, Op) and v.expr.name in HALF.values()):
-            return Val(op(HALF[n.dtype], v.expr), v.shape)
+        if n.dtype in ROUND_TO and isinstance(v, Val) and isinstance(v.expr, Op | Red) and n.op not in IDENTITY \
+                and not (isinstance(v.expr, Op) and v.expr.name in ROUNDINGS):
+            return Val(op(ROUND_TO[n.dtype], v.expr), v.shape)
         return v
 
     def finish(self, v: Val, outn: CNode | None, more: list | None = None) -> Pattern:

@@ -31,7 +31,7 @@ and a row with none is the softmax of its scores plus the same constant, which r
 from __future__ import annotations
 
 from runner.catalog.ir import Const, Expr, Iota, Load, Op, Program, Red, op, rebuild, reductions, walk
-from runner.catalog.ops import ROUND_TO
+from runner.catalog.ops import ROUNDINGS
 
 IDENTITY = {"max": float("-inf"), "lse": float("-inf"), "sum": 0.0}
 NEGATIVE = -1e30  # a mask value at most this: exp(M - max) is 0 in fp32 (the row keeps its first element)
@@ -96,9 +96,6 @@ def find(p: Program) -> tuple[Expr, float, tuple[Expr, Expr]] | None:
     return None
 
 
-ROUNDS = tuple(ROUND_TO.values())
-
-
 def _added_mask(e: Expr) -> tuple[Expr, Const, Expr] | None:
     """(cond, M, kept) where e is an additive mask, `y + where(cond, 0, M)` (each side perhaps rounded to a half
     dtype, the sum too: transformers' `scores + causal_mask` with the mask built by `full(finfo.min)` and
@@ -107,13 +104,13 @@ def _added_mask(e: Expr) -> tuple[Expr, Const, Expr] | None:
     as M does for the row's max, log-sum-exp and sum: the row's max is a kept score and exp(y + M - max) is exactly 0.
     A NaN or an infinity under the mask, which the reference would spread into its row, is not read (as the padding
     rule below takes its other inputs as finite)."""
-    outer = e.name if isinstance(e, Op) and e.name in ROUNDS else None
+    outer = e.name if isinstance(e, Op) and e.name in ROUNDINGS else None
     s = e.args[0] if outer else e
     if not (isinstance(s, Op) and s.name == "add" and len(s.args) == 2):
         return None
     for y, w in (s.args, s.args[::-1]):
         rounds, inner = [], w
-        while isinstance(inner, Op) and inner.name in ROUNDS:
+        while isinstance(inner, Op) and inner.name in ROUNDINGS:
             rounds.append(inner.name)
             inner = inner.args[0]
         if not (isinstance(inner, Op) and inner.name == "where" and inner.args[1] == Const(0.0)):

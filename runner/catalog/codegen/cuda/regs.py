@@ -35,7 +35,7 @@ from runner.catalog.codegen.cuda.params import CudaParams
 from runner.catalog.codegen.cuda.totals import Totals
 from runner.catalog.ir import Op, Program, children
 from runner.catalog.ir import walk as walk_expr
-from runner.catalog.ops import COSTLY, ROUND_TO
+from runner.catalog.ops import COSTLY, ROUNDINGS
 
 # per-thread registers a row may take: vectors of the held inputs (K * V elements each, stored in their own dtype)
 MAX_HELD_BYTES = 256
@@ -317,8 +317,6 @@ def worth_keeping(e) -> bool:
     ops = [x for x in walk_expr(e) if isinstance(x, Op)]
     return sum(2 if x.name in ROUNDINGS else 1 for x in ops) >= 3 or any(x.name in COSTLY for x in ops)
 
-
-ROUNDINGS = frozenset(ROUND_TO.values())
 
 
 class Kept:
