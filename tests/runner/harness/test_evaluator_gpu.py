@@ -144,8 +144,10 @@ def test_cuda_outputs_reach_the_judge_by_the_path_the_sandbox_allows(gpu_evaluat
 @pytest.mark.parametrize("scale", [0.11, 0.6])
 def test_a_cuda_process_that_scales_its_reported_times_is_held_to_the_parents_clock(tmp_path, scale):
     """CUDA events read in the candidate's own process, scaled through its dispatch dict: on a kernel of about half a
-    millisecond a time under half the parent's back-to-back time is an escape, and one above is raised to the
-    parent's bound where under it: whichever verdict, the scaled time never counts."""
+    millisecond, whatever the verdict, the scaled time never counts. Refused, the reason is the parent's: a time
+    under half the parent's back-to-back time is an escape, and a time raised to the parent's bound that lands under
+    the memory floor and does not hold in a fresh process is refused as below the floor (both seen on an H200, the
+    second for the 0.6 scaler: bound 0.5028 ms against a floor of 0.5029 ms, 0.7086 ms in the fresh process)."""
     problem = tmp_path / "scale_relu_large.py"
     problem.write_text((PROBLEMS / "scale_relu.py").read_text().replace("batch, features = 64, 256",
                                                                        "batch, features = 16384, 16384"))
@@ -154,14 +156,11 @@ def test_a_cuda_process_that_scales_its_reported_times_is_held_to_the_parents_cl
     forged = kb_cuda(*body_and_header(kb("        return scale_relu(x, self.bias)\n", header=forged_time(scale))))
     with Evaluator(spec, backend="cuda", config=cfg) as ev:
         v = ev.evaluate(Candidate(id=f"forged-{scale}", format="kernelbench", backend="cuda", sources=forged))
-    if scale < 0.5 and not v.accepted:
-        # caught by the parent's clock: at once, or (seen on an H200) when a time under the memory floor is measured
-        # again in a fresh process ("below-floor: re-measured ... and it failed: timer-escape: ...")
-        assert "timer-escape" in v.reasons[0], v.reasons
+    if not v.accepted:
+        assert v.reasons[0].startswith(("timer-escape", "below-floor")), v.reasons
         return
     # accepted (an honest scale, or an escape line hidden by the judge's noise: seen on an H200 shared with other
     # tests' processes): the time that counts is the parent's bound, never the scaled one, and is near the memory
     # floor (2 GiB moved: about 0.5 ms), where the scaled time claimed 0.11 of it
-    assert v.accepted, v.reasons
     assert v.timing.parent_ms is not None and v.timing.median_ms >= v.timing.parent_ms, v.timing
     assert v.roofline is not None and v.timing.median_ms >= 0.8 * v.roofline.floor_ms, (v.timing, v.roofline)
