@@ -298,8 +298,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 4),
                     help="processes preparing problems (capture, render, build)")
     ap.add_argument("--cache-dir", type=Path, default=None, help="the harness's cache (default: FUSEBOT_CACHE_DIR)")
+    ap.add_argument("--batches", action="store_true", help="also log every parent-clocked batch of the timer's cross-"
+                    "check (wall and CPU ms of each of the candidate's batches and of the judge's steps)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.batches:
+        logging.getLogger("runner.harness.measure").setLevel(logging.DEBUG)
     import torch
 
     t_start = time.monotonic()
