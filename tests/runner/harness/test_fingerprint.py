@@ -62,7 +62,9 @@ def test_chunks_fold_the_same_weights_as_one_pass(monkeypatch):
     ref, oracle = case(3 * fingerprint.PERIOD + 17)
     whole = fingerprint.of(ref, 3)
     monkeypatch.setattr(fingerprint, "CHUNK", fingerprint.PERIOD)
+    monkeypatch.setattr(fingerprint, "CPU_CHUNK", fingerprint.PERIOD)
     assert torch.allclose(fingerprint.of(ref, 3), whole, rtol=1e-12, atol=0)
+    assert torch.allclose(fingerprint._few_reads(ref, 3), whole, rtol=1e-12, atol=0)
 
 
 def test_a_malformed_fingerprint_is_named():
@@ -70,15 +72,18 @@ def test_a_malformed_fingerprint_is_named():
     assert "malformed" in fingerprint.mismatch("0", fingerprint.expected(ref, oracle, 1e-4, 1e-4, 1))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool])
-def test_the_few_operations_and_the_few_reads_take_the_same_fingerprint(monkeypatch, dtype):
-    """A small output's fingerprint (nine operations) and a large one's (fewer passes over it) are the same sums:
-    a length that is no multiple of the weights' period, non-finite elements, a non-float output."""
-    x = torch.randn(3 * fingerprint.PERIOD + 17, generator=torch.Generator().manual_seed(1))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+def test_every_path_takes_the_same_fingerprint(monkeypatch, dtype):
+    """The nine operations (a small CUDA output), the few reads (a large one) and the CPU's steps that stay in cache
+    are the same sums: a length that is no multiple of the weights' period nor of a step, non-finite elements, a
+    non-float output."""
+    x = torch.randn(3 * fingerprint.PERIOD + 17, generator=torch.Generator().manual_seed(1)) * 100
     x[5], x[6], x[7] = float("nan"), float("inf"), -float("inf")
-    x = x > 0 if dtype == torch.bool else x.to(dtype)
-    few_ops = fingerprint.of(x, 11)
-    monkeypatch.setattr(fingerprint, "FEW_OPS", 0)
-    few_reads = fingerprint.of(x, 11)
+    x = x > 0 if dtype == torch.bool else x.to(torch.int32) if dtype == torch.int32 else x.to(dtype)
+    wide = x if x.is_floating_point() else x.to(torch.float64)
+    few_ops, few_reads = fingerprint._few_ops(wide, 11), fingerprint._few_reads(wide, 11)
+    monkeypatch.setattr(fingerprint, "CPU_CHUNK", 2 * fingerprint.PERIOD)  # two steps and a part
+    in_cache = fingerprint.of(x, 11)
     assert few_ops.tolist() == pytest.approx(few_reads.tolist(), rel=1e-12)
-    assert few_ops[2].item() == (0 if dtype == torch.bool else 3)
+    assert in_cache.tolist() == pytest.approx(few_reads.tolist(), rel=1e-12)
+    assert in_cache[2].item() == (3 if dtype in (torch.float32, torch.bfloat16) else 0)
