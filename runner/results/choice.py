@@ -46,6 +46,8 @@ SPEED = {
     "degenerate": "the output does not depend on the input",
 }
 REWRITE_LABEL = "PyTorch rewrite"
+# The speed verdicts of a claim whose rounds spread too far for a figure: faster than a kernel, or not, is unknown.
+NO_FIGURE = frozenset({"unprovable", "noisy"})
 
 
 def is_rewrite(candidate: Candidate | None) -> bool:
@@ -151,8 +153,8 @@ def claim(best: Attempt, v: Verdict) -> Claim:
     c = v.confirmation
     fb = faster_baseline(v.baselines)
     if c is not None and v.timing is not None and fb is not None and _only_unstable(v):
-        speed, message = _unprovable(what, v, c, fb[0])
-        return Claim(best, False, message, speed=speed)
+        speed, message = _unprovable(what, v, c, fb[0])  # the pooled figure kept, as measured, for `choose` alone
+        return Claim(best, False, message, fb[1].median_ms / v.timing.median_ms, margin(c), fb[0], speed)
     if not v.accepted or c is None or v.timing is None or fb is None:
         return Claim(best, False, f"the fastest {what} failed when verified again: " + "; ".join(v.reasons[:2]),
                      speed="failed")
@@ -214,10 +216,15 @@ def choose(kernel: Claim | None, rewrite: Claim | None) -> tuple[Claim | None, s
     if rewrite.eligible and not _kernel_clearly_faster(kernel, rewrite, m):
         return rewrite, (f"the best kernel ({_x(ks)}) is not faster than the PyTorch rewrite ({_x(ws)}) in every round "
                          f"and by more than {over}: the simpler change is proposed, no kernel")
+    if kernel.eligible and rewrite.speed in NO_FIGURE and not _kernel_clearly_faster(kernel, rewrite, m):
+        return rewrite, (f"the best kernel ({_x(ks)}) is not faster than the PyTorch rewrite ({_x(ws)}, rounds too "
+                         f"spread for a figure) in every round and by more than {over}: no kernel is proposed over a "
+                         "simpler change that may be as fast; rerun on an idle host")
     if kernel.eligible:
         return kernel, (f"the best kernel ({_x(ks)}) beats the PyTorch rewrite ({_x(ws)}) in every round and by more "
                         f"than {over}" if rewrite.eligible else
-                        f"the PyTorch rewrite did not clear the minimum effect ({_x(ws)})") + ": the kernel is proposed"
+                        f"the PyTorch rewrite is not proposed ({rewrite.speed}: {SPEED.get(rewrite.speed, '')})"
+                        ) + ": the kernel is proposed"
     return kernel, "neither the best kernel nor the PyTorch rewrite cleared the minimum effect"
 
 

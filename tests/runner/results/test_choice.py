@@ -183,3 +183,25 @@ def test_a_confirmation_too_noisy_for_a_figure_says_slower_unprovable_or_mixed(c
     assert ("rerun on an idle host" in c.message) is said.startswith("faster")
     other = v.model_copy(update={"reasons": ["mismatch: output 0", "unstable-measurement: spread"]})
     assert claim(attempt("k", 1.0), other).message.startswith("the fastest kernel failed when verified again")
+
+
+def test_no_kernel_is_proposed_over_a_rewrite_that_measured_faster_but_too_noisy_for_a_figure():
+    """As a CPU demo run of RowGain had it: the kernel 4.7x in every round, its one-line rewrite 16-28x in every round
+    but its rounds spread 73%. Nothing is proposed (the rewrite has no figure, the kernel is the slower change); a
+    kernel clearly faster than such a rewrite is still proposed, and a rewrite that failed is named as failed."""
+    noisy = confirmed([0.07, 0.125, 0.09, 0.11, 0.08], [2.0] * 5)
+    noisy = noisy.model_copy(update={"accepted": False, "reasons": ["unstable-measurement: the rounds' medians spread "
+                                                                    "by up to 73% (more than 50%): ...; too noisy"]})
+    w = claim(attempt("w", 0.1, rewrite="x"), noisy)
+    k = claim(attempt("k", 0.42), confirmed([0.42, 0.43, 0.41, 0.42, 0.42], [2.0] * 5))
+    assert k.eligible and not w.eligible and w.speed == "unprovable"
+    chosen, why = choose(k, w)
+    assert chosen is w and not chosen.eligible, why
+    assert "no kernel is proposed over a simpler change" in why and "rerun on an idle host" in why, why
+    o = outcome("p", search_result(attempt("k", 0.42), attempt("w", 0.1, rewrite="x")), None, None,
+                confirmed=confirmed([0.42, 0.43, 0.41, 0.42, 0.42], [2.0] * 5), confirmed_rewrite=noisy)
+    assert not o.improved and "not provable on this host" in o.message, o.message
+    fast = claim(attempt("k", 0.01), confirmed([0.01] * 5, [2.0] * 5))  # 200x, past the rewrite's every round
+    assert choose(fast, w)[0] is fast and "is not proposed (unprovable: " in choose(fast, w)[1]
+    failed = claim(attempt("w", 0.1, rewrite="x"), noisy.model_copy(update={"reasons": ["mismatch: output 0"]}))
+    assert choose(k, failed)[0] is k and "is not proposed (failed: " in choose(k, failed)[1]
