@@ -186,7 +186,7 @@ def test_a_confirmation_too_noisy_for_a_figure_says_slower_unprovable_or_mixed(c
 
 
 def test_no_kernel_is_proposed_over_a_rewrite_that_measured_faster_but_too_noisy_for_a_figure():
-    """As a CPU demo run of RowGain had it: the kernel 4.7x in every round, its one-line rewrite 16-28x in every round
+    """As a CPU demo run of RowGain had it: the kernel 4.0-5.3x in every round, its one-line rewrite 18-51x in every round
     but its rounds spread 73%. Nothing is proposed (the rewrite has no figure, the kernel is the slower change); a
     kernel clearly faster than such a rewrite is still proposed, and a rewrite that failed is named as failed."""
     noisy = confirmed([0.07, 0.125, 0.09, 0.11, 0.08], [2.0] * 5)
