@@ -139,8 +139,12 @@ def test_when_nothing_beats_the_baselines_it_says_so_and_writes_no_kernel(tmp_pa
     # (0.46-3.80x over 5 rounds)
     result, _, out = _nothing_proposed(tmp_path, SLOW, cli_env("", tmp_path))
     message = result["message"]
-    if "unstable-measurement" in message or "rounds' medians spread" in message:
-        return  # the host was too noisy for any figure: said so, and nothing proposed
+    if message.startswith("slower: the fastest verified kernel lost every round") or \
+            "unstable-measurement" in message or "rounds' medians spread" in message:
+        # its rounds spread too far for a figure (on the idle 2-core host: 0.01-0.03x over 5 rounds), and it lost
+        # every one, or the host was too noisy for any: said so, and nothing proposed
+        assert "not proposed" in message and "**No improvement**" in (out / "report.md").read_text(), message
+        return
     assert message.startswith("nothing beat eager"), message
     assert result["verdict"]["accepted"] is True  # verified, just slower
     assert "**No improvement**: nothing beat eager" in (out / "report.md").read_text()
