@@ -39,7 +39,7 @@ def median_ms(fn, device: str, reps: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16", "float64"])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--sizes", default="65536,1048576,4194304,33554432,100663296", help="elements, comma-separated")
     args = ap.parse_args()
@@ -48,6 +48,8 @@ def main() -> None:
     paths = {"of": fingerprint.of, "few_ops": fingerprint._few_ops, "few_reads": fingerprint._few_reads}
     if args.device == "cpu":
         paths["in_cache"] = fingerprint._in_cache
+    elif fingerprint.triton is not None:
+        paths["one_pass"] = fingerprint._one_pass
     log.info("device %s (%s), dtype %s, torch %s, median of %d calls, ms", args.device,
              torch.cuda.get_device_name() if args.device == "cuda" else "cpu", args.dtype, torch.__version__, args.reps)
     log.info("| elements | %s | sum |", " | ".join(paths))

@@ -322,6 +322,7 @@ def time_(st: State, msg: dict) -> dict:
         poison_allocator(st.out_specs, st.device)
 
     st.timed = (capture, fresh)  # the parent-clocked batch's calls: fresh inputs, no allocator fill (it syncs)
+    batch.fingerprint.warm([verify.DTYPE_NAMES[s["dtype"]] for s in st.out_specs], st.device)
     try:
         result = timing.Timer(st.device, st.timer_cfg).measure(capture, before=before, after=samples.take)
     except BaseException as exc:  # noqa: BLE001 - the candidate's failure is data

@@ -87,3 +87,30 @@ def test_every_path_takes_the_same_fingerprint(monkeypatch, dtype):
     assert few_ops.tolist() == pytest.approx(few_reads.tolist(), rel=1e-12)
     assert in_cache.tolist() == pytest.approx(few_reads.tolist(), rel=1e-12)
     assert in_cache[2].item() == (3 if dtype in (torch.float32, torch.bfloat16) else 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", fingerprint.ONE_PASS_DTYPES)
+def test_the_one_pass_kernel_takes_the_same_fingerprint_as_the_torch_paths(monkeypatch, dtype):
+    """(CUDA, Triton) The one-pass kernel's sums are the torch paths': a length that is no multiple of the weights'
+    period, of a block or of a launch's chunk (two launches), non-finite elements, a view that starts mid-storage and
+    a non-contiguous output; and an output within the rule still passes the judge's check, one that skipped work
+    does not."""
+    if fingerprint.triton is None:
+        pytest.skip("no Triton in this build of torch")
+    monkeypatch.setattr(fingerprint, "ONE_PASS_CHUNK", 5 * fingerprint.PERIOD)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    base = torch.randn(7 * fingerprint.PERIOD + 29, generator=g, device="cuda") * 100
+    base[5], base[6], base[7] = float("nan"), float("inf"), -float("inf")
+    base = base.to(dtype)
+    for x in (base, base[3:], base[: 2 * fingerprint.PERIOD].view(2, -1).t()):
+        want = fingerprint._few_reads(x.contiguous().reshape(-1), 13)
+        got = fingerprint.of(x, 13)
+        assert got.tolist() == pytest.approx(want.tolist(), rel=1e-12)
+    ref = torch.randn(3 * fingerprint.PERIOD + 5, generator=g, device="cuda").to(dtype)
+    oracle = ref.double()
+    want = fingerprint.expected(ref, oracle, 1e-4, 1e-4, 5)
+    assert fingerprint.mismatch(fingerprint.of(ref, 5).tolist(), want) is None
+    skipped = ref.clone()
+    skipped[: ref.numel() // 10] = 0
+    assert fingerprint.mismatch(fingerprint.of(skipped, 5).tolist(), want) is not None
