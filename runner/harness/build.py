@@ -221,8 +221,8 @@ def _run_confined(cmd: list[str], work: Path, env: dict[str, str], timeout_s: fl
     user opted out of the sandbox."""
     inner = [sys.executable, "-m", "runner.harness.sandbox", "--write", str(work), "--memory", str(memory_bytes),
              "--", *cmd]
-    proc = subprocess.Popen(bwrap.wrap(inner, work), cwd=work, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = bwrap.popen(bwrap.wrap(inner, work), cwd=work, env=env, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

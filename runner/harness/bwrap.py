@@ -10,6 +10,8 @@ compiler, a capture, a drop-in's generated test) starts as `bwrap ... -- CMD`, w
 - its own /proc, a minimal /dev, and a private /tmp and /dev/shm (tmpfs, each capped in size);
 - `--die-with-parent` and `--new-session`: when the evaluation ends (its parent kills bwrap, or dies) the sandbox's
   PID 1 dies and the kernel kills every process of the namespace, setsid daemons and double-forked orphans included.
+  The kernel's "parent" there is the *thread* that started bwrap: `popen` starts every sandbox from one thread that
+  lives as long as this process, never from the short-lived threads a search runs steps on.
 
 Where bwrap is missing or cannot create namespaces, `require()` raises SandboxUnavailable naming the fix, unless the
 user opts out with FUSEBOT_UNSAFE_NO_SANDBOX=1 (then only the in-process layer of runner.harness.sandbox applies).
@@ -17,6 +19,7 @@ user opts out with FUSEBOT_UNSAFE_NO_SANDBOX=1 (then only the in-process layer o
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import glob
@@ -228,6 +231,19 @@ def wrap(cmd: Sequence[str], workdir: Path, *, write: Sequence[str | Path] = (),
         return list(cmd)
     return [mode.bwrap, *base_args(Path(workdir), user_namespace=mode.user_namespace, tmpfs_bytes=tmpfs_bytes,
                                    write=write, read=read), "--", *cmd]
+
+
+# One thread starts every sandbox, and lives until this process exits. bwrap's --die-with-parent is the parent-death
+# signal (prctl PR_SET_PDEATHSIG), which fires when the thread that forked bwrap ends: a candidate process prestarted
+# from a search chunk's evaluation thread was SIGKILLed as that chunk ended, and the next candidate (or the
+# finalist's confirmation) that took it "died during 'init' (SIGKILL)". On an H200, all three real-world targets
+# of a demo were declined that way.
+_PARENT = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fusebot-sandbox-parent")
+
+
+def popen(cmd: Sequence[str], **kwargs) -> subprocess.Popen:
+    """`subprocess.Popen(cmd, **kwargs)` from the thread that starts every sandbox (`_PARENT`)."""
+    return _PARENT.submit(subprocess.Popen, list(cmd), **kwargs).result()
 
 
 def tree(pid: int) -> list[psutil.Process]:

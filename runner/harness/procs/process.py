@@ -143,9 +143,9 @@ class Child:
         cmd = bwrap.wrap([sys.executable, "-m", self.module], self.workdir, write=write, read=read, tmpfs_bytes=tmpfs)
         self.started_at = time.time()
         try:
-            self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=self._log_file, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
-                                         start_new_session=True)
+            self.proc = bwrap.popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=self._log_file, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
+                                    start_new_session=True)
         finally:
             for fd in (req_r, rep_w):
                 os.close(fd)

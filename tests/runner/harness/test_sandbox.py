@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -354,3 +355,25 @@ def test_a_judges_compile_cache_is_keyed_by_every_file_it_may_read(tmp_path):
     assert compile_cache.key(spec, "cpu") is None
     assert compile_cache.judge_env({"TORCHINDUCTOR_CACHE_DIR": "own"}, tmp_path / "cache", spec, "cpu") == {
         "TORCHINDUCTOR_CACHE_DIR": "own"}
+
+
+def test_a_sandbox_started_from_a_thread_outlives_that_thread(tmp_path):
+    """bwrap's --die-with-parent fires when the *thread* that started it ends: a candidate process prestarted from a
+    search chunk's thread was SIGKILLed when the chunk ended, and the next one to take it "died during 'init'". Every
+    sandbox is started from one thread that lives as long as the process (bwrap.popen)."""
+    box = {}
+
+    def start() -> None:
+        box["h"] = Hostile(tmp_path)
+
+    t = threading.Thread(target=start)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    time.sleep(0.5)  # the thread is gone: its parent-death signal, had it been bwrap's parent, has fired
+    h = box["h"]
+    try:
+        assert h.child.proc.poll() is None
+        assert h.run("result = 6 * 7") == 42
+    finally:
+        h.child.close()
