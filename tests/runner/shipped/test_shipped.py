@@ -90,6 +90,49 @@ def test_the_bench_script_times_a_loop_of_calls_and_names_the_shape():
     assert (s["median_ms"], s["iqr_ms"], s["n"]) == (3.0, 2.0, 5)
 
 
+def test_a_cuda_sample_whose_host_work_outlasted_its_lead_is_taken_again_behind_a_longer_one(monkeypatch):
+    """(CUDA, faked on a clock the test moves) A call's host work takes 600 us, its warm-up's lead was 100 us: the
+    sample is taken again behind a lead half as long again as the host work (900 us), and only that one is kept; a
+    call whose host work fits its lead is timed once; one longer than the longest lead is retaken only up to it."""
+    clock_ns = [0]
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.ns = 0
+
+        def record(self):
+            self.ns = clock_ns[0]
+
+        def elapsed_time(self, other):
+            return (other.ns - self.ns) / 1e6
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter_ns=lambda: clock_ns[0]))
+    timer = bench.Timer("cpu")
+    timer.cuda, timer.cycles_per_us, timer.lead_us = True, 1.0, 100.0
+    spins, calls = [], []
+    timer.sleep = spins.append
+
+    def call(host_us):
+        def fn():
+            calls.append(host_us)
+            clock_ns[0] += int(host_us * 1000)
+        return fn
+
+    assert timer.one(call(600)) == 0.6 and calls == [600, 600] and spins == [100, 900] and timer.lead_us == 900
+    calls.clear()
+    timer.one(call(600))
+    assert calls == [600]  # within its lead now
+    calls.clear()
+    timer.one(call(5000))
+    assert calls == [5000, 5000] and timer.lead_us == bench.MAX_LEAD_US
+    timer.lead_us, timer.sleep = 1.0, None  # no spin at all (a torch without _sleep): nothing to retake behind
+    calls.clear()
+    timer.one(call(600))
+    assert calls == [600]
+
+
 def test_the_rewrite_test_varies_ranks_values_dtypes_and_broadcasts():
     cases = dict(rewrite_tests._variants([torch.ones(3, 4), 2]))
     assert cases["input 0: one dim fewer"][0].shape == (4,) and cases["input 0: one dim more"][0].shape == (1, 3, 4)
