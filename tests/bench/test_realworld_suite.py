@@ -30,7 +30,6 @@ import pytest
 import torch
 
 from bench.suites.realworld.make_bf16 import expected_bf16
-from runner.catalog.capture import capture_sources
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.pattern import Pattern
 from runner.catalog.recognition import recognise
@@ -40,6 +39,7 @@ from runner.harness.problem import build_model, load, make_inputs
 from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer, label_of, remember
 from runner.search.types import ProblemContext
+from tests.runner.catalog.captures import captured
 from tests.runner.catalog.codegen.ptx import divisions_by_source
 from tests.runner.conftest import FAST_TIMER
 
@@ -95,7 +95,7 @@ def patterns(small_sizes) -> dict[str, Pattern]:
     sources = {p: path_of(p).read_text() for p in RUNNABLE}
     parts = [RUNNABLE[i::SIDE_BY_SIDE] for i in range(SIDE_BY_SIDE)]
     with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
-        graphs = list(pool.map(lambda names: capture_sources([sources[n] for n in names], timeout_s=600), parts))
+        graphs = list(pool.map(lambda names: captured([sources[n] for n in names], timeout_s=600), parts))
     out = {}
     for names, gs in zip(parts, graphs, strict=True):
         for name, g in zip(names, gs, strict=True):

@@ -10,6 +10,7 @@ import pytest
 from runner.catalog.capture import capture_sources
 from runner.catalog.ir import Const, Load, Op, Red, reductions
 from runner.catalog.recognition import recognise
+from tests.runner.catalog.captures import keep
 
 CATALOG = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog"
 NAMES = sorted(p.stem for p in CATALOG.glob("*.py"))
@@ -58,6 +59,7 @@ def patterns():
     """Every fixture problem and three special sources, captured in one child process (torch imported once)."""
     sources = [(CATALOG / f"{n}.py").read_text() for n in NAMES] + [UNTRACEABLE, BROKEN, BIG_LAYERNORM]
     graphs = capture_sources(sources)
+    keep(sources, graphs)  # (the other files of the run read them: tests/runner/catalog/captures.py)
     names = [*NAMES, "untraceable", "broken", "big_layernorm"]
     return {n: (g, recognise(g)) for n, g in zip(names, graphs, strict=True)}
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from runner.catalog.capture import capture_sources
 from runner.catalog.codegen import cpu, cuda
 from runner.catalog.ir import Const, Input, Load, Op, Program, Red
 from runner.catalog.recognition import recognise
@@ -20,6 +19,7 @@ from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer, catalog_proposers, label_of, remember
 from runner.search.types import Attempt, History, ProblemContext
+from tests.runner.catalog.captures import captured
 from tests.runner.catalog.codegen.nvcc import EXPORTS, compile_together
 from tests.runner.conftest import FAST_TIMER
 
@@ -32,7 +32,7 @@ CSRC = ROOT / "runner/csrc"
 def patterns():
     names = sorted(p.stem for p in CATALOG.glob("*.py"))
     sources = [(CATALOG / f"{n}.py").read_text() for n in names]
-    pats = {n: recognise(g) for n, g in zip(names, capture_sources(sources), strict=True)}
+    pats = {n: recognise(g) for n, g in zip(names, captured(sources), strict=True)}
     for src, n in zip(sources, names, strict=True):
         remember(src, pats[n])  # the proposers below reuse these captures instead of capturing again
     return pats

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from runner.catalog.capture import capture_sources
 from runner.catalog.codegen import cpu
 from runner.catalog.ir import Const, Input, Iota, Op, walk
 from runner.catalog.recognition import recognise
@@ -20,6 +19,7 @@ from runner.harness.evaluator import Evaluator, HarnessConfig
 from runner.pipeline import problem_from_file
 from runner.proposers.catalog import CatalogProposer, label_of, remember
 from runner.search.types import ProblemContext
+from tests.runner.catalog.captures import captured
 from tests.runner.conftest import FAST_TIMER
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures/problems/catalog_aten"
@@ -52,7 +52,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def patterns():
     sources = [(FIXTURES / f"{n}.py").read_text() for n in NAMES]
-    pats = {n: recognise(g) for n, g in zip(NAMES, capture_sources(sources), strict=True)}
+    pats = {n: recognise(g) for n, g in zip(NAMES, captured(sources), strict=True)}
     for src, n in zip(sources, NAMES, strict=True):
         remember(src, pats[n])
     return pats

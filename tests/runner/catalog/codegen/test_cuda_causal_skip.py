@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from runner.catalog import skipping
-from runner.catalog.capture import capture_sources
 from runner.catalog.codegen import cuda
 from runner.catalog.codegen.cuda.regs import short_row_params
 from runner.catalog.ir import Const, Iota, Op
 from runner.catalog.recognition import recognise
 from runner.harness.procs.abi import KernelLibrary
 from tests.runner import cuda_emulation
+from tests.runner.catalog.captures import captured
 from tests.runner.catalog.codegen.ptx import divisions_by_source
 
 SUITE = Path(__file__).resolve().parents[4] / "bench/suites/realworld"
@@ -32,7 +32,7 @@ NAMES = ["fp32/gpt2_causal_softmax", "bf16/gpt2_causal_softmax", "bf16/llama_cau
 def programs():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("REALWORLD_SUITE_SMALL", "1")
-        graphs = capture_sources([(SUITE / f"{n}.py").read_text() for n in NAMES], timeout_s=600)
+        graphs = captured([(SUITE / f"{n}.py").read_text() for n in NAMES], timeout_s=600)
         mods = {}
         for n in NAMES:
             spec = importlib.util.spec_from_file_location(n.replace("/", "_"), SUITE / f"{n}.py")

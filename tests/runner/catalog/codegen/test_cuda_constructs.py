@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.catalog.capture import capture_sources
 from runner.catalog.codegen import cuda
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.codegen.cuda.regs import short_row_params
@@ -25,6 +24,7 @@ from runner.catalog.recognition import recognise
 from runner.catalog.space import strategies
 from runner.harness.procs.abi import KernelLibrary
 from tests.runner import cuda_emulation
+from tests.runner.catalog.captures import captured
 from tests.runner.catalog.codegen.nvcc import compile_together
 from tests.runner.nonfinite import judged, nonfinite_inputs
 
@@ -51,7 +51,7 @@ PROBLEMS = ("causal_softmax", "llama_rmsnorm_bf16", "prenorm_residual", "rope_ro
 def aten():
     names = list(PROBLEMS)
     sources = {n: (ATEN / f"{n}.py").read_text() for n in names}
-    pats = dict(zip(names, (recognise(g) for g in capture_sources(list(sources.values()))), strict=True))
+    pats = dict(zip(names, (recognise(g) for g in captured(list(sources.values()))), strict=True))
     assert all(pats[n].program is not None for n in names), {n: pats[n].reason for n in names}
     return {n: (sources[n], pats[n]) for n in names}
 
@@ -162,7 +162,7 @@ def test_every_proposed_set_of_the_new_constructs_compiles(tmp_path):
     """Every layout the catalog proposes for every problem of catalog_aten it recognises (one parameter set per code
     shape), and the short-row sets, compile with nvcc for sm_90 in one run."""
     names = sorted(p.stem for p in ATEN.glob("*.py"))
-    pats = [recognise(g) for g in capture_sources([(ATEN / f"{n}.py").read_text() for n in names])]
+    pats = [recognise(g) for g in captured([(ATEN / f"{n}.py").read_text() for n in names])]
     sources, seen, rendered = [], set(), set()
     for name, pat in zip(names, pats, strict=True):
         prog = pat.program

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from runner.catalog import rope
-from runner.catalog.capture import capture_sources
 from runner.catalog.codegen import cuda
 from runner.catalog.codegen.common import NotExpressible
 from runner.catalog.ir import Input, Load, Op, Program
@@ -24,6 +23,7 @@ from runner.harness.procs.abi import KernelLibrary
 from runner.proposers.catalog import CatalogProposer
 from runner.search.types import ProblemContext
 from tests.runner import cuda_emulation
+from tests.runner.catalog.captures import captured
 from tests.runner.catalog.codegen.ptx import compile_ptx, divisions_by_source, unit_of
 
 SUITE = Path(__file__).resolve().parents[4] / "bench/suites/realworld"
@@ -45,7 +45,7 @@ def programs():
     """Problem -> its programs (one per fused stage: Llama's q and k have different head counts) and the module."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("REALWORLD_SUITE_SMALL", "1")
-        graphs = capture_sources([(SUITE / f"{n}.py").read_text() for n in NAMES], timeout_s=600)
+        graphs = captured([(SUITE / f"{n}.py").read_text() for n in NAMES], timeout_s=600)
         mods = {n: _module(n) for n in NAMES}
     out = {}
     for name, g in zip(NAMES, graphs, strict=True):
@@ -85,7 +85,7 @@ def test_q_and_k_of_different_head_counts_are_one_fast_candidate(programs):
 
 
 def test_a_graph_without_a_rotary_embedding_has_none_and_the_template_refuses_it():
-    g = capture_sources([(SUITE / "fp32/gpt2_new_gelu.py").read_text()], timeout_s=600)[0]
+    g = captured([(SUITE / "fp32/gpt2_new_gelu.py").read_text()], timeout_s=600)[0]
     assert rope.find(g) is None
     p = Program(inputs=[Input(0, (8, 16), "float32")], out=Op("neg", (Load(0),)), shape=(8, 16), axes=(),
                 out_dtype="float32", out_shape=(8, 16))
