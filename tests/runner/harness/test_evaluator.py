@@ -253,18 +253,24 @@ FB_EXPORT int fusebot_forward(const fb_tensor* in, int32_t n_in, fb_tensor* out,
 '''
 
 
-@pytest.mark.parametrize("value, accepted", [("(float)(exp((double)(xr[c] - m)) / s)", True),
-                                             ("0.0f", False),
-                                             ("(float)(1.0 / cols)", False)])
-def test_an_output_smaller_than_atol_is_checked_at_its_own_scale(harness_cache, value, accepted):
-    """Softmax over 100,003 columns: values near 1e-5 under atol 1e-4. Zeros or the uniform 1/cols would pass an
-    elementwise check at atol; the judge scales atol to the output's magnitude, says so, and the problem is not
-    called degenerate."""
+@pytest.fixture(scope="module")
+def long_softmax_evaluator(harness_cache):
+    """One judge of long_softmax for the candidates below (each candidate still gets its own process)."""
     spec = scale_relu_spec().model_copy(update={"name": "long_softmax", "path": str(PROBLEMS / "long_softmax.py"),
                                                 "second_inputs": None})
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache)
     with Evaluator(spec, backend="cpu", config=cfg) as ev:
-        v = ev.evaluate(cand("softmax", {"kernel.cpp": _SOFTMAX.replace("{VALUE}", value)}))
+        yield ev
+
+
+@pytest.mark.parametrize("value, accepted", [("(float)(exp((double)(xr[c] - m)) / s)", True),
+                                             ("0.0f", False),
+                                             ("(float)(1.0 / cols)", False)], ids=["softmax", "zeros", "uniform"])
+def test_an_output_smaller_than_atol_is_checked_at_its_own_scale(long_softmax_evaluator, value, accepted, request):
+    """Softmax over 100,003 columns: values near 1e-5 under atol 1e-4. Zeros or the uniform 1/cols would pass an
+    elementwise check at atol; the judge scales atol to the output's magnitude, says so, and the problem is not
+    called degenerate."""
+    v = long_softmax_evaluator.evaluate(cand(request.node.callspec.id, {"kernel.cpp": _SOFTMAX.replace("{VALUE}", value)}))
     assert v.accepted == accepted, v.reasons
     if accepted:
         assert not v.degenerate, v.warnings
