@@ -112,6 +112,20 @@ def get_init_inputs():
 '''
 
 
+ROW_GAIN = Path(__file__).resolve().parents[2] / "examples" / "row_gain.py"
+ROW_GAIN_SIZES = "rows, cols = 1024, 512"
+
+
+def row_gain_source() -> str:
+    """examples/row_gain.py at a quarter of its rows and columns, for the end-to-end flows: they assert the flow, and
+    each of the module's calls (eager's dense [N, N] @ [N, M] matmul: N * N * M multiplies) runs in every trial,
+    baseline, confirmation round, drop-in test and bench script round, so a 1024-row call (tens of milliseconds on a
+    shared CPU) costs 64 times the 256-row one. Its kernel still does N times fewer multiplies than eager."""
+    text = ROW_GAIN.read_text()
+    assert ROW_GAIN_SIZES in text, "examples/row_gain.py's sizes moved: update ROW_GAIN_SIZES"
+    return text.replace(ROW_GAIN_SIZES, "rows, cols = 256, 128")
+
+
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,24 +15,24 @@ import git
 import pytest
 
 from bot.github.platform import marker
+from tests.bot.helpers import row_gain_source
 from tests.session_env import session_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BRANCH = "fusebot/main/examples"
 
 
-# One of the examples, one round: the CI budget (each target searched costs a torch.compile baseline, alternating
-# confirmation rounds and the drop-in's test, twice). row_gain's kernel wins by a wide margin on a CPU, but the test
-# asserts the flow, not the CPU's verdict: declined, the demo says why and opens nothing.
-EXAMPLES = ("row_gain.py",)
+# One of the examples (at the flows' size: tests/bot/helpers.py), one round: the CI budget (each target searched costs
+# a torch.compile baseline, alternating confirmation rounds and the drop-in's test, twice). row_gain's kernel wins by a
+# wide margin on a CPU, but the test asserts the flow, not the CPU's verdict: declined, the demo says why and opens
+# nothing.
 
 
 def run_demo(workdir: Path, tmp: Path) -> subprocess.CompletedProcess:
     examples = tmp / "examples"
     if not examples.exists():
         examples.mkdir()
-        for name in EXAMPLES:
-            shutil.copy(ROOT / "examples" / name, examples / name)
+        (examples / "row_gain.py").write_text(row_gain_source())
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEBOT_")}
     env |= session_env() | {"FUSEBOT_DROPIN_CACHE": str(tmp / "dropin-cache"),
             "PYTHONPATH": str(ROOT)}  # the harness's processes import this checkout's runner too

@@ -6,9 +6,10 @@ eager and torch.compile baselines and confirmation rounds, the generated drop-in
 real delivery, through PyGithub, to the fake GitHub (real HTTP, every request checked against GitHub's OpenAPI
 description) whose branches are commits in a local bare repository.
 
-The module is examples/row_gain.py, `diag(gain) @ x`: the catalog turns the dense matmul into one multiply per
-element, a wide margin on any CPU. Still, the test asserts the flow, not the CPU's verdict: proposed, the PR, its files,
-the outputs and the check run are right; declined, the check run and the job summary say why and nothing is pushed.
+The module is examples/row_gain.py (at the flows' size: tests/bot/helpers.py), `diag(gain) @ x`: the catalog turns
+the dense matmul into one multiply per element, a wide margin on any CPU. Still, the test asserts the flow, not the
+CPU's verdict: proposed, the PR, its files, the outputs and the check run are right; declined, the check run and the
+job summary say why and nothing is pushed.
 The repository's config keeps the search to one idea with one implementation: one candidate, verified and confirmed
 like any other."""
 
@@ -26,7 +27,7 @@ from bot.publish.plan import branch_name
 from tests.bot.action_fake import ActionGitHub
 from tests.bot.action_step import ROOT, action_outputs, context_for, run_fusebot_step
 from tests.bot.action_world import TOKEN, ActionWorld
-from tests.bot.helpers import APP_ID, INSTALLATION, MODULE, REPO, GitRepo, rsa_keys
+from tests.bot.helpers import APP_ID, INSTALLATION, MODULE, REPO, GitRepo, row_gain_source, rsa_keys
 from tests.session_env import says_measurement_denied, session_env
 
 TARGET = "models.row_gain.RowGain"
@@ -42,7 +43,7 @@ def world(tmp_path: Path) -> Iterator[ActionWorld]:
         repo = GitRepo.create(fake.git_root, REPO)
         main = repo.commit({"README.md": "# hello\n", ".github/fusebot.yml": CONFIG,
                             "models/mlp.py": MODULE.format(cls="MLP", extra="")}, "initial")
-        feature = repo.commit({"models/row_gain.py": (ROOT / "examples" / "row_gain.py").read_text()}, "row gains",
+        feature = repo.commit({"models/row_gain.py": row_gain_source()}, "row gains",
                               branch="feature")
         fake.add_repo(REPO, INSTALLATION, repo.bare)
         fake.grant_token(TOKEN, INSTALLATION)
@@ -96,7 +97,7 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
     assert "over 2 shape set(s)" in body  # the module's get_second_inputs() shape was verified too
     times = medians(body)
     folders = {p.rsplit("/", 1)[0] for p in files if p.startswith("fusebot_kernels/") and p.endswith("/dropin.py")}
-    module = (ROOT / "examples" / "row_gain.py").read_text()
+    module = row_gain_source()
     if folders:  # a kernel and its drop-in
         [folder] = folders
         name = folder.rsplit("/", 1)[1]
@@ -105,7 +106,9 @@ def test_a_labelled_pr_gets_a_real_kernel_searched_verified_and_proposed(world: 
         kernel = files[f"{folder}/kernel.cpp"]
         assert "fusebot kernel for" in kernel and w.shas["feature"] in kernel  # provenance: the commit searched
         assert "models.row_gain" in files[f"{folder}/dropin.py"]  # the drop-in subclasses the user's module
-        assert files["models/row_gain.py"] == module
+        # the module's own file adopts the drop-in (runner/results/adoption.py): merging is all a maintainer does
+        adopted = files["models/row_gain.py"]
+        assert adopted.startswith(module) and adopted.rstrip().endswith("RowGain = _fusebot_adopt(RowGain)"), adopted
         m = re.search(r"Drop-in test run by the runner: (\d+) passed, (\d+) failed", body)
         assert m and int(m.group(1)) > 0 and m.group(2) == "0", body[:3000]
         winner = "**fusebot**"
