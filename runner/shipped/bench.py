@@ -159,17 +159,9 @@ def make_inputs(factories, device, seed=0):
     return out
 
 
-# (CUDA) The GPU spin before a timed call lasts half as long again as the call's host work, at most MAX_LEAD_US: the
-# call's kernels are queued before its start event fires, so the events do not time the GPU idling while the host
-# runs the call's Python. A sample whose host work outlasted its lead is taken again behind a longer one, at most
-# RETAKES times (as the harness's timer does). This script's figure for a one-line rewrite on an H200 was 0.0160 ms
-# where the host took 68 us a call, and 0.0055 ms where it took 18 us: the GPU's own work had not changed.
-MAX_LEAD_US = 1000.0
-RETAKES = 2
-
-
 class Timer:
     """runner.harness.timing.Timer's structure: flush, (CUDA: a GPU spin while the host launches), time one call."""
+    MAX_LEAD_US, RETAKES = 1000.0, 2  # (CUDA) the spin's cap; retakes of a sample whose host work outlasted its spin
 
     def __init__(self, device):
         self.cuda = device.startswith("cuda")
@@ -199,11 +191,10 @@ class Timer:
             t0 = time.perf_counter_ns()
             fn()
             return (time.perf_counter_ns() - t0) / 1e6
-        for _ in range(RETAKES + 1):  # a sample whose host work outlasted the lead is taken again behind a longer one
+        for _ in range(self.RETAKES + 1):  # a sample whose host work outlasted the lead is taken again behind a longer one
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.flush_buf.zero_()
-            cycles = self._cycles()
-            if cycles:
+            if cycles := self._cycles():
                 self.sleep(cycles)
             start.record()
             t0 = time.perf_counter_ns()
@@ -211,9 +202,9 @@ class Timer:
             host_us = (time.perf_counter_ns() - t0) / 1e3
             end.record()
             torch.cuda.synchronize()
-            if self.sleep is None or host_us <= self.lead_us or self.lead_us >= MAX_LEAD_US:
+            if self.sleep is None or host_us <= self.lead_us or self.lead_us >= self.MAX_LEAD_US:
                 break
-            self.lead_us = min(MAX_LEAD_US, 1.5 * host_us)
+            self.lead_us = min(self.MAX_LEAD_US, 1.5 * host_us)
         return start.elapsed_time(end)
 
     def measure(self, fn, before, warmup=3, min_reps=10, max_reps=500, max_seconds=10.0, stable=0.01):
@@ -224,7 +215,7 @@ class Timer:
             host_us = (time.perf_counter_ns() - t0) / 1e3
         if self.cuda:
             torch.cuda.synchronize()
-            self.lead_us = min(MAX_LEAD_US, 1.5 * host_us)
+            self.lead_us = min(self.MAX_LEAD_US, 1.5 * host_us)
         samples, last, deadline = [], None, time.monotonic() + max_seconds
         while len(samples) < max_reps:
             before()

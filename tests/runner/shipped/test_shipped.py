@@ -126,7 +126,7 @@ def test_a_cuda_sample_whose_host_work_outlasted_its_lead_is_taken_again_behind_
     assert calls == [600]  # within its lead now
     calls.clear()
     timer.one(call(5000))
-    assert calls == [5000, 5000] and timer.lead_us == bench.MAX_LEAD_US
+    assert calls == [5000, 5000] and timer.lead_us == bench.Timer.MAX_LEAD_US
     timer.lead_us, timer.sleep = 1.0, None  # no spin at all (a torch without _sleep): nothing to retake behind
     calls.clear()
     timer.one(call(600))
