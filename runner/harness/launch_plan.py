@@ -101,29 +101,27 @@ def function_symbols(elf: bytes) -> dict[str, int]:
 
 def kernel_params(cubin: bytes) -> dict[str, list[tuple[int, int]]]:
     """Each kernel of an ELF cubin and its parameters as (byte offset, size), in order: from the EIATTR_KPARAM_INFO
-    records of its `.nv.info.<name>` section."""
+    records of its `.nv.info.<name>` section. A record is its format and attribute bytes, then its value (none, one
+    byte, two bytes, or a 16-bit size and that many bytes), padded to a multiple of 4 bytes. PlanError for a section
+    this cannot read."""
     out: dict[str, list[tuple[int, int]]] = {}
     for sname, _typ, off, size, _link in _sections(cubin):
         if not sname.startswith(".nv.info."):
             continue
         params: dict[int, tuple[int, int]] = {}
         data, i = cubin[off:off + size], 0
-        while i + 2 <= len(data):
+        while i + 4 <= len(data):
             fmt, attr = data[i], data[i + 1]
             if fmt == _EIFMT_SVAL:
                 (n,) = struct.unpack_from("<H", data, i + 2)
                 if attr == _EIATTR_KPARAM_INFO:
                     _index, ordinal, offset, word = struct.unpack_from("<IHHI", data, i + 4)
                     params[ordinal] = (offset, (word >> 18) & 0x3FFF)
-                i += 4 + n
-            elif fmt == _EIFMT_HVAL:
+                i += 4 + -(-n // 4) * 4
+            elif fmt in (_EIFMT_HVAL, _EIFMT_BVAL, _EIFMT_NVAL):
                 i += 4
-            elif fmt == _EIFMT_BVAL:
-                i += 3
-            elif fmt == _EIFMT_NVAL:
-                i += 2
             else:
-                raise ValueError(f"{sname}: an attribute of unknown format {fmt}")
+                raise PlanError(f"{sname}: an attribute of unknown format {fmt} at byte {i}")
         out[sname.removeprefix(".nv.info.")] = [params[k] for k in sorted(params)]
     return out
 

@@ -161,6 +161,53 @@ def test_the_cubins_kernels_and_their_parameters(recorded):
         assert all(ps[k + 1][0] >= ends[k] for k in range(len(ps) - 1)), (name, ps)  # in order, not overlapping
 
 
+BARRIER_KERNELS = r"""
+extern "C" __global__ void scale(float* o, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) o[i] = 2.0f * x[i];
+}
+extern "C" __global__ void block_sum(float* o, const float* x, int n) {
+    __shared__ float part[256];
+    part[threadIdx.x] = threadIdx.x < n ? x[threadIdx.x] : 0.0f;
+    __syncthreads();
+    float total = 0.0f;
+    for (int j = 0; j < 256; ++j) total += part[j];
+    o[threadIdx.x] = total;
+}
+"""
+
+
+def _record_formats(cubin: bytes, kernel: str) -> list[tuple[int, int]]:
+    """(byte position in the cubin, format) of each record of the kernel's .nv.info section."""
+    off, size = next((o, n) for name, _t, o, n, _l in launch_plan._sections(cubin) if name == f".nv.info.{kernel}")
+    out, i = [], off
+    while i < off + size:
+        out.append((i, cubin[i]))
+        i += 4 + (-(-int.from_bytes(cubin[i + 2:i + 4], "little") // 4) * 4 if cubin[i] == 4 else 0)
+    return out
+
+
+def test_a_kernel_with_a_block_barrier_has_its_parameters_read(tmp_path):
+    """A kernel with shared memory and a barrier carries one-byte attribute records, each padded to 4 bytes like the
+    others (nvcc 13, sm_90): read as 3 bytes, the next record's padding was taken for an attribute of format 0, and
+    no kernel with a block reduction (softmax, norms, losses) could ship its device code. A format this does not know
+    is a PlanError, which the drop-in's caller turns into "ships no binary"."""
+    (tmp_path / "k.cu").write_text(BARRIER_KERNELS)
+    done = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", *launch_plan.DEVICE_FLAGS, "k.cu", "-o", "k.cubin"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cubin = (tmp_path / "k.cubin").read_bytes()
+    records = _record_formats(cubin, "block_sum")
+    one_byte = [at for at, fmt in records if fmt == 2]
+    assert one_byte, records  # the record this is about (EIFMT_BVAL) is there
+    want = [(0, 8), (8, 8), (16, 4)]
+    assert launch_plan.kernel_params(cubin) == {"scale": want, "block_sum": want}
+    broken = bytearray(cubin)
+    broken[one_byte[0]] = 0
+    with pytest.raises(launch_plan.PlanError, match="unknown format 0"):
+        launch_plan.kernel_params(bytes(broken))
+
+
 def test_a_plan_holds_the_launch_the_host_code_chose_and_where_each_address_goes(recorded):
     _, cubin, _, plans = recorded
     params = launch_plan.kernel_params(cubin)
