@@ -30,8 +30,26 @@ def cand(cid: str, sources: dict[str, str]) -> Candidate:
     return Candidate(id=cid, format=fmt, backend="cpu", sources=sources)
 
 
-def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
-    v = cpu_evaluator.evaluate(cand("honest-fast", HONEST_FAST))
+class Judged:
+    """The verdicts of the module's judge (cpu_evaluator), each candidate evaluated once for every test that reads its
+    verdict (by key; `fresh` evaluates it again, now). Every candidate still gets its own process."""
+
+    def __init__(self, evaluator: Evaluator):
+        self.evaluator, self.seen = evaluator, {}
+
+    def __call__(self, key: str, cid: str, sources: dict[str, str], *, fresh: bool = False):
+        if fresh or key not in self.seen:
+            self.seen[key] = self.evaluator.evaluate(cand(cid, sources))
+        return self.seen[key]
+
+
+@pytest.fixture(scope="module")
+def judged(cpu_evaluator) -> Judged:
+    return Judged(cpu_evaluator)
+
+
+def test_honest_fast_candidate_is_accepted_with_full_record(judged):
+    v = judged("honest-fast", "honest-fast", HONEST_FAST)
     assert v.accepted, v.reasons
     assert len(v.trials) == 7  # 5 on the first shape, 2 on the second
     assert {t.shape_set for t in v.trials} == {0, 1}
@@ -47,14 +65,12 @@ def test_honest_fast_candidate_is_accepted_with_full_record(cpu_evaluator):
     assert v.environment.sandbox["audit_hook"]
 
 
-def test_a_large_problem_is_verified_on_three_trials_of_its_first_shape():
-    """Above large_io_bytes (here 0: every problem is large) the first shape gets 3 trials, both distributions."""
-    from runner.harness.evaluator import HarnessConfig
-
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, large_io_bytes=0)
-    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
-        ev.roofline()
-        v = ev.evaluate(cand("honest-fast", HONEST_FAST))
+def test_a_large_problem_is_verified_on_three_trials_of_its_first_shape(cpu_evaluator, monkeypatch):
+    """Above large_io_bytes (here 0: every problem is large) the first shape gets 3 trials, both distributions. (The
+    parent plans the trials from the problem's roofline and this setting: the module's judge serves.)"""
+    monkeypatch.setattr(cpu_evaluator.config, "large_io_bytes", 0)
+    assert cpu_evaluator.roofline().bytes_moved > 0
+    v = cpu_evaluator.evaluate(cand("honest-fast", HONEST_FAST))
     assert v.accepted, v.reasons
     assert [t.shape_set for t in v.trials] == [0, 0, 0, 1, 1]
     assert [t.distribution.startswith("randn*") for t in v.trials[:3]] == [False, True, False]
@@ -67,18 +83,27 @@ def test_honest_kernelbench_candidate_is_accepted(cpu_evaluator):
 
 
 @pytest.mark.parametrize("name", sorted(KB_HACKS))
-def test_kernelbench_hack_is_rejected_with_its_reason(cpu_evaluator, name):
+def test_kernelbench_hack_is_rejected_with_its_reason(judged, name):
     sources, reason = KB_HACKS[name]
-    v = cpu_evaluator.evaluate(cand(name, sources))
+    v = judged(f"kb/{name}", name, sources)
     assert not v.accepted
     assert any(r.startswith(reason) for r in v.reasons), v.reasons
     assert named(v.reasons), v.reasons
 
 
+def test_a_crash_does_not_change_the_next_verdict(judged):
+    """A segfault, then at once an honest candidate on the same judge. (Before the fast hacks' test, which reads the
+    segfault's verdict from here.)"""
+    crashed = judged("fast/segfault", "segfault", FAST_HACKS["segfault"][0], fresh=True)
+    assert any("SIGSEGV" in r for r in crashed.reasons), crashed.reasons
+    after = judged("honest-fast", "after-segv", HONEST_FAST, fresh=True)
+    assert after.accepted, after.reasons
+
+
 @pytest.mark.parametrize("name", sorted(FAST_HACKS))
-def test_fast_hack_is_rejected_with_its_reason(cpu_evaluator, name):
+def test_fast_hack_is_rejected_with_its_reason(judged, name):
     sources, reason = FAST_HACKS[name]
-    v = cpu_evaluator.evaluate(cand(name, sources))
+    v = judged(f"fast/{name}", name, sources)
     assert not v.accepted
     # the half a partial computation leaves unwritten holds the NaN poison when malloc hands back a poisoned block,
     # and whatever an earlier allocation left there when it does not (seen once in four CI runs): then the float64
@@ -100,38 +125,37 @@ def test_a_process_that_scales_its_reported_times_is_held_to_the_parents_clock(c
         assert all(r.startswith("timer-escape") for r in v.reasons), v.reasons
 
 
-def test_precision_downgrade_is_named(cpu_evaluator):
+def test_precision_downgrade_is_named(judged):
     sources, _ = KB_HACKS["precision_downgrade"]
-    v = cpu_evaluator.evaluate(cand("precision", sources))
+    v = judged("kb/precision_downgrade", "precision_downgrade", sources)
     assert any("precision downgrade" in r for r in v.reasons), v.reasons
 
 
-def test_a_crash_does_not_change_the_next_verdict(cpu_evaluator):
-    crashed = cpu_evaluator.evaluate(cand("segv", FAST_HACKS["segfault"][0]))
-    assert any("SIGSEGV" in r for r in crashed.reasons), crashed.reasons
-    after = cpu_evaluator.evaluate(cand("after-segv", HONEST_FAST))
-    assert after.accepted, after.reasons
-
-
-def test_hang_and_memory_hog_become_verdicts(harness_cache):
-    # (a trial of this 64 x 256 problem takes milliseconds: 5 s is ample for the honest one, and the hang costs 5 s)
+@pytest.fixture(scope="module")
+def capped_evaluator(harness_cache):
+    """One judge of scale_relu under a 1 GiB memory cap and a 5 s trial timeout, for the tests of hangs and memory
+    below (a trial of this 64 x 256 problem takes milliseconds: 5 s is ample for an honest candidate, and a hang costs
+    5 s). Each candidate still gets its own process, capped alike."""
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, trial_timeout_s=5, memory_bytes=1 << 30,
                         cache_dir=harness_cache)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
-        hung = ev.evaluate(cand("hang", HANG))
-        hog = ev.evaluate(cand("hog", MEMORY_HOG))
-        fine = ev.evaluate(cand("fine", HONEST_FAST))
+        yield ev
+
+
+def test_hang_and_memory_hog_become_verdicts(capped_evaluator):
+    ev = capped_evaluator
+    hung = ev.evaluate(cand("hang", HANG))
+    hog = ev.evaluate(cand("hog", MEMORY_HOG))
+    fine = ev.evaluate(cand("fine", HONEST_FAST))
     assert any(r.startswith("timeout") for r in hung.reasons), hung.reasons
     assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
     assert fine.accepted, fine.reasons
 
 
-def test_memory_is_counted_as_the_kernel_counts_it(harness_cache):
+def test_memory_is_counted_as_the_kernel_counts_it(capped_evaluator):
     """Under a 1 GiB cap: a candidate whose twelve forks share its pages, with a scratch file, is accepted (its
     processes' resident sizes summed are several GiB); one that holds 1.5 GiB in a file of its own directory is not."""
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, memory_bytes=1 << 30, cache_dir=harness_cache)
-    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
-        forks, hog = ev.evaluate_many([cand("forks", FORKS_AND_SCRATCH), cand("hoard", FILE_HOG)])
+    forks, hog = capped_evaluator.evaluate_many([cand("forks", FORKS_AND_SCRATCH), cand("hoard", FILE_HOG)])
     assert forks.accepted, forks.reasons
     assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
 
@@ -183,9 +207,9 @@ def test_any_first_call_starts_the_judge(tmp_path):
         assert ev.environment().torch
 
 
-def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cpu_evaluator, monkeypatch):
+def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cpu_evaluator, judged, monkeypatch):
     monkeypatch.setattr(cpu_evaluator.config, "unstable_spread", 100.0)  # rounds of FAST_TIMER's 20 calls are noisy
-    v = cpu_evaluator.evaluate(cand("to-confirm", HONEST_FAST))
+    v = judged("honest-fast", "honest-fast", HONEST_FAST)
     c = cpu_evaluator.confirm(cand("to-confirm", HONEST_FAST), rounds=3)
     assert v.accepted and c.accepted, c.reasons
     conf = c.confirmation
@@ -196,15 +220,14 @@ def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cp
     assert c.timing.n >= 3 * 5 and len(c.trials) == 2 and all(t.passed for t in c.trials)  # its inputs, a randn draw
 
 
-def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(harness_cache):
+def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(capped_evaluator):
+    """Six candidates loaded at once under the 1 GiB cap, one of them 3 GiB at import."""
     hog_at_import = {"candidate.py": "import torch\nHOG = torch.ones(3 << 28)  # 3 GiB of float32 at import\n"
                                      + HONEST_KB["candidate.py"].split("import torch\n", 1)[1]}
     batch = [cand("a", HONEST_FAST), cand("segv", FAST_HACKS["segfault"][0]), cand("b", HONEST_KB),
              cand("bad-build", FAST_HACKS["build_error"][0]), cand("hog", hog_at_import),
              cand("c", {"kernel.cpp": HONEST_FAST["kernel.cpp"] + "\n// variant c\n"})]
-    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache, memory_bytes=int(1.5 * 2**30))
-    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
-        verdicts = ev.evaluate_many(batch)
+    verdicts = capped_evaluator.evaluate_many(batch)
     by_id = {v.candidate_id: v for v in verdicts}
     assert [v.candidate_id for v in verdicts] == [c.id for c in batch]
     assert by_id["a"].accepted and by_id["b"].accepted and by_id["c"].accepted, [v.reasons for v in verdicts]
