@@ -131,31 +131,25 @@ def test_precision_downgrade_is_named(judged):
     assert any("precision downgrade" in r for r in v.reasons), v.reasons
 
 
-@pytest.fixture(scope="module")
-def capped_evaluator(harness_cache):
-    """One judge of scale_relu under a 1 GiB memory cap and a 5 s trial timeout, for the tests of hangs and memory
-    below (a trial of this 64 x 256 problem takes milliseconds: 5 s is ample for an honest candidate, and a hang costs
-    5 s). Each candidate still gets its own process, capped alike."""
+def test_hang_and_memory_hog_become_verdicts(harness_cache):
+    # (a trial of this 64 x 256 problem takes milliseconds: 5 s is ample for the honest one, and the hang costs 5 s)
     cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, trial_timeout_s=5, memory_bytes=1 << 30,
                         cache_dir=harness_cache)
     with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
-        yield ev
-
-
-def test_hang_and_memory_hog_become_verdicts(capped_evaluator):
-    ev = capped_evaluator
-    hung = ev.evaluate(cand("hang", HANG))
-    hog = ev.evaluate(cand("hog", MEMORY_HOG))
-    fine = ev.evaluate(cand("fine", HONEST_FAST))
+        hung = ev.evaluate(cand("hang", HANG))
+        hog = ev.evaluate(cand("hog", MEMORY_HOG))
+        fine = ev.evaluate(cand("fine", HONEST_FAST))
     assert any(r.startswith("timeout") for r in hung.reasons), hung.reasons
     assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
     assert fine.accepted, fine.reasons
 
 
-def test_memory_is_counted_as_the_kernel_counts_it(capped_evaluator):
+def test_memory_is_counted_as_the_kernel_counts_it(harness_cache):
     """Under a 1 GiB cap: a candidate whose twelve forks share its pages, with a scratch file, is accepted (its
     processes' resident sizes summed are several GiB); one that holds 1.5 GiB in a file of its own directory is not."""
-    forks, hog = capped_evaluator.evaluate_many([cand("forks", FORKS_AND_SCRATCH), cand("hoard", FILE_HOG)])
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, memory_bytes=1 << 30, cache_dir=harness_cache)
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        forks, hog = ev.evaluate_many([cand("forks", FORKS_AND_SCRATCH), cand("hoard", FILE_HOG)])
     assert forks.accepted, forks.reasons
     assert any(r.startswith("memory") for r in hog.reasons), hog.reasons
 
@@ -220,14 +214,15 @@ def test_confirm_times_the_candidate_and_both_baselines_in_alternating_rounds(cp
     assert c.timing.n >= 3 * 5 and len(c.trials) == 2 and all(t.passed for t in c.trials)  # its inputs, a randn draw
 
 
-def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(capped_evaluator):
-    """Six candidates loaded at once under the 1 GiB cap, one of them 3 GiB at import."""
+def test_evaluate_many_loads_in_parallel_and_keeps_every_verdict_its_own(harness_cache):
     hog_at_import = {"candidate.py": "import torch\nHOG = torch.ones(3 << 28)  # 3 GiB of float32 at import\n"
                                      + HONEST_KB["candidate.py"].split("import torch\n", 1)[1]}
     batch = [cand("a", HONEST_FAST), cand("segv", FAST_HACKS["segfault"][0]), cand("b", HONEST_KB),
              cand("bad-build", FAST_HACKS["build_error"][0]), cand("hog", hog_at_import),
              cand("c", {"kernel.cpp": HONEST_FAST["kernel.cpp"] + "\n// variant c\n"})]
-    verdicts = capped_evaluator.evaluate_many(batch)
+    cfg = HarnessConfig(compile_baseline=False, timer=FAST_TIMER, cache_dir=harness_cache, memory_bytes=int(1.5 * 2**30))
+    with Evaluator(scale_relu_spec(), backend="cpu", config=cfg) as ev:
+        verdicts = ev.evaluate_many(batch)
     by_id = {v.candidate_id: v for v in verdicts}
     assert [v.candidate_id for v in verdicts] == [c.id for c in batch]
     assert by_id["a"].accepted and by_id["b"].accepted and by_id["c"].accepted, [v.reasons for v in verdicts]
