@@ -1,12 +1,13 @@
 """torch.compile's cache for the judge: one per reference, keyed by every file the judge may read of it.
 
 The reference is the user's code and runs in the judge, which writes torch.compile's cache (compiled graphs,
-generated kernels: code that a judge loading them runs). A cache shared by every judge is one a hostile reference
-plants code in for the judges of other problems. A judge gets, read-write, only the folder keyed by its own problem:
-the problem's fields and the contents of every file it is granted (its `path`, or every file under its `root` but
-`.git`), with the device. What a reference leaves there is loaded only by a judge that runs the very same files, which
-could write it itself; the next judge of the same module starts warm. A problem whose files exceed MAX_KEYED_BYTES
-or MAX_KEYED_FILES gets a private cache in its evaluation's directory instead (cold, gone with it).
+generated kernels, inductor's precompiled C++ header: code that a judge loading them runs). A cache shared by every
+judge is one a hostile reference plants code in for the judges of other problems. A judge gets, read-write, only the
+folder keyed by its own problem: the problem's fields and the contents of every file it is granted (its `path`, or
+every file under its `root` but `.git`), with the device. What a reference leaves there is loaded only by a judge that
+runs the very same files, which could write it itself; the next judge of the same module starts warm. A problem whose
+files exceed MAX_KEYED_BYTES or MAX_KEYED_FILES gets a private cache in its evaluation's directory instead (cold, gone
+with it).
 """
 
 from __future__ import annotations

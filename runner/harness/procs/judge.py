@@ -445,6 +445,21 @@ def batch_check(st: State, msg: dict) -> dict:
     return {"reasons": batch.check(st, msg, base, _run_reference, oracle_outputs)}
 
 
+def _headers_in_compile_cache() -> None:
+    """torch.compile's precompiled C++ headers in its cache folder (TORCHINDUCTOR_CACHE_DIR: the one keyed by this
+    problem, runner/harness/compile_cache.py) instead of inductor's default under TMPDIR, the judge's own directory.
+    Inductor builds the header for each process that loads a C++ kernel, before it looks for the compiled kernel, so
+    there every judge built it again (7 s of CPU on a 2-core machine, with every compiled graph already cached). It is
+    keyed by the header's preprocessed text, the command line and the compiler, and shared with the judges of the same
+    files only, as the compiled graphs are."""
+    import torch._inductor.codecache as codecache  # (torch.compile imports it anyway)
+
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if folder and hasattr(codecache, "_HEADER_DIR") and hasattr(codecache, "_HEADER_LOCK_DIR"):
+        codecache._HEADER_DIR = os.path.join(folder, "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+
+
 def baselines(st: State, msg: dict) -> dict:
     inputs = make_inputs(st.problem, msg["seed"], shape_set=0, randn=None, device=st.device)
     timer = timing.Timer(st.device, st.timer_cfg)
@@ -456,6 +471,7 @@ def baselines(st: State, msg: dict) -> dict:
             raise reference_failure(st, exc) from None
         if msg.get("compile"):
             try:
+                _headers_in_compile_cache()
                 compiled = torch.compile(st.model)
                 compiled(*inputs)
                 result["compile"] = timer.measure(lambda: compiled(*inputs)).model_dump()

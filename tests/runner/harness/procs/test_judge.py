@@ -93,3 +93,19 @@ def test_the_judges_timed_steps_keep_their_blocks_as_the_candidates_batches_do(m
     assert released == []
     judge.HANDLERS["batch_check"](st, {"seed": 7, "checks": []})
     assert released == [1]
+
+
+def test_torch_compiles_precompiled_headers_go_to_the_judges_compile_cache(monkeypatch, tmp_path):
+    """Inductor's precompiled C++ header is built where the judge's torch.compile cache is (the folder keyed by its
+    problem), not under TMPDIR, the judge's own directory that every judge starts empty: the next judge of the same
+    files finds it there. (Inductor reads these two names when it builds the header.)"""
+    import torch._inductor.codecache as codecache
+
+    monkeypatch.setattr(codecache, "_HEADER_DIR", codecache._HEADER_DIR)
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", codecache._HEADER_LOCK_DIR)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor" / "key"))
+    judge._headers_in_compile_cache()
+    headers = tmp_path / "inductor" / "key" / "precompiled_headers"
+    got = (codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR)
+    assert got == (str(headers), str(headers / "locks"))
+    assert "_HEADER_DIR" in codecache._precompile_header.__wrapped__.__code__.co_names
