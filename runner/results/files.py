@@ -40,7 +40,7 @@ from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, bench_filen
 from runner.results.dropin_test import dropin_test_source
 from runner.results.figures import stated
 from runner.results.licence import NOASSERTION, licence_note, repo_licence, with_spdx
-from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, manifest_extra, unified_diff, without_samples
+from runner.results.proposal import KERNEL, REWRITE, ROOT_PREFIX, Fallback, manifest_extra, unified_diff, without_samples
 from runner.results.pytest_summary import pytest_summary, text_of
 from runner.results.rewrite_test import rewrite_test_source
 from runner.results.shapes import calls as shape_calls
@@ -339,11 +339,14 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                   kernels_dir: str = DEFAULT_KERNELS_DIR, file: str | None = None,
                   reference_text: str | None = None, check_env: dict[str, str] | None = None,
                   change: str = KERNEL, choice: str = "", margin: float | None = None,
-                  rewrite: Attempt | None = None, timeout_s: float | None = None) -> TargetResult:
+                  rewrite: Attempt | None = None, fallback: Fallback | None = None,
+                  timeout_s: float | None = None) -> TargetResult:
     """The TargetResult of one searched target. An improved result's files are written under `root` (a scratch copy
     of the repository) and its generated test is run there; if that check fails the result is not improved.
     `timeout_s`: what is left of the target's budget for that check and the bench script (default: their own).
-    `change`, `choice`, `margin`, `rewrite`: what the outcome chose and why (runner.results.outcome.proposal)."""
+    `change`, `choice`, `margin`, `rewrite`, `fallback`: what the outcome chose and why
+    (runner.results.outcome.proposal). A kernel that fails its generated test or its bench script gives way to the
+    PyTorch rewrite when `fallback` says the rewrite cleared its own margin."""
     base = {"target": spec.name, "verdict": verdict, "trace_markdown": trace_markdown, "file": file,
             "class_name": spec.class_name}
     if not improved or candidate is None or verdict is None:
@@ -382,10 +385,21 @@ def target_result(spec: ProblemSpec, improved: bool, message: str, candidate: Ca
                          extra=extra, licence=licence, **module)
     write_files(root / kernels_dir, files)
     with _module_as_shipped(root, files):  # the check and the bench script run with the module's edit, as merged
-        return _checked_kernel(spec, message, candidate, verdict, provenance, base, root=root, kernels_dir=kernels_dir,
-                               reference_text=reference_text, check_env=check_env, change=change, choice=choice,
-                               margin=margin, rewrite_t=rewrite_t, timeout_s=timeout_s, licence=licence, module=module,
-                               extra=extra)
+        kernel = _checked_kernel(spec, message, candidate, verdict, provenance, base, root=root,
+                                 kernels_dir=kernels_dir, reference_text=reference_text, check_env=check_env,
+                                 change=change, choice=choice, margin=margin, rewrite_t=rewrite_t, timeout_s=timeout_s,
+                                 licence=licence, module=module, extra=extra)
+    if kernel.improved or fallback is None or rewrite is None or rewrite.candidate is None or rewrite.verdict is None:
+        return kernel
+    for rel in {*files, *kernel.files}:  # the kernel's files leave the scratch copy before the rewrite's come
+        if not rel.startswith(ROOT_PREFIX):
+            (root / kernels_dir / rel).unlink(missing_ok=True)
+    why = kernel.message.removesuffix("; no kernel is proposed")
+    log.info("%s: the kernel is not proposed (%s): the PyTorch rewrite is", spec.name, why)
+    return target_result(spec, True, fallback.message, rewrite.candidate, rewrite.verdict, provenance, trace_markdown,
+                         root=root, kernels_dir=kernels_dir, file=file, reference_text=reference_text,
+                         check_env=check_env, change=REWRITE, margin=fallback.margin, timeout_s=timeout_s,
+                         choice=f"{why}: the PyTorch rewrite, which cleared its own margin, is proposed instead")
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from typing import Any
 from runner.contract import SCHEMA_VERSION, Baselines, Roofline, Timing, Verdict, faster_baseline, table_cell
 from runner.contract import benchmark_table as contract_benchmark_table
 from runner.results.choice import DEGENERATE, KERNEL, REWRITE, REWRITE_LABEL, choose, claim, finalists, is_rewrite
+from runner.results.proposal import Fallback
 from runner.search.loop import SearchResult
 from runner.search.pool import Credit, credit_markdown
 from runner.search.types import Attempt, Idea
@@ -40,6 +41,7 @@ class Outcome:
     margin: float | None = None  # the minimum effect the claim was held to (0.03: 3% over the faster baseline)
     rewrite: Attempt | None = None  # the best verified PyTorch rewrite (shown in every table), whichever is proposed
     choice: str = ""  # why the kernel and not the rewrite, or the other way round ("" with no rewrite)
+    fallback: Fallback | None = None  # the eligible rewrite's claim when the kernel was chosen over it
     speed: str = ""  # the speed verdict apart from correctness (a key of choice.SPEED; "" with nothing verified)
 
     @property
@@ -64,7 +66,8 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
         return Outcome(problem=problem, improved=chosen.eligible, message=chosen.message, best=chosen.attempt,
                        baselines=v.baselines if v else baselines, roofline=roofline or (v.roofline if v else None),
                        change=chosen.kind, margin=chosen.margin, rewrite=w.attempt if w else rewrite, choice=why,
-                       speed=chosen.speed, **stats)
+                       speed=chosen.speed, fallback=Fallback(w.message, w.margin) if w is not None and w.eligible and
+                       chosen is not w else None, **stats)
     best = result.best
     fb = faster_baseline(baselines)
     faster, base_ms = (fb[0], fb[1].median_ms) if fb else ("eager", None)
@@ -87,8 +90,8 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
 
 def proposal(o: Outcome) -> dict[str, Any]:
     """What the result's files say beyond the verdict (runner.results.files.target_result's keywords): which change,
-    why, the margin, and the PyTorch rewrite's attempt."""
-    return {"change": o.change, "choice": o.choice, "margin": o.margin, "rewrite": o.rewrite}
+    why, the margin, the PyTorch rewrite's attempt, and its claim when it is the fallback."""
+    return {"change": o.change, "choice": o.choice, "margin": o.margin, "rewrite": o.rewrite, "fallback": o.fallback}
 
 
 def rewrite_timing(o: Outcome) -> Timing | None:

@@ -17,12 +17,22 @@ BENCHMARK.md, fusebot.json and bench script.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 
 from runner.contract import Timing, Verdict
 from runner.results.bench_script import KERNEL_LABEL, REWRITE_LABEL, figures_json
 
 KERNEL, REWRITE = "kernel", "rewrite"
 ROOT_PREFIX = "/"  # a TargetResult.files key starting with it is a repository path, not under the kernels directory
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The PyTorch rewrite's own claim when it cleared its margin and a kernel was chosen over it: what is proposed
+    instead when the kernel then fails its generated test or its bench script (runner/results/files.py)."""
+
+    message: str  # the rewrite's claim (runner.results.choice.claim)
+    margin: float | None  # the minimum effect it cleared
 
 
 def unified_diff(path: str, old: str, new: str) -> str:

@@ -95,6 +95,10 @@ def test_the_rewrite_wins_when_it_is_as_fast_as_the_kernel_within_the_margin(ker
     assert o.improved and o.change == chosen and o.best.candidate.id == {"kernel": "k", "rewrite": "w"}[chosen]
     assert ("simpler change" in o.choice) is (chosen == "rewrite")
     assert o.rewrite is not None and o.rewrite.candidate.id == "w"
+    # the rewrite stands behind a chosen kernel when it cleared its own margin (runner/results/files.py)
+    assert (o.fallback is not None) is (chosen == "kernel" and rewrite_ms < 2.0 / (1 + MIN_EFFECT))
+    if o.fallback is not None:
+        assert o.fallback.message.startswith(f"{rewrite_ms:.4g} ms") and o.fallback.margin == o.margin
     table = benchmark_table(o)
     assert "| PyTorch rewrite" in table  # the rewrite's row, whichever is proposed
     assert f"Proposed change: {'a PyTorch rewrite of the module' if chosen == 'rewrite' else 'a kernel'}" in \

@@ -5,6 +5,7 @@ through it; the runner's own check of the generated test accepts a right kernel 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -24,6 +25,8 @@ from runner.results.files import (
     target_result,
     write_files,
 )
+from runner.results.proposal import Fallback
+from runner.search.types import Attempt
 from tests.verdicts import EXAMPLE, SPEC, real_verdicts, seed_candidate
 
 KERNELS = "fusebot_kernels"
@@ -166,6 +169,32 @@ def test_runner_check_accepts_the_generated_test_and_refuses_a_wrong_kernel(tmp_
                         kernels_dir=KERNELS)
     assert not bad.improved and not bad.files and not bad.dropin_check.passed
     assert bad.dropin_check.failed_tests > 0 and "failed its own test" in bad.message
+
+
+def test_a_kernel_that_fails_its_own_test_gives_way_to_the_rewrite_that_cleared_its_margin(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBOT_DROPIN_CACHE", str(tmp_path / "cache"))
+    v = real_verdicts()["fused"]
+    cand = seed_candidate()
+    wrong = cand.model_copy(update={"sources": {"kernel.cpp": cand.sources["kernel.cpp"].replace(
+        "yr[c] = fb_relu(", "yr[c] = (")}})
+    text = EXAMPLE.read_text()
+    new_text = text.replace("return torch.relu(x * self.scale + self.bias)",
+                            "return (x * self.scale + self.bias).clamp_min(0)")
+    assert new_text != text
+    rewrite = Attempt(round=1, proposer="rewrite", idea="clamp", verdict=v, candidate=Candidate(
+        id="w", format="kernelbench", backend="cpu", sources={"model_new.py": new_text}, rewrite=new_text))
+    root = make_repo(tmp_path)
+    r = target_result(SPEC, True, "the kernel's claim", wrong, v, PROV, "trace", root=root, kernels_dir=KERNELS,
+                      file="examples/mlp_epilogue.py", rewrite=rewrite,
+                      fallback=Fallback("the rewrite's claim", 0.05))
+    assert r.improved and r.message.startswith("the rewrite's claim; the kernel was verified by the harness but its "
+                                               "generated drop-in failed its own test"), r.message
+    assert r.message.endswith("the PyTorch rewrite, which cleared its own margin, is proposed instead")
+    assert r.files["/examples/mlp_epilogue.py"] == new_text and r.dropin_check.passed
+    assert not any(rel.endswith((".cpp", "dropin.py")) for rel in r.files), sorted(r.files)
+    assert not (root / KERNELS / slug(SPEC.name) / "kernel.cpp").exists()  # the failed kernel's files are gone
+    manifest = json.loads(r.files[f"{slug(SPEC.name)}/fusebot.json"])
+    assert manifest["change"] == "rewrite" and manifest["margin"] == 0.05
 
 
 def test_a_cuda_dropin_without_a_gpu_says_why_and_its_check_verifies_nothing(tmp_path, monkeypatch):
