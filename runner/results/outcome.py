@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.contract import SCHEMA_VERSION, Baselines, Roofline, Timing, Verdict, faster_baseline, table_cell
+from runner.contract import CUT_OFF, SCHEMA_VERSION, Baselines, Roofline, Timing, Verdict, faster_baseline, table_cell
 from runner.contract import benchmark_table as contract_benchmark_table
 from runner.results.choice import DEGENERATE, KERNEL, REWRITE, REWRITE_LABEL, choose, claim, finalists, is_rewrite
 from runner.results.proposal import Fallback
@@ -72,7 +72,11 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
     fb = faster_baseline(baselines)
     faster, base_ms = (fb[0], fb[1].median_ms) if fb else ("eager", None)
     speed = ""
-    if best is None or best.median_ms is None:
+    cut = sum(1 for a in result.history.attempts if CUT_OFF in a.reasons)
+    if (best is None or best.median_ms is None) and cut:
+        improved, message = False, (f"the budget ran out before any candidate was verified ({cut} cut off during "
+                                    "their evaluation): no kernel is proposed; a larger budget gives the search time")
+    elif best is None or best.median_ms is None:
         improved, message = False, "no candidate was verified: no kernel is proposed"
     elif best.verdict is not None and best.verdict.degenerate:
         improved, message, speed = False, DEGENERATE, "degenerate"
@@ -137,6 +141,8 @@ def why_text(a: Attempt, o: Outcome) -> str:
     if a.candidate is None:
         return a.failure or "the answer held no usable code"
     if not a.accepted:
+        if CUT_OFF in a.reasons:  # its process was killed when the budget ran out: that, not how it died, is why
+            return CUT_OFF
         if a.reasons:
             return "; ".join(a.reasons)
         return "verified but not timed" if a.verdict is not None and a.verdict.accepted else \

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runner.contract import Baselines, Candidate, Roofline, TrialResult, Verdict
+from runner.contract import CUT_OFF, Baselines, Candidate, Roofline, TrialResult, Verdict
 from runner.results.outcome import benchmark_table, outcome, report_markdown, result_json
 from runner.search.loop import SearchResult
 from runner.search.types import Attempt, History, Idea
@@ -50,6 +50,17 @@ def test_nothing_faster_than_the_faster_baseline_is_no_improvement():
     o2 = outcome("p", result(att(None, reasons=["build: x"])), Baselines(eager=timing(2.0)), None)
     assert not o2.improved and o2.message.startswith("no candidate was verified")
     assert "| torch.compile | n/a |" in benchmark_table(o2)
+
+
+def test_candidates_cut_off_by_the_budget_say_so_and_not_how_their_killed_process_died():
+    killed = ["crash: process died during 'trial' (SIGKILL) --- last output --- a profiler warning", CUT_OFF]
+    o = outcome("p", result(att(None, reasons=killed), att(None, rnd=2, reasons=["build: x"])),
+                Baselines(eager=timing(2.0)), None)
+    assert not o.improved and o.message.startswith("the budget ran out before any candidate was verified (1 cut off "
+                                                   "during their evaluation): no kernel is proposed"), o.message
+    md = report_markdown(o)
+    assert f"| rejected at verify | {CUT_OFF} |" in md and "SIGKILL" not in md
+    assert "| build: x |" in md
 
 
 def test_the_host_time_per_call_is_shown_apart_and_said_to_be_outside_the_gpu_times():
