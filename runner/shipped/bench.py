@@ -3,8 +3,7 @@ this docstring with the PR's own and the per-PR block with the PR's values.
 
 It times the original module against the proposed change the way the harness does, contestants alternating in
 rounds, then each in a loop of calls back to back, and prints this host's figure beside the PR's own (fusebot.json
-beside it). It needs nothing but torch.
-"""
+beside it). It needs nothing but torch."""
 
 import argparse
 import importlib.util
