@@ -96,7 +96,8 @@ def target_table(r: TargetResult) -> str:
     if (c := v.confirmation) is not None:
         per_round = ", ".join(f"{x:.2f}x" for x in c.speedup_vs_faster())
         where = "one process" if c.processes == 1 else f"{c.processes} processes one after the other"
-        lines += [f"Timed in {c.rounds} alternating rounds (fusebot, eager, torch.compile, ...), {where}: speedup "
+        first = "the PyTorch rewrite" if is_rewrite(r) else "fusebot"
+        lines += [f"Timed in {c.rounds} alternating rounds ({first}, eager, torch.compile, ...), {where}: speedup "
                   f"over the faster baseline per round {per_round}."]
     if (user := user_call_line(v)) is not None:
         lines += [user]

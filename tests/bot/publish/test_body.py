@@ -268,6 +268,10 @@ def test_the_confirmation_rounds_are_shown_per_round():
         update={"processes": 2})})})  # a bench script's two runs, as a PR on CUDA states them
     assert "Timed in 2 alternating rounds (fusebot, eager, torch.compile, ...), 2 processes one after the other:" in \
         pr_body(plan_of(pooled))
+    w = rewrite_result()
+    w = w.model_copy(update={"verdict": w.verdict.model_copy(update={"confirmation": conf})})
+    assert "Timed in 2 alternating rounds (the PyTorch rewrite, eager, torch.compile, ...), one process:" in \
+        pr_body(plan_of(w))
 
 
 def test_a_kernels_block_states_what_a_users_call_costs_beside_the_kernels_own_time():
