@@ -63,21 +63,20 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
     if k is not None or w is not None:
         chosen, why = choose(k, w)
         v = chosen.attempt.verdict
+        fallback = Fallback(w.message, w.margin) if w is not None and w.eligible and chosen is not w else None
         return Outcome(problem=problem, improved=chosen.eligible, message=chosen.message, best=chosen.attempt,
                        baselines=v.baselines if v else baselines, roofline=roofline or (v.roofline if v else None),
                        change=chosen.kind, margin=chosen.margin, rewrite=w.attempt if w else rewrite, choice=why,
-                       speed=chosen.speed, fallback=Fallback(w.message, w.margin) if w is not None and w.eligible and
-                       chosen is not w else None, **stats)
+                       speed=chosen.speed, fallback=fallback, **stats)
     best = result.best
     fb = faster_baseline(baselines)
     faster, base_ms = (fb[0], fb[1].median_ms) if fb else ("eager", None)
     speed = ""
-    cut = sum(1 for a in result.history.attempts if CUT_OFF in a.reasons)
-    if (best is None or best.median_ms is None) and cut:
+    if best is None or best.median_ms is None:
+        cut = sum(1 for a in result.history.attempts if CUT_OFF in a.reasons)
         improved, message = False, (f"the budget ran out before any candidate was verified ({cut} cut off during "
-                                    "their evaluation): no kernel is proposed; a larger budget gives the search time")
-    elif best is None or best.median_ms is None:
-        improved, message = False, "no candidate was verified: no kernel is proposed"
+                                    "their evaluation): no kernel is proposed; a larger budget gives the search time"
+                                    if cut else "no candidate was verified: no kernel is proposed")
     elif best.verdict is not None and best.verdict.degenerate:
         improved, message, speed = False, DEGENERATE, "degenerate"
     elif base_ms is not None and best.median_ms >= base_ms:
