@@ -7,6 +7,7 @@ and `trace_markdown()` render it; `report_markdown()` is report.md and `result_j
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,8 @@ from runner.results.proposal import Fallback
 from runner.search.loop import SearchResult
 from runner.search.pool import Credit, credit_markdown
 from runner.search.types import Attempt, Idea
+
+REASON_CHARS = 240  # of a rejection's reason quoted where no candidate was verified
 
 
 @dataclass
@@ -76,7 +79,8 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
         cut = sum(1 for a in result.history.attempts if CUT_OFF in a.reasons)
         improved, message = False, (f"the budget ran out before any candidate was verified ({cut} cut off during "
                                     "their evaluation): no kernel is proposed; a larger budget gives the search time"
-                                    if cut else "no candidate was verified: no kernel is proposed")
+                                    if cut else f"no candidate was verified ({why_none(result.history.attempts)}): "
+                                                "no kernel is proposed")
     elif best.verdict is not None and best.verdict.degenerate:
         improved, message, speed = False, DEGENERATE, "degenerate"
     elif base_ms is not None and best.median_ms >= base_ms:
@@ -89,6 +93,22 @@ def outcome(problem: str, result: SearchResult, baselines: Baselines | None, roo
     return Outcome(problem=problem, improved=improved, message=message, best=best, baselines=baselines,
                    roofline=roofline, change=REWRITE if best is not None and is_rewrite(best.candidate) else KERNEL,
                    rewrite=rewrite if rewrite is not best else None, speed=speed, **stats)
+
+
+def why_none(attempts: list[Attempt]) -> str:
+    """What became of the candidates where none was verified: how many, by the first word of their first reason,
+    and the most common reason in full (shortened), so that the user sees the cause and not only the count."""
+    if not attempts:
+        return "none was evaluated"
+    reasons = [a.reasons[0] if a.reasons else "no verdict" for a in attempts]
+    kinds = Counter(r.split(":", 1)[0].strip() for r in reasons)
+    top = kinds.most_common(1)[0][0]
+    example = next(r for r in reasons if r.split(":", 1)[0].strip() == top)
+    example = " ".join(example.split())
+    if len(example) > REASON_CHARS:
+        example = example[:REASON_CHARS - 1] + "…"
+    counts = ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+    return f"{len(attempts)} evaluated: {counts}; {'the first' if kinds[top] == 1 else 'one'}: {example}"
 
 
 def proposal(o: Outcome) -> dict[str, Any]:

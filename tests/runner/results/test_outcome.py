@@ -48,7 +48,8 @@ def test_nothing_faster_than_the_faster_baseline_is_no_improvement():
                         "proposed"
     assert "**No improvement**: nothing beat torch.compile" in report_markdown(o)
     o2 = outcome("p", result(att(None, reasons=["build: x"])), Baselines(eager=timing(2.0)), None)
-    assert not o2.improved and o2.message.startswith("no candidate was verified")
+    assert not o2.improved and o2.message == "no candidate was verified (1 evaluated: 1 build; the first: build: x): " \
+                                             "no kernel is proposed", o2.message
     assert "| torch.compile | n/a |" in benchmark_table(o2)
 
 
@@ -117,3 +118,14 @@ def test_a_confirmed_win_must_hold_in_every_round():
     assert len(both.verdict.trials) == 8  # the search's seven, then the confirmation's one
     loses_once = outcome("p", result, None, None, confirmed=_confirmed([1.0, 1.0, 1.0], [1.2, 0.95, 1.3]))
     assert not loses_once.improved and loses_once.message.startswith("nothing beat eager in every round")
+
+
+def test_where_no_candidate_is_verified_the_message_names_the_commonest_reason_in_full():
+    long = "mismatch: output 0: " + "x" * 400
+    o = outcome("p", result(att(None, reasons=[long]), att(None, reasons=["crash: died\n  during 'trial'"]),
+                            att(None, rnd=2, reasons=["mismatch: output 0: y"])), Baselines(eager=timing(2.0)), None)
+    assert o.message.startswith("no candidate was verified (3 evaluated: 2 mismatch, 1 crash; one: mismatch: output 0: "
+                                "xxx"), o.message
+    assert "…): no kernel is proposed" in o.message and len(o.message) < 340
+    o2 = outcome("p", result(), Baselines(eager=timing(2.0)), None)
+    assert o2.message == "no candidate was verified (none was evaluated): no kernel is proposed"
