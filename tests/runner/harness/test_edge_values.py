@@ -86,6 +86,30 @@ def test_nonfinite_values_are_nan_and_both_infinities_at_secret_positions(dtype)
     assert torch.equal(e.isnan(), nonfinite_values(x, seed=5).isnan())
     assert not torch.equal(e.isnan(), nonfinite_values(x, seed=6).isnan())
     assert nonfinite_values(torch.ones(2), seed=1).isfinite().sum() == 0  # as many as it has elements
+    assert nonfinite_values(torch.ones(0), seed=1).numel() == 0
+
+
+PEAK_RSS = """
+import resource, sys, torch
+from runner.harness.problem import nonfinite_values
+x = torch.ones(1 << 27, dtype=torch.float16)  # 256 MiB; a permutation of its positions would be 1 GiB of int64
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+e = nonfinite_values(x, seed=7)
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10
+assert int((e == 1).sum()) == e.numel() - 3
+print(grown)
+"""
+
+
+def test_drawing_the_nonfinite_positions_takes_no_host_memory_beyond_the_copy():
+    """Every process of a trial draws the positions (the judge and each contestant): on a 2^29-element input a
+    permutation of all positions took 4 GiB of host memory in each, and verifying contestants were OOM-killed."""
+    import subprocess
+    import sys
+
+    grown_mib = int(subprocess.run([sys.executable, "-c", PEAK_RSS], capture_output=True, text=True, check=True,
+                                   timeout=120).stdout)
+    assert grown_mib < 256 + 128, grown_mib  # the copy (256 MiB) and little else
 
 
 def test_a_kernel_that_drops_nan_is_rejected_where_torch_keeps_it(harness_cache):
