@@ -413,9 +413,12 @@ def short_row_params(p: Program, max_len: int = MAX_ROW) -> list[CudaParams]:
         G, T = shape
         return held_bytes(p, CudaParams("regs", vec=V, threads=T, group=G))[1]
 
-    # where the first guess holds too much, the lightest first (that bf16 row on a block of 256: 48 registers)
+    # where the first guess holds too much, the heaviest that fits first: the most bytes in flight a thread, and the
+    # fewest threads to merge a row's reductions across. That bf16 row of 2048 (a softmax in fp32), H200, one
+    # timing each (bench/template_sweep.py): blocks of 64, 128 and 256 threads per row 0.731, 0.810 and 1.040 ms;
+    # a warp per row (384 bytes held) 0.865 ms
     heavy = held(shapes[0]) > MAX_HELD_BYTES
-    shapes.sort(key=lambda s: (held(s) > MAX_HELD_BYTES, held(s) if heavy else 0))
+    shapes.sort(key=lambda s: (held(s) > MAX_HELD_BYTES, -held(s) if heavy else 0))
     modes = ["twopass", "online"] if red_kinds(p) & {"var", "lse"} else ["twopass"]
     out = [CudaParams("regs", vec=V, threads=T, group=G, mode=m) for G, T in shapes[:4] for m in modes[:1]]
     out += [CudaParams("regs", vec=V, threads=T, group=G, mode=m) for G, T in shapes[:1] for m in modes[1:]]

@@ -16,7 +16,7 @@ import torch
 
 from runner.catalog.codegen import cuda
 from runner.catalog.codegen.common import NotExpressible
-from runner.catalog.codegen.cuda.regs import loads_ahead, regs_refusal, short_row_params
+from runner.catalog.codegen.cuda.regs import MAX_HELD_BYTES, held_bytes, loads_ahead, regs_refusal, short_row_params
 from runner.catalog.ir import Const, Input, Load, Op, Program, Red
 from runner.harness.procs.abi import AbiError, KernelLibrary
 from tests.runner import cuda_emulation
@@ -124,6 +124,14 @@ def test_short_row_params_fit_the_row():
         assert sets and all(p.group == 0 and p.vec == vec and p.threads * vec <= n <= 8 * p.threads * vec for p in sets)
     assert [p.threads for p in short_row_params(programs.rmsnorm(64, 4096, "bfloat16"))][:1] == [256]  # 2 vectors each
     assert {p.vec for p in short_row_params(programs.row_argmax(64, 1024, "bfloat16"))} == {8}  # (an int64 per row)
+    # a warp per bf16 softmax row of 2048 holds 8 vectors and their fp32 scores a lane (over MAX_HELD_BYTES): the
+    # heaviest block that fits comes first, 4 vectors a thread, then 2, then 1; the warp last
+    heavy = programs.softmax(64, 2048, "bfloat16")
+    sets = short_row_params(heavy)
+    assert [(p.group, p.threads) for p in sets if p.mode == "twopass"] == [(0, 64), (0, 128), (0, 256), (32, 256)]
+    assert [held_bytes(heavy, p)[1] for p in sets[:3]] == sorted((held_bytes(heavy, p)[1] for p in sets[:3]),
+                                                                 reverse=True)
+    assert all(held_bytes(heavy, p)[1] <= MAX_HELD_BYTES for p in sets[:3])
     for prog in (programs.layernorm(512, 96), programs.softmax(64, 2048, "bfloat16"), programs.row_sum(8, 40)):
         sets = short_row_params(prog)
         assert sets
@@ -244,7 +252,8 @@ def test_a_log_sum_exp_softmax_takes_one_exp_per_held_element():
     prog = Program(inputs=[Input(0, (64, 2048), "bfloat16")], out=Op("exp", (Op("sub", (x, Red("lse", x))),)),
                    shape=(64, 2048), axes=(1,), out_dtype="bfloat16", out_shape=(64, 2048))
     q = short_row_params(prog)[0]
-    assert (q.group, q.threads, q.mode) == (0, 256, "twopass")  # 8 elements a thread: 48 registers, not 170
+    # a block of 64 per row, 32 elements a thread: 106 registers (ptxas -v, sm_90), not the warp per row's 157
+    assert (q.group, q.threads, q.mode) == (0, 64, "twopass")
     src = cuda.render(prog, q)
     v8 = src.split("fb_regs_v8(FbArgs")[1].split("fusebot_forward")[0]
     assert v8.count("fb_exp(") == 1 and "kp0[q][j] = " in v8, v8
