@@ -115,8 +115,14 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
                          f"shp[{k}][d] = s >= 0 ? t.shape[s] : 1; }}")
         lines.append(f"    a.in[{k}] = t.data; }}")
     if p.inputs:
-        # a dim no input spans (an index range's, a mask's from its structure) keeps its captured size
-        lines.append(f"  const long long fcap[{max(nd, 1)}] = {{{', '.join(f'{x}LL' for x in p.shape) or '1LL'}}};")
+        # the size of a dim no input gives in the call: the captured one where no input spans it (an index range's, a
+        # mask's from its structure, an expand's new dim: inv_freq[None, :, None].expand(B, -1, 1) reads no tensor of
+        # B's size), and every dim's where an Iota or a strided view reads F; else 1 (each input broadcast along it)
+        keep = any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)) or any(i.strides is not None
+                                                                                      for i in p.inputs)
+        cap = [x if keep or all(p.padded(k)[d] == 1 for k in range(len(p.inputs))) else 1
+               for d, x in enumerate(p.shape)]
+        lines.append(f"  const long long fcap[{max(nd, 1)}] = {{{', '.join(f'{x}LL' for x in cap) or '1LL'}}};")
         # a strided view keeps its size, but along the dims that follow its tensor (runner.catalog.sizes)
         plain = ", ".join("{" + ", ".join("0" if i.strides is not None and d not in sizes.free_dims(p, k) or
                                           i.strides is not None and d not in free else "1" for d in range(nd)) + "}"
@@ -125,11 +131,7 @@ def setup_code(p: Program, abi_offset: int = 0, layout: str = "") -> str:
         lines.append(f"  for (int d = 0; d < {nd}; ++d) {{ long long f = 1; int seen = 0;")
         lines.append(f"    for (int k = 0; k < {len(p.inputs)}; ++k) if (plain[k][d] && shp[k][d] != 1) {{ seen = 1; "
                      "if (f != 1 && f != shp[k][d]) return fb_fail(\"inputs do not broadcast\"); f = shp[k][d]; }")
-        if any(isinstance(e, Iota) for o in p.outputs for e in walk(o.expr)) or any(i.strides is not None
-                                                                                for i in p.inputs):
-            lines.append("    a.F[d] = seen ? f : fcap[d]; }")
-        else:
-            lines.append("    (void)fcap; a.F[d] = f; }")
+        lines.append("    a.F[d] = seen ? f : fcap[d]; }")
     else:
         for d in range(nd):
             lines.append(f"  a.F[{d}] = {p.shape[d]}LL;")
