@@ -115,8 +115,11 @@ def _back_to_back(f: dict) -> float | None:
 
 def figures_json(timings: dict[str, Timing | None]) -> dict[str, dict]:
     """Every timed contestant's figures and raw samples, for fusebot.json: {name: {median_ms, iqr_ms, n, clock,
-    samples_ms, and back_to_back_ms where the bench script measured a user's call}}."""
+    samples_ms, back_to_back_ms where the bench script measured a user's call, and raised_to_parent_ms where the
+    median is the least time the parent's clock allowed (runner.harness.clocked: the timer saw less, and the host
+    path bounds the call)}}."""
     return {name: {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "n": t.n, "clock": t.clock,
                    "samples_ms": list(t.samples_ms)}
             | ({"back_to_back_ms": t.back_to_back_ms} if t.back_to_back_ms is not None else {})
+            | ({"raised_to_parent_ms": t.parent_ms} if t.parent_ms and t.median_ms <= t.parent_ms else {})
             for name, t in timings.items() if t is not None}
