@@ -174,8 +174,8 @@ def nonfinite_values(x: torch.Tensor, seed: int) -> torch.Tensor:
     """`x` with NaN, +inf and -inf at three positions drawn from `seed` (as many as it has elements): few enough that
     most of a reduction's rows stay finite and are compared as usual, while those it reaches must be non-finite
     where the reference's are. The positions are drawn one at a time (distinct), in constant host memory: a
-    permutation of a 2^29-element input's positions took 4 GiB of host memory in each process that drew it, and with
-    a verifying contestant per candidate on one host the kernel's OOM killer ended them."""
+    permutation of a 2^29-element input's positions took 4 GiB of host memory in each process that drew it (on the
+    H200, such a problem's candidates were SIGKILLed in this trial, and verified once the permutation was gone)."""
     n = x.numel()
     gen = torch.Generator(device="cpu").manual_seed(seed ^ 0x1AF)
     at: list[int] = []
