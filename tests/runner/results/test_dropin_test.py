@@ -53,3 +53,31 @@ def test_the_generated_test_names_what_it_checks():
     compile(cuda, "test_gelu.py", "exec")
     assert "with torch.cuda.graph(graph):" in cuda and "graph.replay()" in cuda  # the capture a PR's body states
     assert "the kernel was not captured (the original forward ran)" in cuda
+
+
+def _generated_assert_close(problem: ProblemSpec):
+    """The generated test's comparison, executed on its own (the module's fixtures need a drop-in beside it)."""
+    namespace: dict = {}
+    exec(compile(dropin_test_source(problem, "cpu"), "test_t.py", "exec"), namespace)  # noqa: S102 - our own source
+    return namespace["_assert_close"]
+
+
+def test_each_output_is_compared_at_its_own_dtype_s_tolerance_unless_the_problem_sets_one():
+    """A module that computes in float32 and returns bf16 (Llama's softmax, `.to(query.dtype)`): a kernel one bf16
+    step away from eager is within bf16's tolerance, as the harness judged it, though the problem sets no dtype.
+    Before, the test took float32's tolerance for such a problem and failed a verified kernel."""
+    import pytest
+    import torch
+
+    want = torch.linspace(0.1, 1.0, 64).to(torch.bfloat16)
+    one_step = want + torch.finfo(torch.bfloat16).eps * want  # the next representable bf16 value, or about
+    close = _generated_assert_close(ProblemSpec(name="t", module="m", class_name="M"))
+    close(one_step, want)
+    close((want.float(), one_step), (want.float(), want))
+    with pytest.raises(AssertionError):
+        close(want * 1.1, want)
+    with pytest.raises(AssertionError):  # float32 outputs keep float32's
+        close(want.float() * (1 + 1e-3), want.float())
+    strict = _generated_assert_close(ProblemSpec(name="t", module="m", class_name="M", atol=1e-5, rtol=1e-5))
+    with pytest.raises(AssertionError):  # the problem's own tolerance wins
+        strict(one_step, want)
