@@ -13,21 +13,15 @@ TEST_FILE = "test_dropin.py"
 DEFAULT_SEEDS = 3
 
 
-def tolerance(problem: ProblemSpec) -> tuple[float | None, float | None]:
-    """The problem's own (atol, rtol); None where it sets none, and the shipped test takes each output's dtype's
-    (a bf16 output of a module that computes in float32 is judged at bf16's, as the harness judges it)."""
-    return problem.atol, problem.rtol
-
-
 def dropin_test_source(problem: ProblemSpec, backend: str, seeds: int = DEFAULT_SEEDS) -> str:
     """A pytest module comparing the drop-in with the original over several seeds and every declared shape, forward
     and gradients, with its guard, switches and shipped library (skipped without CUDA for a CUDA kernel): the module
     runner/shipped/dropin_tests.py with this problem's values."""
-    atol, rtol = tolerance(problem)
     shapes = [problem.inputs] + ([problem.second_inputs] if problem.second_inputs else [])
     doc = f"The fused drop-in for {problem.name} against the original {problem.class_name}, by fusebot."
     return shipped.render("dropin_tests", doc, {
         "TARGET": problem.name, "CLASS": problem.class_name, "DEVICE": "cuda" if backend == "cuda" else "cpu",
-        "DTYPE_NAME": problem.dtype, "ATOL": atol, "RTOL": rtol, "TOLERANCE": dict(DEFAULT_TOLERANCE),
+        "DTYPE_NAME": problem.dtype, "ATOL": problem.atol, "RTOL": problem.rtol,
+        "TOLERANCE": dict(DEFAULT_TOLERANCE),  # each output at its dtype's, unless the problem sets its own
         "SHAPES": shapes, "INIT_INPUTS": problem.init_inputs,
         "INIT_ARGS": list(problem.init_args), "INIT_KWARGS": dict(problem.init_kwargs), "SEEDS": seeds})

@@ -53,11 +53,15 @@ def _to(x):
     return x
 
 
+def _outputs(got, want):
+    """(drop-in's, original's) output pairs, for a module returning one tensor or several."""
+    return zip(*(([got], [want]) if isinstance(want, torch.Tensor) else (got, want)), strict=True)
+
+
 def _assert_close(got, want, scale=1.0):
     """Every output at its own dtype's tolerance (a bf16 output at bf16's, though the module computes in float32),
     unless the problem sets one; `scale` widens it (gradients)."""
-    gots, wants = ([got], [want]) if isinstance(want, torch.Tensor) else (list(got), list(want))
-    for g, w in zip(gots, wants, strict=True):
+    for g, w in _outputs(got, want):
         atol, rtol = TOLERANCE.get(str(w.dtype).removeprefix("torch."), TOLERANCE["float32"])
         atol, rtol = (ATOL if ATOL is not None else atol), (RTOL if RTOL is not None else rtol)
         torch.testing.assert_close(g, w, atol=atol * scale, rtol=rtol * scale)
@@ -128,8 +132,7 @@ def test_dropin_matches_original(dropin, seed, shape):
         got = fused(*inputs)
     assert getattr(dropin, CLASS).kernel_calls == calls + 1, "the fused kernel did not run"
     _assert_close(got, want)
-    gots, wants = ([got], [want]) if isinstance(want, torch.Tensor) else (got, want)
-    for g, w in zip(gots, wants, strict=True):
+    for g, w in _outputs(got, want):
         if w.numel() > 1 and dropin._dense(tuple(w.shape), w.stride()):
             assert g.stride() == w.stride(), f"strides {g.stride()}, the original's {w.stride()}"
 

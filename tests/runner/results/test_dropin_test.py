@@ -7,6 +7,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+import torch
+
 from runner.contract import ProblemSpec
 from runner.results.dropin_test import dropin_test_source
 from tests.runner.harness.test_dropin import KERNEL, SPEC2, write_folder
@@ -66,9 +69,6 @@ def test_each_output_is_compared_at_its_own_dtype_s_tolerance_unless_the_problem
     """A module that computes in float32 and returns bf16 (Llama's softmax, `.to(query.dtype)`): a kernel one bf16
     step away from eager is within bf16's tolerance, as the harness judged it, though the problem sets no dtype.
     Before, the test took float32's tolerance for such a problem and failed a verified kernel."""
-    import pytest
-    import torch
-
     want = torch.linspace(0.1, 1.0, 64).to(torch.bfloat16)
     one_step = want + torch.finfo(torch.bfloat16).eps * want  # the next representable bf16 value, or about
     close = _generated_assert_close(ProblemSpec(name="t", module="m", class_name="M"))
