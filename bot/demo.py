@@ -26,6 +26,7 @@ from bot.publish.plan import PullRequestPlan
 from bot.publish.propose import propose
 from bot.repo.discovery import MARKER, marked_targets
 from runner.contract import Environment, ExitStatus, ProblemSpec, SearchBudget, TargetResult, TargetSpec
+from runner.search.deadline import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudge
                   compile_baseline: bool, proposers, platform: LocalPlatform, check_id: int) -> TargetResult:
     # runner imports here, not at the top: they load torch, which `fusebot --help` and the bot never need
     from runner.harness.evaluator import Evaluator
-    from runner.pipeline import optimize_problem
+    from runner.pipeline import finish_timeout_s, optimize_problem, search_deadline
     from runner.results.files import Provenance, target_result
     from runner.results.outcome import proposal, trace_markdown
 
@@ -92,15 +93,18 @@ def search_target(t: TargetSpec, repo_dir: Path, runs: Path, budget: SearchBudge
     def progress(p):
         platform.update_check_run(check_id, check_in_progress(p, budget.rounds, t.name))
 
+    deadline = Deadline(budget.wall_seconds)  # the target's whole budget: its drop-in's test and bench script too
     with Evaluator(spec, backend=backend, compile_baseline=compile_baseline) as ev:
-        o = optimize_problem(spec, runs / t.name, budget, proposers, ev, backend, progress=progress)  # type: ignore[arg-type]
+        o = optimize_problem(spec, runs / t.name, budget, proposers, ev, backend, progress=progress,  # type: ignore[arg-type]
+                             deadline=search_deadline(deadline))
     v = o.verdict
     commit = platform.head_sha(BASE)
     with tempfile.TemporaryDirectory(prefix="fusebot-check-") as scratch:  # the check runs on a copy of the repo
         shutil.copytree(repo_dir, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
         return target_result(spec, o.improved, o.message, o.best.candidate if o.best else None, v,
                              Provenance.for_verdict(t.name, v, repo=repo_dir.name, commit=commit),
-                             trace_markdown(o), root=Path(scratch), file=t.file, **proposal(o))
+                             trace_markdown(o), root=Path(scratch), file=t.file,
+                             timeout_s=finish_timeout_s(deadline), **proposal(o))
 
 
 # ---- the command -----------------------------------------------------------------------------------------------
@@ -115,7 +119,8 @@ def demo(
     rounds: Annotated[int, typer.Option(min=1, metavar="N", help="Search rounds per target.")] = 2,
     ideas: Annotated[int, typer.Option(min=1, metavar="N", help="Ideas per round.")] = 2,
     wall_seconds: Annotated[float, typer.Option(min=1, metavar="S", help="Budget per target, wall-clock seconds: "
-                                                "baselines, search and confirmation.")] = 180.0,
+                                                "baselines, search, confirmation, the drop-in's test and bench "
+                                                "script.")] = 180.0,
     compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline")] = True,
     threads: Annotated[int, typer.Option(min=1, metavar="N", help="CPU backend: threads for eager, torch.compile and the "
                                                      "kernels (OMP_NUM_THREADS).")] = 1,

@@ -61,6 +61,18 @@ FINISH_SHARE = 0.1
 FINISH_FLOOR_S = 60.0
 
 
+def finish_timeout_s(deadline: Deadline) -> float:
+    """What the drop-in's test and the bench script are each given: what is left of the target's `deadline`, never
+    less than FINISH_FLOOR_S."""
+    return max(FINISH_FLOOR_S, deadline.left_s())
+
+
+def search_deadline(deadline: Deadline) -> Deadline:
+    """The part of a target's `deadline` that the capture, baselines, search and confirmation get: all but
+    FINISH_SHARE, kept for the drop-in's test and the bench script."""
+    return deadline.until(deadline.seconds * (1 - FINISH_SHARE))
+
+
 def problem_from_file(path: Path, **overrides) -> ProblemSpec:
     """A KernelBench-format file. A `get_second_inputs()` beside `get_inputs()` declares a second shape."""
     text = path.read_text()
@@ -390,13 +402,13 @@ def _search_target(job: Job, target: TargetSpec, source_dir: Path, tmp: Path, po
     try:
         with device_evaluators(spec, backend, devices, total=total) as ev:
             outcome = optimize_problem(spec, tmp / target.name, job.budget, pool, ev, backend, progress=progress,
-                                       deadline=deadline.until(job.budget.wall_seconds * (1 - FINISH_SHARE)))
+                                       deadline=search_deadline(deadline))
             environment = ev.environment()
     except ProblemError as exc:
         log.warning("target %s: %s", target.name, exc)
         return TargetResult(target=target.name, improved=False, message=f"problem: {exc}"), None
     return accepted_result(job, target, spec, outcome, source_dir, workdir,
-                           timeout_s=max(FINISH_FLOOR_S, deadline.left_s())), environment
+                           timeout_s=finish_timeout_s(deadline)), environment
 
 
 def job_devices(backend: str, gpus: Sequence[int] | None = None) -> list[int]:

@@ -107,3 +107,56 @@ def test_demo_refuses_a_bad_setting(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bot.cli", "demo", "--backend", "tpu"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "cuda or cpu" in bad.stderr
+
+
+def test_a_target_s_budget_covers_its_drop_in_test_and_bench_script(tmp_path, monkeypatch):
+    """--wall-seconds is each target's whole budget: the search (capture, baselines, confirmation) ends where
+    FINISH_SHARE of it starts, and the drop-in's test and bench script are given what is left of it, never less
+    than FINISH_FLOOR_S."""
+    from types import SimpleNamespace
+
+    import runner.harness.evaluator as evaluator
+    import runner.pipeline as pipeline
+    import runner.results.files as files
+    import runner.results.outcome as outcome
+    from bot import demo
+    from runner.contract import SearchBudget, TargetResult, TargetSpec
+    from runner.search.deadline import Deadline
+
+    seen, now = {}, [0.0]
+
+    class Judge:
+        def __init__(self, *a, **k): ...
+        def __enter__(self): return self
+        def __exit__(self, *exc): return False
+
+    def search(spec, out, budget, proposers, ev, backend, *, progress=None, deadline=None, **kw):
+        seen["search_s"], seen["kept_s"] = deadline.seconds, deadline.after_s
+        now[0] += 200.0  # the search and its confirmation took 200 s of the target's budget
+        return SimpleNamespace(verdict=None, improved=False, message="declined", best=None)
+
+    def result(*a, timeout_s=None, **k):
+        seen["finish_s"] = timeout_s
+        return TargetResult(target="t", improved=False, message="declined")
+
+    monkeypatch.setattr(demo, "Deadline", lambda seconds: Deadline(seconds, clock=lambda: now[0]))
+    monkeypatch.setattr(evaluator, "Evaluator", Judge)
+    monkeypatch.setattr(pipeline, "optimize_problem", search)
+    monkeypatch.setattr(files, "target_result", result)
+    monkeypatch.setattr(files.Provenance, "for_verdict", classmethod(lambda cls, *a, **k: None))
+    monkeypatch.setattr(outcome, "proposal", lambda o: {})
+    monkeypatch.setattr(outcome, "trace_markdown", lambda o: "")
+    platform = SimpleNamespace(head_sha=lambda ref: "0" * 40)
+    target = TargetSpec(name="t", file="examples/t.py", class_name="T")
+
+    def run(seconds):
+        demo.search_target(target, tmp_path, tmp_path / "runs", SearchBudget(rounds=1, wall_seconds=seconds), "cpu",
+                           False, [], platform, 1)  # type: ignore[arg-type]
+        return dict(seen)
+
+    big = run(1000.0)
+    assert big["search_s"] == pytest.approx(1000.0 * (1 - pipeline.FINISH_SHARE))
+    assert big["kept_s"] == pytest.approx(1000.0 * pipeline.FINISH_SHARE)
+    assert big["finish_s"] == 800.0  # the target's clock: 200 s taken by the search leave 800 s
+    small = run(210.0)
+    assert small["finish_s"] == pipeline.FINISH_FLOOR_S
